@@ -1,0 +1,181 @@
+"""The ``plasticlab`` command: ``run``, ``demo``, ``list``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .experiments.config import RUN_PARAMETERS, apply_setting, parse_seeds, resolve_config
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+
+class CLIError(Exception):
+    """A user error: printed as one line, exit code 2."""
+
+
+def _load_toml(path: str) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise CLIError(f"config file {p} does not exist")
+    try:
+        with p.open("rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise CLIError(f"config file {p} is not valid TOML: {e}") from None
+
+
+# Keys a TOML run file may hold besides the config keys of SPEC §8.
+RUN_FILE_KEYS = ("seeds", "data_dir", "out", "device", "threads")
+
+
+def build_run_request(args: argparse.Namespace) -> tuple[dict, dict]:
+    """(raw config, execution options) from a TOML file overridden by command-line options."""
+    raw = _load_toml(args.config) if args.config else {}
+    execution = {k: raw.pop(k) for k in RUN_FILE_KEYS if k in raw}
+    for key in ("problem", "method", "optimizer", "lr", "tasks", "steps_per_task", "batch_size"):
+        value = getattr(args, key)
+        if value is not None:
+            raw[key] = value
+    for setting in args.set or []:
+        if "=" not in setting:
+            raise CLIError(f"--set expects KEY=VALUE, got {setting!r}")
+        key, value = setting.split("=", 1)
+        if key.strip() in RUN_FILE_KEYS:
+            execution[key.strip()] = value
+        else:
+            apply_setting(raw, key, value)
+    for key in RUN_FILE_KEYS:
+        value = getattr(args, key, None)
+        if value is not None:
+            execution[key] = value
+    return raw, execution
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .experiments.runner import run_ensemble
+    from .report import task_table
+
+    raw, ex = build_run_request(args)
+    config = resolve_config(raw)
+    seeds = ex.get("seeds", "0")
+    seeds = parse_seeds(",".join(map(str, seeds)) if isinstance(seeds, list) else seeds)
+    out = Path(ex.get("out") or "plasticlab-results")
+    threads = int(ex["threads"]) if ex.get("threads") is not None else None
+    records = run_ensemble(config, seeds, out=out, data_dir=ex.get("data_dir"),
+                           device=ex.get("device", "cpu"), threads=threads,
+                           progress=not args.no_progress)
+    if args.json:
+        json.dump({"runs": records}, sys.stdout, indent=None)
+        sys.stdout.write("\n")
+        return 0
+    curves = {config.method: [r["task_online_accuracy"] for r in records]}
+    print(f"{config.problem} · {config.method} {config.params or ''} · {config.optimizer} "
+          f"lr={config.lr} · {config.tasks} tasks × {config.steps_per_task} steps, "
+          f"batch {config.batch_size} · seeds {seeds}")
+    print(task_table(curves, reported=records[0]["reported_tasks"]))
+    r = records[0]
+    print(f"{r['wall_time_s']:.1f} s, {r['steps_per_second']:.0f} ensemble steps/s "
+          f"(K={len(seeds)}, {r['threads']} thread(s)); results in {out}/")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from .methods import METHODS
+    from .problems import PROBLEMS
+
+    print("problems:")
+    for name, cls in PROBLEMS.items():
+        d = cls.defaults
+        print(f"  {name:<22} {cls.description}")
+        print(f"  {'':<22} {cls.arch}, {d['tasks']} tasks × {d['steps_per_task']} steps, "
+              f"batch {d['batch_size']}" + (", test sets" if cls.has_test_sets else ""))
+        for p in cls.parameters:
+            print(f"  {'':<24}{p.name} = {p.default!r}: {p.doc}")
+    print("\nmethods:")
+    for name, cls in METHODS.items():
+        print(f"  {name:<22} {cls.description}")
+        for p in cls.hyperparameters:
+            choices = f" ({' | '.join(p.choices)})" if p.choices else ""
+            print(f"  {'':<24}{p.name} = {p.default!r}{choices}: {p.doc}")
+    print("\nrun parameters (--set KEY=VALUE or a TOML key):")
+    for p in RUN_PARAMETERS:
+        choices = f" ({' | '.join(p.choices)})" if p.choices else ""
+        print(f"  {p.name:<22} {p.doc}{choices}; default {p.default!r}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    run_demo(tasks=args.tasks, steps_per_task=args.steps_per_task, seeds=parse_seeds(args.seeds),
+             data_dir=args.data_dir, out=Path(args.out), workers=args.workers,
+             progress=not args.no_progress)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``plasticlab`` command."""
+    parser = argparse.ArgumentParser(
+        prog="plasticlab",
+        description="Maintaining plasticity in continual learning: L2 Init, baselines, problems.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="train one configuration on one or more seeds (one ensemble)")
+    run.add_argument("config", nargs="?", help="TOML config file (options below override it)")
+    run.add_argument("--problem", help="problem name (see `plasticlab list`)")
+    run.add_argument("--method", help="method name (see `plasticlab list`)")
+    run.add_argument("--optimizer", help="adam | sgd")
+    run.add_argument("--lr", type=float, help="step size α")
+    run.add_argument("--set", action="append", metavar="KEY=VALUE",
+                     help="any method, problem or run parameter, e.g. --set strength=1e-2")
+    run.add_argument("--seeds", help="seeds: a range 0-7 or a list 0,3,5 (default 0)")
+    run.add_argument("--tasks", type=int)
+    run.add_argument("--steps-per-task", dest="steps_per_task", type=int)
+    run.add_argument("--batch-size", dest="batch_size", type=int)
+    run.add_argument("--data-dir", dest="data_dir",
+                     help="data directory (default $PLASTICLAB_DATA, else the user cache dir)")
+    run.add_argument("--out", help="results directory (default ./plasticlab-results)")
+    run.add_argument("--device", help="cpu | cuda | cuda:N (default cpu)")
+    run.add_argument("--threads", type=int, help="torch threads (default 1 on CPU: fastest here)")
+    run.add_argument("--json", action="store_true", help="print only JSON results on stdout")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    run.set_defaults(func=cmd_run)
+
+    lst = sub.add_parser("list", help="problems and methods with their parameters")
+    lst.set_defaults(func=cmd_list)
+
+    demo = sub.add_parser("demo", help="L2 Init vs Baseline on Permuted MNIST: table and figure")
+    demo.add_argument("--data-dir", dest="data_dir")
+    demo.add_argument("--out", default="plasticlab-demo")
+    demo.add_argument("--tasks", type=int, default=10)
+    demo.add_argument("--steps-per-task", dest="steps_per_task", type=int, default=625)
+    demo.add_argument("--seeds", default="0-3")
+    demo.add_argument("--workers", type=int, default=2, help="processes (one per core)")
+    demo.add_argument("--no-progress", action="store_true")
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``plasticlab`` command; returns the exit code."""
+    from .data import DataError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (CLIError, ValueError, DataError) as e:
+        print(f"plasticlab: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("plasticlab: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

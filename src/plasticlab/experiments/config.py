@@ -1,0 +1,117 @@
+"""Run configurations: the canonical names of SPEC §8, resolved and validated.
+
+A config is a flat mapping of run parameters (``problem``, ``method``, ``optimizer``, ``lr``,
+``tasks`` …), method parameters (under ``params``) and problem parameters (under
+``problem_params``). :func:`resolve_config` fills in every default — the paper's values —
+and rejects unknown names with the list of valid ones, so a misspelt key never silently
+falls back to a default.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+
+from ..methods import get_method
+from ..nets import INIT_SCHEMES
+from ..optim import OPTIMIZERS
+from ..params import Param, resolve
+from ..problems import get_problem
+
+RUN_PARAMETERS = (
+    Param("optimizer", "adam", str, "adam | sgd", choices=tuple(OPTIMIZERS)),
+    Param("lr", 1e-3, float, "step size α"),
+    Param("tasks", None, int, "number of tasks (default: the paper's)"),
+    Param("steps_per_task", None, int, "gradient steps per task (default: the paper's)"),
+    Param("batch_size", None, int, "batch size (default: the paper's)"),
+    Param("width", 1.0, float, "multiplier of every hidden layer's width"),
+    Param("extra_layers", 0, int, "extra hidden layers (MLP: any; CNN: 2 = the deeper CNN)"),
+    Param("init", "torch_default", str, "initialisation scheme", choices=INIT_SCHEMES),
+)
+CONFIG_KEYS = ("problem", "method", "params", "problem_params",
+               *(p.name for p in RUN_PARAMETERS))
+
+
+@dataclass
+class RunConfig:
+    """A fully resolved run configuration (everything but the seed)."""
+
+    problem: str
+    method: str
+    optimizer: str
+    lr: float
+    tasks: int
+    steps_per_task: int
+    batch_size: int
+    width: float = 1.0
+    extra_layers: int = 0
+    init: str = "torch_default"
+    params: dict = field(default_factory=dict)
+    problem_params: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """JSON-able form, as stored in the results store and manifests."""
+        return asdict(self)
+
+
+def resolve_config(raw: dict) -> RunConfig:
+    """Validate ``raw`` and fill in defaults; raise ValueError naming any unknown key."""
+    unknown = sorted(set(raw) - set(CONFIG_KEYS))
+    if unknown:
+        raise ValueError(f"unknown config key(s) {', '.join(unknown)}; valid: {', '.join(CONFIG_KEYS)}")
+    for key in ("problem", "method"):
+        if key not in raw:
+            raise ValueError(f"config needs {key!r}")
+    problem = get_problem(raw["problem"])
+    method = get_method(raw["method"])
+    run = {p.name: p.parse(raw[p.name], "run") if raw.get(p.name) is not None else p.default
+           for p in RUN_PARAMETERS}
+    for key in ("tasks", "steps_per_task", "batch_size"):
+        if run[key] is None:
+            run[key] = problem.defaults[key]
+    params = resolve(method.hyperparameters, dict(raw.get("params") or {}), f"method {method.name}")
+    problem_params = problem.resolve_parameters(dict(raw.get("problem_params") or {}))
+    return RunConfig(problem=problem.name, method=method.name, params=params,
+                     problem_params=problem_params, **run)
+
+
+def apply_setting(raw: dict, key: str, value: str) -> None:
+    """Put ``--set key=value`` into ``raw``: a method parameter goes under ``params``, a
+    problem parameter under ``problem_params``, a run parameter at the top level. A key that
+    is none of these is an error listing every valid key for this problem and method."""
+    key = key.strip().replace("-", "_")
+    method = get_method(raw["method"]) if "method" in raw else None
+    problem = get_problem(raw["problem"]) if "problem" in raw else None
+    method_keys = {p.name for p in method.hyperparameters} if method else set()
+    problem_keys = {p.name for p in problem.parameters} if problem else set()
+    run_keys = {p.name for p in RUN_PARAMETERS} | {"problem", "method"}
+    if key in method_keys:
+        raw.setdefault("params", {})[key] = value
+    elif key in problem_keys:
+        raw.setdefault("problem_params", {})[key] = value
+    elif key in run_keys:
+        raw[key] = value
+    else:
+        valid = sorted(method_keys) + sorted(problem_keys) + sorted(run_keys)
+        where = f" for method {raw.get('method')!r} on problem {raw.get('problem')!r}"
+        raise ValueError(f"unknown parameter {key!r}{where}; valid: {', '.join(valid)}")
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"0-7"`` → [0..7]; ``"0,3,5"`` → [0, 3, 5]; ranges and lists mix (``"0-2,9"``)."""
+    seeds: list[int] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        m = re.fullmatch(r"(\d+)\s*-\s*(\d+)", part)
+        if m:
+            lo, hi = int(m.group(1)), int(m.group(2))
+            if hi < lo:
+                raise ValueError(f"seed range {part!r} is empty (end before start)")
+            seeds.extend(range(lo, hi + 1))
+        elif part.isdigit():
+            seeds.append(int(part))
+        else:
+            raise ValueError(f"bad seeds {text!r}: use a range like 0-7 or a list like 0,3,5")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds {text!r} repeat a seed")
+    return seeds

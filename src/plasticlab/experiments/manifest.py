@@ -1,0 +1,143 @@
+"""The run manifest: everything needed to say how a stored result was produced.
+
+A manifest is a plain JSON-able dict saved next to each run in the results store. It records
+the fully resolved config and seed (what was asked for) and the environment (which code,
+which library versions, which machine and device), so a number in a table can be traced back
+to the exact conditions that produced it -- and so bit-reproducibility claims ("same seed,
+same machine, same versions") can be checked rather than assumed.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import importlib.metadata
+import os
+import platform
+import socket
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+
+__all__ = ["build_manifest", "git_info", "package_version", "utc_now"]
+
+# The directory whose git state identifies the code that ran: the installed package itself,
+# not the caller's working directory (a user may run plasticlab from their own repository).
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+# git must never stall a run: a hung credential helper or a slow network filesystem costs at
+# most this long, after which the commit is simply recorded as unknown.
+_GIT_TIMEOUT_S = 2.0
+
+
+def utc_now() -> str:
+    """The current time as an ISO 8601 string in UTC, e.g. ``2024-05-01T12:00:00.123456+00:00``.
+
+    UTC with an explicit offset, so times from different machines of a cluster compare
+    directly and sort as strings.
+    """
+    return datetime.now(timezone.utc).isoformat()
+
+
+def package_version() -> str:
+    """The installed version of plasticlab, or ``"unknown"`` when it is not installed.
+
+    Read from the distribution metadata rather than ``plasticlab.__version__`` so it works
+    whether or not the package defines that attribute (and from a bare source checkout).
+    """
+    try:
+        return importlib.metadata.version("plasticlab")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _git(*args: str) -> str | None:
+    """Run one git command in the package directory; its stripped stdout, or None on failure."""
+    env = dict(os.environ)
+    # `git status` may otherwise take the index lock to refresh stat info, which would race
+    # with a developer committing while a sweep runs (and with other workers doing the same).
+    env["GIT_OPTIONAL_LOCKS"] = "0"
+    try:
+        proc = subprocess.run(
+            ["git", *args],
+            cwd=_PACKAGE_DIR,
+            capture_output=True,
+            text=True,
+            timeout=_GIT_TIMEOUT_S,
+            env=env,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        # git missing, not executable, or too slow: the commit is unknown, not an error.
+        return None
+    if proc.returncode != 0:
+        return None
+    return proc.stdout.strip()
+
+
+def git_info() -> tuple[str | None, bool | None]:
+    """The git commit of the plasticlab source tree and whether it has uncommitted changes.
+
+    Returns ``(commit, dirty)``: the 40-hex ``HEAD`` commit and a bool, or ``(None, None)``
+    when the package is not a git checkout, git is missing, or git does not answer within
+    2 s. ``dirty`` covers changes (including untracked, non-ignored files) under the package
+    directory only: edits to docs or tests do not change results.
+    """
+    # An installed copy in site-packages can sit inside some unrelated repository (a
+    # project's .venv); its HEAD would be a lie. Only trust git if it tracks our own files.
+    if not _git("ls-files", "--", "__init__.py"):
+        return None, None
+    commit = _git("rev-parse", "HEAD")
+    if commit is None or len(commit) != 40:
+        return None, None
+    status = _git("status", "--porcelain", "--", ".")
+    dirty = None if status is None else bool(status)
+    return commit, dirty
+
+
+def _library_version(module_name: str) -> str:
+    """The version of an importable library as a string, or ``"not installed"``."""
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        return "not installed"
+    # str(): torch's version is a TorchVersion (a str subclass); store plain text.
+    return str(getattr(module, "__version__", "unknown"))
+
+
+def build_manifest(config: dict, seed: int, device: str, threads: int) -> dict:
+    """The run manifest: fully resolved config, seed, code and library versions, machine.
+
+    Keys:
+
+    - ``config``: a deep copy of the fully resolved config (so later mutation by the caller
+      cannot change what was recorded);
+    - ``seed``: the run's seed, as an int;
+    - ``versions``: ``{"plasticlab", "torch", "numpy", "python"}``, each a string;
+    - ``git_commit``: the 40-hex commit of the plasticlab source tree, or None when it is
+      not a git checkout or git is unavailable (2 s timeout);
+    - ``git_dirty``: whether that tree has uncommitted changes, or None when unknown;
+    - ``host``, ``platform``: host name and ``platform.platform()``;
+    - ``device``, ``threads``: the torch device and the thread count the run used;
+    - ``start_time``: ISO 8601 in UTC.
+
+    ``end_time`` is added by :meth:`ResultStore.finish_run` (or ``fail_run``).
+    """
+    commit, dirty = git_info()
+    return {
+        "config": copy.deepcopy(config),
+        "seed": int(seed),
+        "versions": {
+            "plasticlab": package_version(),
+            "torch": _library_version("torch"),
+            "numpy": _library_version("numpy"),
+            "python": platform.python_version(),
+        },
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "device": str(device),
+        "threads": int(threads),
+        "start_time": utc_now(),
+    }

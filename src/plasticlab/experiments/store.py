@@ -1,0 +1,564 @@
+"""The embedded results store: one SQLite database per output directory.
+
+``<out>/results.sqlite`` holds every run of an experiment directory: its config, seed,
+manifest, status, summary and per-task metrics. There is no server; the standard library's
+``sqlite3`` is the only dependency (pandas only for the DataFrame/CSV exports).
+
+Guarantees, and why they hold:
+
+- **Nothing half-recorded.** A run's metrics, its summary and its status ``'finished'`` are
+  written in one transaction (:meth:`ResultStore.finish_run`). SQLite's journal makes that
+  transaction all-or-nothing even if the process is killed or the machine loses power in the
+  middle, so a reader sees either the finished run with all its metrics or a run that is
+  still ``'running'`` with none.
+- **Re-running a sweep skips finished runs.** Run ids are content hashes of (config, seed)
+  (:meth:`ResultStore.run_id`), so the same run planned again gets the same id and
+  :meth:`ResultStore.is_finished` tells the planner to skip it. A run left ``'running'`` by a
+  killed process, or ``'failed'``, is simply started again.
+- **One writer, many readers.** The database is in WAL mode, so ``plasticlab report`` (or a
+  notebook) can read while the sweep driver writes. Only one process should write: with
+  several executors the driver collects results and is the only writer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import operator
+import os
+import sqlite3
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from plasticlab.experiments.manifest import utc_now
+
+if TYPE_CHECKING:  # pandas is optional: imported lazily where it is needed.
+    import pandas
+
+__all__ = ["DB_NAME", "SCHEMA_VERSION", "ResultStore", "SchemaVersionError", "STATUSES"]
+
+#: File name of the database inside an output directory.
+DB_NAME = "results.sqlite"
+
+#: Version of the schema this code writes. Bump it (and add a migration in
+#: ``ResultStore._init_schema``) whenever a table or column changes meaning.
+SCHEMA_VERSION = 1
+
+#: The states a run can be in.
+STATUSES = ("running", "finished", "failed")
+
+# Executed one by one inside a single transaction (not with executescript, which commits
+# first), so a store is either fully initialised or not at all.
+_SCHEMA = (
+    """
+    CREATE TABLE IF NOT EXISTS schema_version (
+        version INTEGER NOT NULL
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS runs (
+        run_id   TEXT PRIMARY KEY,
+        status   TEXT NOT NULL CHECK (status IN ('running', 'finished', 'failed')),
+        config   TEXT NOT NULL,  -- JSON
+        seed     INTEGER,
+        manifest TEXT NOT NULL,  -- JSON
+        summary  TEXT,           -- JSON, set by finish_run
+        error    TEXT            -- traceback, set by fail_run
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status)",
+    # value is JSON text so a metric can be a float or a list of floats (srank per layer).
+    """
+    CREATE TABLE IF NOT EXISTS task_metrics (
+        run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+        task   INTEGER NOT NULL CHECK (task >= 0),
+        metric TEXT NOT NULL,
+        value  TEXT NOT NULL,
+        PRIMARY KEY (run_id, metric, task)
+    ) WITHOUT ROWID
+    """,
+)
+
+
+class SchemaVersionError(RuntimeError):
+    """The database was written with a schema this version of plasticlab does not know."""
+
+
+def _json_default(obj: Any) -> Any:
+    """Encode numpy scalars/arrays and torch tensors as plain numbers and lists.
+
+    Metrics computed on tensors come back as numpy or torch values; accepting them here spares
+    every caller a conversion, and ``tolist()`` is exact (float32 -> Python float is exact).
+    """
+    tolist = getattr(obj, "tolist", None)
+    if callable(tolist):
+        return tolist()
+    raise TypeError(
+        f"object of type {type(obj).__name__} is not JSON serializable "
+        "(results, configs and manifests must be plain numbers, strings, lists and dicts)"
+    )
+
+
+def _dumps(obj: Any) -> str:
+    """JSON text for storage. NaN/inf are allowed: a diverged run's loss is a real result."""
+    return json.dumps(obj, default=_json_default, allow_nan=True)
+
+
+def _canonical_json(obj: Any) -> str:
+    """Canonical JSON: sorted keys, no whitespace, floats as their shortest exact repr.
+
+    ``json`` writes floats with ``float.__repr__``, which round-trips exactly, so two configs
+    hash equal only if their numbers are bit-identical. Note that ``1`` and ``1.0`` differ.
+    """
+    return json.dumps(
+        obj,
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=True,
+        allow_nan=True,
+        default=_json_default,
+    )
+
+
+def _loads(text: str | None) -> Any:
+    """Decode stored JSON text; None stays None."""
+    return None if text is None else json.loads(text)
+
+
+def _flatten_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Config keys as flat DataFrame columns: ``params`` -> ``param.<name>``, dicts dotted.
+
+    ``seed`` is dropped: the store's own seed column is authoritative.
+    """
+    flat: dict[str, Any] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, Mapping):
+            for key, sub in value.items():
+                walk(f"{prefix}.{key}", sub)
+        else:
+            flat[prefix] = value
+
+    for key, value in config.items():
+        if key == "seed":
+            continue
+        walk("param" if key == "params" else str(key), value)
+    return flat
+
+
+def _import_pandas() -> Any:
+    """Import pandas, or fail with a message saying what needs it and how to get it."""
+    try:
+        import pandas
+    except ImportError as exc:  # pragma: no cover - pandas is installed in the test env
+        raise ImportError(
+            "pandas is required to export results (ResultStore.to_dataframe / export_csv); "
+            "install it with `pip install pandas`"
+        ) from exc
+    return pandas
+
+
+class ResultStore:
+    """The results database of one output directory, ``<out_dir>/results.sqlite``.
+
+    Opening creates the directory, the database and its schema as needed. Use it as a context
+    manager (or call :meth:`close`). Only one process should write to a store at a time;
+    any number may read.
+
+    Lifecycle of a run: :meth:`start_run` (status ``'running'``), then either
+    :meth:`finish_run` (``'finished'``, with metrics) or :meth:`fail_run` (``'failed'``,
+    with the traceback). A process killed in between leaves the run ``'running'``.
+    """
+
+    #: The sqlite file.
+    path: Path
+
+    def __init__(self, out_dir: str | os.PathLike) -> None:
+        """Open (creating if needed) the store in ``out_dir``.
+
+        Raises :class:`SchemaVersionError` if the database was written by a newer plasticlab,
+        and :class:`sqlite3.DatabaseError` naming the file if it is not a SQLite database.
+        """
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        self.path = out / DB_NAME
+        # isolation_level=None: no implicit transactions; every write below says exactly
+        # where its transaction begins and ends. timeout: a reader holding the file briefly
+        # (checkpoint) makes the writer wait instead of failing.
+        self._conn: sqlite3.Connection | None = sqlite3.connect(
+            self.path, timeout=30.0, isolation_level=None
+        )
+        try:
+            self._configure()
+            self._init_schema()
+        except sqlite3.DatabaseError as exc:
+            self.close()
+            raise sqlite3.DatabaseError(f"{self.path}: cannot open results store: {exc}") from exc
+        except BaseException:
+            self.close()
+            raise
+
+    # -- connection plumbing -------------------------------------------------------------
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        """The open connection; a clear error instead of an AttributeError after close()."""
+        if self._conn is None:
+            raise RuntimeError(f"ResultStore({self.path.parent}) is closed")
+        return self._conn
+
+    def _configure(self) -> None:
+        """Per-connection settings."""
+        db = self._db
+        # WAL: readers never block the writer nor see a half-written transaction.
+        db.execute("PRAGMA journal_mode=WAL")
+        # FULL: a commit survives power loss too. Commits are rare (two per run), so the
+        # extra fsync costs nothing measurable.
+        db.execute("PRAGMA synchronous=FULL")
+        # Off by default in SQLite; needed for ON DELETE CASCADE of a run's metrics.
+        db.execute("PRAGMA foreign_keys=ON")
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: committed if the block completes, rolled back otherwise.
+
+        BEGIN IMMEDIATE takes the write lock up front, so a second writer waits (up to the
+        timeout) at the start rather than failing halfway. BaseException: Ctrl-C in the
+        middle must roll back too.
+        """
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            try:
+                db.execute("ROLLBACK")
+            except sqlite3.Error:
+                # SQLite may already have rolled back (e.g. on disk full); the original
+                # error is the one worth reporting.
+                pass
+            raise
+        else:
+            db.execute("COMMIT")
+
+    def _init_schema(self) -> None:
+        """Create the schema on a new database; check the version of an existing one."""
+        with self._transaction() as db:
+            for statement in _SCHEMA:
+                db.execute(statement)
+            row = db.execute("SELECT MAX(version) FROM schema_version").fetchone()
+            version = row[0]
+            if version is None:
+                db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+                return
+        if version > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"{self.path} was written by a newer plasticlab (schema version {version}; "
+                f"this plasticlab reads up to version {SCHEMA_VERSION}). Upgrade plasticlab "
+                "or write to another output directory."
+            )
+        # version < SCHEMA_VERSION cannot happen yet; migrations go here when it can.
+
+    def close(self) -> None:
+        """Close the database. Safe to call more than once."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> ResultStore:
+        """Context-manager entry: the store itself."""
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Context-manager exit: close the store."""
+        self.close()
+
+    def __repr__(self) -> str:
+        """``ResultStore('<path>')``."""
+        return f"ResultStore({str(self.path)!r})"
+
+    # -- identity ------------------------------------------------------------------------
+
+    @staticmethod
+    def run_id(config: dict, seed: int) -> str:
+        """A stable id for (config, seed): the first 16 hex digits of a SHA-256.
+
+        The hash is over the canonical JSON (sorted keys, exact float repr) of the config
+        without its ``seed`` key, together with ``seed``: the same run planned twice -- in
+        another process, on another day, with keys in another order -- gets the same id,
+        and any change of a config value or of the seed gives another.
+        """
+        if not isinstance(config, Mapping):
+            raise TypeError(f"config must be a dict, not {type(config).__name__}")
+        if isinstance(seed, bool):
+            raise TypeError("seed must be an int, not a bool")
+        body = {k: v for k, v in config.items() if k != "seed"}
+        # operator.index: accept numpy ints, reject floats like 1.5 that int() would truncate.
+        text = _canonical_json([body, operator.index(seed)])
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+    # -- writing -------------------------------------------------------------------------
+
+    def start_run(self, run_id: str, config: dict, manifest: dict) -> None:
+        """Record that a run has started: status ``'running'``.
+
+        Inserts the run, or resets an existing one (a run that was killed, failed, or is
+        deliberately re-run): config and manifest are replaced, and any summary, error and
+        metrics from before are removed, so a ``'running'`` run never shows stale results.
+        The seed column is taken from ``manifest['seed']`` (else ``config['seed']``).
+        """
+        seed = manifest.get("seed", config.get("seed"))
+        row = (
+            run_id,
+            _dumps(config),
+            None if seed is None else int(seed),
+            _dumps(manifest),
+        )
+        with self._transaction() as db:
+            db.execute("DELETE FROM task_metrics WHERE run_id = ?", (run_id,))
+            db.execute(
+                """
+                INSERT INTO runs (run_id, status, config, seed, manifest, summary, error)
+                VALUES (?, 'running', ?, ?, ?, NULL, NULL)
+                ON CONFLICT (run_id) DO UPDATE SET
+                    status = 'running', config = excluded.config, seed = excluded.seed,
+                    manifest = excluded.manifest, summary = NULL, error = NULL
+                """,
+                row,
+            )
+
+    def _manifest(self, db: sqlite3.Connection, run_id: str) -> dict:
+        """The stored manifest of a run; KeyError naming the run if it was never started."""
+        row = db.execute("SELECT manifest FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise KeyError(f"run {run_id!r} is not in {self.path} (call start_run first)")
+        return json.loads(row[0])
+
+    def finish_run(
+        self,
+        run_id: str,
+        summary: dict,
+        task_metrics: dict[str, list],
+        manifest_update: dict | None = None,
+    ) -> None:
+        """Record a run's results and mark it ``'finished'``, all in ONE transaction.
+
+        ``task_metrics`` maps a metric name to a list indexed by task; an entry may be a
+        number, a list of numbers (e.g. srank per layer) or None (not measured on that task).
+        ``summary`` is a dict of run-level results (e.g. ``total_online_accuracy``).
+        ``manifest_update`` is merged into the stored manifest, and ``end_time`` (UTC, ISO
+        8601) is set. If anything fails, nothing of this call is stored and the run stays
+        as it was (``'running'``).
+        """
+        # Encode before the transaction: a value that cannot be stored is the caller's bug
+        # and should fail without ever taking the write lock.
+        rows: list[tuple[str, int, str, str]] = []
+        for metric, values in task_metrics.items():
+            if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+                raise TypeError(
+                    f"task metric {metric!r} must be a list indexed by task, "
+                    f"not {type(values).__name__}"
+                )
+            values = values.tolist() if hasattr(values, "tolist") else values
+            rows.extend((run_id, task, str(metric), _dumps(v)) for task, v in enumerate(values))
+        summary_text = _dumps(summary)
+        update = dict(manifest_update or {})
+
+        with self._transaction() as db:
+            manifest = self._manifest(db, run_id)
+            manifest.update(update)
+            manifest["end_time"] = update.get("end_time", utc_now())
+            # Replace, not add to: a finish_run repeated for the same run must not mix two
+            # sets of metrics.
+            db.execute("DELETE FROM task_metrics WHERE run_id = ?", (run_id,))
+            db.executemany(
+                "INSERT INTO task_metrics (run_id, task, metric, value) VALUES (?, ?, ?, ?)", rows
+            )
+            db.execute(
+                """
+                UPDATE runs SET status = 'finished', summary = ?, manifest = ?, error = NULL
+                WHERE run_id = ?
+                """,
+                (summary_text, _dumps(manifest), run_id),
+            )
+
+    def fail_run(self, run_id: str, error: str) -> None:
+        """Mark a run ``'failed'`` and store the error text (typically the full traceback).
+
+        ``end_time`` is set in its manifest. Metrics are removed, so a failed run is never
+        mistaken for a result. Raises KeyError if the run was never started.
+        """
+        with self._transaction() as db:
+            manifest = self._manifest(db, run_id)
+            manifest["end_time"] = utc_now()
+            db.execute("DELETE FROM task_metrics WHERE run_id = ?", (run_id,))
+            db.execute(
+                "UPDATE runs SET status = 'failed', error = ?, summary = NULL, manifest = ? "
+                "WHERE run_id = ?",
+                (str(error), _dumps(manifest), run_id),
+            )
+
+    # -- reading -------------------------------------------------------------------------
+
+    def status(self, run_id: str) -> str | None:
+        """The run's status, ``'running'``, ``'finished'`` or ``'failed'``; None if unknown."""
+        row = self._db.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        return None if row is None else row[0]
+
+    def is_finished(self, run_id: str) -> bool:
+        """Whether the run finished (and so its results are complete): sweeps skip these."""
+        return self.status(run_id) == "finished"
+
+    def runs(self, status: str | None = None) -> list[dict]:
+        """All runs (or those with the given status), in the order they were first started.
+
+        Each is a dict with keys ``run_id``, ``status``, ``config``, ``seed``, ``manifest``,
+        ``summary`` (None unless finished) and ``error`` (None unless failed).
+        """
+        sql = "SELECT run_id, status, config, seed, manifest, summary, error FROM runs"
+        params: tuple[str, ...] = ()
+        if status is not None:
+            if status not in STATUSES:
+                raise ValueError(f"status must be one of {STATUSES} or None, not {status!r}")
+            sql += " WHERE status = ?"
+            params = (status,)
+        # rowid is assigned on first insert and kept by the upsert in start_run.
+        sql += " ORDER BY rowid"
+        return [
+            {
+                "run_id": run_id,
+                "status": st,
+                "config": json.loads(config),
+                "seed": seed,
+                "manifest": json.loads(manifest),
+                "summary": _loads(summary),
+                "error": error,
+            }
+            for run_id, st, config, seed, manifest, summary, error in self._db.execute(sql, params)
+        ]
+
+    def task_metrics(self, run_id: str) -> dict[str, list]:
+        """The run's per-task metrics: metric name -> list indexed by task.
+
+        Values are decoded from JSON (numbers, lists of numbers, or None). A task missing
+        for a metric reads as None. Empty for a run that has not finished; KeyError for a run
+        that is not in the store.
+        """
+        db = self._db
+        rows = db.execute(
+            "SELECT metric, task, value FROM task_metrics WHERE run_id = ? ORDER BY metric, task",
+            (run_id,),
+        ).fetchall()
+        if not rows and self.status(run_id) is None:
+            raise KeyError(f"run {run_id!r} is not in {self.path}")
+        out: dict[str, list] = {}
+        for metric, task, value in rows:
+            values = out.setdefault(metric, [])
+            values.extend([None] * (task + 1 - len(values)))
+            values[task] = json.loads(value)
+        return out
+
+    # -- export --------------------------------------------------------------------------
+
+    def to_dataframe(self, kind: str = "runs") -> pandas.DataFrame:
+        """The store as a pandas DataFrame.
+
+        ``kind='runs'``: one row per run. Columns: ``run_id``, ``status``, ``seed``; the
+        config keys flattened (``params`` as ``param.<name>``, other nested dicts as
+        ``<key>.<sub>``; the config's own ``seed`` is dropped); the summary metrics (prefixed
+        ``summary.`` only if a name clashes with another column); then ``start_time``,
+        ``end_time`` and ``error``.
+
+        ``kind='tasks'``: long format, one row per (finished run, task, metric), columns
+        ``run_id, seed, problem, method, task, metric, value``; ``value`` is a float or,
+        for a list-valued metric such as srank per layer, a list.
+        """
+        pd = _import_pandas()
+        if kind == "runs":
+            return self._runs_frame(pd)
+        if kind == "tasks":
+            return self._tasks_frame(pd)
+        raise ValueError(f"kind must be 'runs' or 'tasks', not {kind!r}")
+
+    def _runs_frame(self, pd: Any) -> pandas.DataFrame:
+        """One row per run; see :meth:`to_dataframe`."""
+        head = ["run_id", "status", "seed"]
+        tail = ["start_time", "end_time", "error"]
+        records: list[dict[str, Any]] = []
+        config_cols: dict[str, None] = {}  # ordered sets: first-seen column order
+        summary_cols: dict[str, None] = {}
+        runs = self.runs()
+        for run in runs:
+            config_cols.update(dict.fromkeys(_flatten_config(run["config"])))
+        taken = set(head) | set(tail) | set(config_cols)
+        for run in runs:
+            record: dict[str, Any] = {"run_id": run["run_id"], "status": run["status"]}
+            record["seed"] = run["seed"]
+            record.update(_flatten_config(run["config"]))
+            for key, value in (run["summary"] or {}).items():
+                col = f"summary.{key}" if key in taken else str(key)
+                summary_cols[col] = None
+                record[col] = value
+            record["start_time"] = run["manifest"].get("start_time")
+            record["end_time"] = run["manifest"].get("end_time")
+            record["error"] = run["error"]
+            records.append(record)
+        columns = head + list(config_cols) + list(summary_cols) + tail
+        return pd.DataFrame.from_records(records, columns=columns)
+
+    def _tasks_frame(self, pd: Any) -> pandas.DataFrame:
+        """Long format per-task metrics; see :meth:`to_dataframe`."""
+        columns = ["run_id", "seed", "problem", "method", "task", "metric", "value"]
+        # One query, so the frame is one consistent snapshot even while a writer commits.
+        rows = self._db.execute(
+            """
+            SELECT r.run_id, r.seed, r.config, m.task, m.metric, m.value
+            FROM task_metrics AS m JOIN runs AS r USING (run_id)
+            ORDER BY r.rowid, m.metric, m.task
+            """
+        ).fetchall()
+        configs: dict[str, dict] = {}
+        records = []
+        for run_id, seed, config_text, task, metric, value in rows:
+            config = configs.get(run_id)
+            if config is None:
+                config = configs[run_id] = json.loads(config_text)
+            records.append(
+                (
+                    run_id,
+                    seed,
+                    config.get("problem"),
+                    config.get("method"),
+                    task,
+                    metric,
+                    json.loads(value),
+                )
+            )
+        return pd.DataFrame.from_records(records, columns=columns)
+
+    def export_csv(self, path: str | os.PathLike, kind: str = "runs") -> Path:
+        """Write :meth:`to_dataframe` (``kind``) to a CSV file; returns its path.
+
+        List- and dict-valued cells are written as JSON text so the file parses back
+        unambiguously. The file is written to a temporary name and renamed, so a reader
+        never sees a half-written CSV.
+        """
+        frame = self.to_dataframe(kind)
+        for col in frame.columns:
+            if frame[col].dtype == object:
+                frame[col] = frame[col].map(_csv_cell)
+        out = Path(path)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + ".tmp")
+        frame.to_csv(tmp, index=False)
+        os.replace(tmp, out)
+        return out
+
+
+def _csv_cell(value: Any) -> Any:
+    """A DataFrame cell as CSV wants it: containers as JSON text, everything else as is."""
+    if isinstance(value, (list, tuple, dict)):
+        return _dumps(value)
+    return value

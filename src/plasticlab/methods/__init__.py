@@ -1,0 +1,28 @@
+"""Plasticity methods: one file each, one registry (SPEC §1–2, names of SPEC §8).
+
+Adding a method: write ``methods/my_method.py`` with a :class:`Method` subclass (``name``,
+``description``, ``hyperparameters`` and the hooks it needs) and add it to ``METHODS`` below.
+"""
+
+from .base import Method, MethodContext, PenaltyMethod
+from .baseline import Baseline
+from .huber_init import HuberInit
+from .l1_init import L1Init
+from .l2 import L2
+from .l2_init import L2Init
+from .l2_init_resample import L2InitResample
+
+METHODS: dict[str, type[Method]] = {
+    cls.name: cls for cls in (Baseline, L2, L2Init, L1Init, HuberInit, L2InitResample)
+}
+
+
+def get_method(name: str) -> type[Method]:
+    """The method class called ``name``; an unknown name is an error listing the valid ones."""
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise ValueError(f"unknown method {name!r}; valid: {', '.join(METHODS)}") from None
+
+
+__all__ = ["METHODS", "Method", "MethodContext", "PenaltyMethod", "get_method"]

@@ -1,0 +1,90 @@
+"""The method interface: how a plasticity method hooks into a training step.
+
+A method is a small object with explicit state (like an optax transformation) that the engine
+calls at fixed points of every step:
+
+1. ``architecture()`` (class level) — changes to the network builder (Concat ReLU, LayerNorm);
+2. ``add_penalty_grad()`` — after backprop of the task loss, add a regularizer's gradient;
+3. ``after_step(features)`` — after the optimizer step (Shrink & Perturb, CBP, ReDo);
+4. ``on_task_end()`` — at a task boundary; only EWC may use it (SPEC §1).
+
+Per-member numeric hyper-parameters arrive as ``[K]`` tensors, so one ensemble can hold a
+grid of λ values; everything is written with stacked tensors and masks, never per-member
+Python branches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from ..nets import EnsembleNet
+from ..params import Param
+from ..rng import torch_generator
+
+
+@dataclass
+class MethodContext:
+    """What a method may know about its ensemble: the members' seeds and the device."""
+
+    seeds: Sequence[int]
+    device: torch.device
+
+    def generators(self, *keys: object) -> list[torch.Generator]:
+        """One generator per member for the method's own random draws, seeded from
+        ``(seed_k, "method", *keys)`` so member k draws the same numbers in any ensemble."""
+        return [torch_generator(s, "method", *keys) for s in self.seeds]
+
+
+class Method:
+    """Base class: the Baseline, which changes nothing."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    hyperparameters: ClassVar[tuple[Param, ...]] = ()
+
+    @classmethod
+    def architecture(cls, hp: dict) -> dict:
+        """Keyword overrides for :func:`plasticlab.nets.build_network`."""
+        return {}
+
+    def __init__(self, net: EnsembleNet, optimizer, hp: dict, context: MethodContext):
+        self.net, self.optimizer, self.hp, self.context = net, optimizer, hp, context
+
+    def add_penalty_grad(self) -> None:
+        """Add the method's regularization gradient to ``.grad`` (after the task loss's)."""
+
+    def after_step(self, features: list[torch.Tensor]) -> None:
+        """Update after the optimizer step, given that step's hidden features."""
+
+    def on_task_end(self) -> None:
+        """Called when a task ends (only EWC uses this signal)."""
+
+    def penalty(self) -> torch.Tensor | None:
+        """The current regularization penalty per member ``[K]`` (None if the method has none)."""
+        return None
+
+
+class PenaltyMethod(Method):
+    """A method that is one regularizer from :mod:`plasticlab.regularizers` in the loss."""
+
+    def __init__(self, net, optimizer, hp, context):
+        super().__init__(net, optimizer, hp, context)
+        self.regularizer = self.make_regularizer(net, hp, context)
+
+    def make_regularizer(self, net, hp, context):
+        raise NotImplementedError
+
+    def add_penalty_grad(self) -> None:
+        self.regularizer.add_grad_()
+
+    def penalty(self):
+        with torch.no_grad():
+            return self.regularizer.value()
+
+
+STRENGTH = Param("strength", 1e-2, float, "λ: the penalty's strength (code form: gradient λ·(θ−target))",
+                 per_member=True)

@@ -1,0 +1,15 @@
+"""Huber Init: the task loss plus λ·Σ huber_δ(θ − θ₀), quadratic near θ₀ and linear beyond δ."""
+
+from ..params import Param
+from ..regularizers import HuberInit as HuberInitPenalty
+from .base import STRENGTH, PenaltyMethod
+
+
+class HuberInit(PenaltyMethod):
+    name = "huber_init"
+    description = "Huber regularization toward θ₀"
+    hyperparameters = (STRENGTH, Param("delta", 1.0, float, "δ: where the penalty turns linear",
+                                       per_member=True))
+
+    def make_regularizer(self, net, hp, context):
+        return HuberInitPenalty(net, hp["strength"], hp["delta"], member_dim=True)

@@ -1,0 +1,13 @@
+"""L1 Init: the task loss plus λ‖θ − θ₀‖₁ (ablation of L2 Init's penalty shape)."""
+
+from ..regularizers import L1Init as L1InitPenalty
+from .base import STRENGTH, PenaltyMethod
+
+
+class L1Init(PenaltyMethod):
+    name = "l1_init"
+    description = "L1 regularization toward θ₀"
+    hyperparameters = (STRENGTH,)
+
+    def make_regularizer(self, net, hp, context):
+        return L1InitPenalty(net, hp["strength"], member_dim=True)

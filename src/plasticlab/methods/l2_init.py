@@ -1,0 +1,18 @@
+"""L2 Init (regenerative regularization): the task loss plus (λ/2)‖θ − θ₀‖².
+
+θ₀ is the network's own initial draw, copied before the first update; every weight and bias is
+pulled back toward it at every step, so parameters that recent losses do not need drift home
+and stay ready to learn the next task.
+"""
+
+from ..regularizers import L2Init as L2InitPenalty
+from .base import STRENGTH, PenaltyMethod
+
+
+class L2Init(PenaltyMethod):
+    name = "l2_init"
+    description = "L2 regularization toward the initial parameters θ₀"
+    hyperparameters = (STRENGTH,)
+
+    def make_regularizer(self, net, hp, context):
+        return L2InitPenalty(net, hp["strength"], member_dim=True)

@@ -1,0 +1,16 @@
+"""L2 Init + Resample: (λ/2)‖θ − φₜ‖² with φₜ a fresh draw from the init distribution at every
+step — the ablation that shows the pull must be toward the *same* θ₀."""
+
+from ..regularizers import L2InitResample as L2InitResamplePenalty
+from .base import STRENGTH, PenaltyMethod
+
+
+class L2InitResample(PenaltyMethod):
+    name = "l2_init_resample"
+    description = "L2 toward a fresh init draw every step"
+    hyperparameters = (STRENGTH,)
+
+    def make_regularizer(self, net, hp, context):
+        generators = context.generators(self.name)
+        return L2InitResamplePenalty(net, hp["strength"], member_dim=True,
+                                     sampler=lambda: net.sample_init(generators))

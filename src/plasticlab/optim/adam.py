@@ -1,0 +1,94 @@
+"""Adam on stacked ensemble parameters, with per-element state.
+
+Same update as ``torch.optim.Adam`` (defaults β = (0.9, 0.999), ε = 1e-8, no weight decay):
+
+    m ← β₁m + (1−β₁)g,   v ← β₂v + (1−β₂)g²,
+    θ ← θ − α · (m / (1−β₁ᵗ)) / (√v / √(1−β₂ᵗ) + ε)
+
+with one difference that resetting methods need: the step count t is kept **per element**, so
+that Continual Backprop and ReDo can restart a single unit's moments *and* its bias correction
+(:meth:`Adam.reset`). Until the first reset every element shares one scalar count, which is
+cheaper and gives the same numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+class Adam:
+    """Adam over a list of tensors whose gradients are in ``.grad``."""
+
+    def __init__(self, params: Sequence[torch.Tensor], lr: float,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
+        if not lr > 0:
+            raise ValueError(f"Adam step size lr must be > 0, got {lr}")
+        self.params = list(params)
+        self.lr, self.betas, self.eps = float(lr), betas, eps
+        self.exp_avg = [torch.zeros_like(p) for p in self.params]
+        self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
+        self.step_count = 0
+        # Per-element step counts, created for a tensor on its first reset.
+        self.element_steps: list[torch.Tensor | None] = [None] * len(self.params)
+
+    def zero_grad(self) -> None:
+        """Drop every parameter's gradient."""
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """One Adam update of every parameter from its ``.grad``."""
+        beta1, beta2 = self.betas
+        self.step_count += 1
+        t = self.step_count
+        for i, p in enumerate(self.params):
+            g = p.grad
+            if g is None:
+                continue
+            m, v = self.exp_avg[i], self.exp_avg_sq[i]
+            m.lerp_(g, 1 - beta1)
+            v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+            steps = self.element_steps[i]
+            if steps is None:
+                bc1 = 1 - beta1 ** t
+                bc2_sqrt = (1 - beta2 ** t) ** 0.5
+                denom = (v.sqrt() / bc2_sqrt).add_(self.eps)
+                p.addcdiv_(m, denom, value=-self.lr / bc1)
+            else:
+                steps.add_(1)
+                bc1 = 1 - torch.pow(beta1, steps)
+                bc2_sqrt = (1 - torch.pow(beta2, steps)).sqrt_()
+                denom = (v.sqrt() / bc2_sqrt).add_(self.eps)
+                p.sub_(self.lr * m / bc1 / denom)
+
+    @torch.no_grad()
+    def reset(self, index: int, mask: torch.Tensor) -> None:
+        """Restart Adam for the elements of parameter ``index`` where ``mask`` is true:
+        moments to 0 and step count to 0, so their next update is bias-corrected as a first
+        step (the public AdamGnT leaves the bias correction stale; we do not)."""
+        p = self.params[index]
+        mask = mask.expand_as(p)
+        self.exp_avg[index].masked_fill_(mask, 0.0)
+        self.exp_avg_sq[index].masked_fill_(mask, 0.0)
+        if self.element_steps[index] is None:
+            self.element_steps[index] = torch.full_like(p, float(self.step_count))
+        self.element_steps[index].masked_fill_(mask, 0.0)
+
+    def state_dict(self) -> dict:
+        """Everything needed to continue training exactly (for checkpoints)."""
+        return {"lr": self.lr, "betas": self.betas, "eps": self.eps, "step_count": self.step_count,
+                "exp_avg": [m.clone() for m in self.exp_avg],
+                "exp_avg_sq": [v.clone() for v in self.exp_avg_sq],
+                "element_steps": [None if s is None else s.clone() for s in self.element_steps]}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`'s output."""
+        self.lr, self.betas, self.eps = state["lr"], tuple(state["betas"]), state["eps"]
+        self.step_count = state["step_count"]
+        for dst, src in zip(self.exp_avg + self.exp_avg_sq, state["exp_avg"] + state["exp_avg_sq"],
+                            strict=True):
+            dst.copy_(src)
+        self.element_steps = [None if s is None else s.clone() for s in state["element_steps"]]

@@ -1,0 +1,158 @@
+"""The continual stream shared by every problem (SPEC §3).
+
+At each time step every member receives one batch of its own stream; task boundaries are never
+announced to the learner (only the engine's bookkeeping, and EWC through it, sees them).
+
+A problem says, per member and task, which examples make up the task (images as uint8 and
+labels) and, where SPEC has one, the task's held-out test set. This base class does the rest:
+the batch plan (each epoch a fresh shuffle of the task's examples, a last partial batch
+dropped), and the per-step gather, vectorised over members on the training device. The task's
+data is materialised once per task and replaced at the next one, so memory stays flat over
+hundreds of tasks; permutations and label maps are index arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import torch
+
+from ..params import Param, resolve
+from ..rng import np_rng
+
+
+@dataclass
+class TaskData:
+    """One member's examples of one task: stored inputs ``[N, …]`` and int64 labels ``[N]``."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+
+
+class Problem:
+    """A continual classification stream for K members (one seed each).
+
+    Subclasses set the class attributes and implement :meth:`member_task`. Common run
+    parameters (``tasks``, ``steps_per_task``, ``batch_size``) default to the paper's values
+    in ``defaults``; problem-specific ones are declared in ``parameters``.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    arch: ClassVar[str]  # "mlp" | "cnn"
+    input_shape: ClassVar[tuple[int, ...]]
+    num_outputs: ClassVar[int]
+    defaults: ClassVar[dict[str, int]]  # tasks, steps_per_task, batch_size
+    parameters: ClassVar[tuple[Param, ...]] = ()
+    has_test_sets: ClassVar[bool] = False
+
+    def __init__(self, seeds: Sequence[int], *, tasks: int | None = None,
+                 steps_per_task: int | None = None, batch_size: int | None = None,
+                 data_dir=None, device: str | torch.device = "cpu", **problem_params):
+        self.seeds = [int(s) for s in seeds]
+        if not self.seeds:
+            raise ValueError(f"{self.name}: need at least one seed")
+        self.members = len(self.seeds)
+        self.tasks = int(tasks if tasks is not None else self.defaults["tasks"])
+        self.steps_per_task = int(steps_per_task if steps_per_task is not None
+                                  else self.defaults["steps_per_task"])
+        self.batch_size = int(batch_size if batch_size is not None else self.defaults["batch_size"])
+        for key in ("tasks", "steps_per_task", "batch_size"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{self.name}: {key} must be >= 1, got {getattr(self, key)}")
+        self.params = self.resolve_parameters(problem_params)
+        self.data_dir = data_dir
+        self.device = torch.device(device)
+        self.task = -1
+        self._x = self._y = self._plan = None
+        self._members = torch.arange(self.members, device=self.device)[:, None]
+        self.load()
+
+    # --- what a subclass provides -------------------------------------------------------------
+    def load(self) -> None:
+        """Read the dataset (once per stream) onto ``self.device``."""
+
+    def member_task(self, member: int, seed: int, task: int) -> TaskData:
+        """The training examples of ``task`` for the member with ``seed``."""
+        raise NotImplementedError
+
+    def member_test(self, member: int, seed: int, task: int) -> TaskData | None:
+        """The held-out test examples of ``task`` (None for problems without test sets)."""
+        return None
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        """Stored examples → network inputs (float32)."""
+        return x.float()
+
+    def reported(self, task: int) -> bool:
+        """Whether ``task`` counts in the reported accuracy (5+1 CIFAR: hard tasks only)."""
+        return True
+
+    # --- parameters ---------------------------------------------------------------------------
+    @classmethod
+    def resolve_parameters(cls, given: dict) -> dict:
+        """Problem parameters with defaults filled in; unknown names are errors."""
+        return resolve(cls.parameters, given, f"problem {cls.name}")
+
+    # --- the stream ---------------------------------------------------------------------------
+    def start_task(self, task: int) -> None:
+        """Materialise ``task`` for every member: examples, labels, batch plan, test set."""
+        if not 0 <= task < self.tasks:
+            raise ValueError(f"{self.name}: task {task} out of range 0..{self.tasks - 1}")
+        parts = [self.member_task(k, seed, task) for k, seed in enumerate(self.seeds)]
+        sizes = {p.x.shape[0] for p in parts}
+        if len(sizes) != 1:
+            raise AssertionError(f"{self.name}: members disagree on task size {sizes}")
+        n = sizes.pop()
+        if n < self.batch_size:
+            raise ValueError(f"{self.name}: task {task} has {n} examples, fewer than batch_size "
+                             f"{self.batch_size}")
+        self._x = torch.stack([p.x for p in parts]).to(self.device)
+        self._y = torch.stack([p.y for p in parts]).to(self.device)
+        plans = [self._batch_plan(seed, task, n) for seed in self.seeds]
+        self._plan = torch.from_numpy(np.stack(plans)).to(self.device)
+        self.task = task
+
+    def _batch_plan(self, seed: int, task: int, n: int) -> np.ndarray:
+        """[steps, B] positions into the task's examples: epochs of fresh shuffles."""
+        rng = np_rng(seed, self.name, "batches", task)
+        per_epoch = n // self.batch_size
+        epochs = -(-self.steps_per_task // per_epoch)
+        order = [rng.permutation(n)[: per_epoch * self.batch_size] for _ in range(epochs)]
+        plan = np.concatenate(order).reshape(-1, self.batch_size)[: self.steps_per_task]
+        return plan.astype(np.int64)
+
+    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Step ``step`` of the current task: inputs ``[K, B, …]`` (float) and labels ``[K, B]``."""
+        pos = self._plan[:, step]
+        return self.normalize(self._x[self._members, pos]), self._y[self._members, pos]
+
+    def test_set(self, task: int | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The held-out test set of ``task`` (default: the current one) as network inputs
+        ``[K, N, …]`` and labels ``[K, N]``, or None when the problem has none.
+
+        Built on demand from the task's index arrays, so any earlier task's test set can be
+        rebuilt (forgetting) without keeping copies around.
+        """
+        task = self.task if task is None else task
+        parts = [self.member_test(k, seed, task) for k, seed in enumerate(self.seeds)]
+        if parts[0] is None:
+            return None
+        x = torch.stack([p.x for p in parts]).to(self.device)
+        return self.normalize(x), torch.stack([p.y for p in parts]).to(self.device)
+
+    def describe(self) -> dict:
+        """The resolved stream parameters (recorded in every run's config)."""
+        return {"tasks": self.tasks, "steps_per_task": self.steps_per_task,
+                "batch_size": self.batch_size, **self.params}
+
+
+def affine_normalizer(mean: Sequence[float], std: Sequence[float], channels_dim: int = 3):
+    """(x/255 − mean)/std per channel, as (scale, shift) tensors for ``x·scale + shift``."""
+    mean_t, std_t = torch.tensor(mean), torch.tensor(std)
+    scale = (1.0 / (255.0 * std_t)).view(-1, 1, 1)
+    shift = (-mean_t / std_t).view(-1, 1, 1)
+    return scale, shift

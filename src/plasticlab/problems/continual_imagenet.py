@@ -1,0 +1,61 @@
+"""Continual ImageNet (SPEC §3): a binary task between two never-seen ImageNet-32 classes.
+
+Dohare et al.'s per-class files ``imagenet32/classes/{c}.npy`` (700 images each: the first 600
+train, the last 100 test). One random class order per run; task t uses the next two classes,
+labelled 0 and 1; 10 epochs of 1,200 images in batches of 100 (120 steps), 500 tasks. Images
+are used as stored (no rescaling), as in the reference code.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..data import imagenet32_num_classes, load_imagenet32_class
+from ..params import Param
+from ..rng import np_rng
+from .base import Problem, TaskData
+
+
+class ContinualImageNet(Problem):
+    name = "continual_imagenet"
+    description = "binary tasks between two new ImageNet-32 classes each time"
+    arch = "cnn"
+    input_shape = (3, 32, 32)
+    num_outputs = 2
+    defaults = {"tasks": 500, "steps_per_task": 120, "batch_size": 100}
+    parameters = (
+        Param("classes_per_task", 2, int, "new classes per task (labels 0..classes_per_task-1)"),
+        Param("train_per_class", 600, int, "images of each class used for training; the rest test"),
+    )
+    has_test_sets = True
+
+    def load(self) -> None:
+        self.num_classes = imagenet32_num_classes(self.data_dir)
+        self.source = f"imagenet32/classes/*.npy ({self.num_classes} classes)"
+        needed = self.tasks * self.params["classes_per_task"]
+        if needed > self.num_classes:
+            raise ValueError(f"{self.name}: {self.tasks} tasks need {needed} distinct classes, "
+                             f"the data directory has {self.num_classes}; lower tasks or add classes")
+
+    def task_classes(self, seed: int, task: int) -> np.ndarray:
+        """The classes of ``task`` for the run with ``seed`` (never reused)."""
+        c = self.params["classes_per_task"]
+        order = np_rng(seed, self.name, "class_order").permutation(self.num_classes)
+        return order[task * c:(task + 1) * c]
+
+    def _split(self, seed, task, train: bool) -> TaskData:
+        n = self.params["train_per_class"]
+        xs, ys = [], []
+        for label, c in enumerate(self.task_classes(seed, task)):
+            images = np.asarray(load_imagenet32_class(self.data_dir, int(c))).transpose(0, 3, 1, 2)
+            part = images[:n] if train else images[n:]
+            xs.append(torch.tensor(part))
+            ys.append(torch.full((len(part),), label, dtype=torch.int64))
+        return TaskData(torch.cat(xs), torch.cat(ys))
+
+    def member_task(self, member, seed, task):
+        return self._split(seed, task, train=True)
+
+    def member_test(self, member, seed, task):
+        return self._split(seed, task, train=False)

@@ -1,0 +1,76 @@
+"""Random Label MNIST and Random Label CIFAR (SPEC §3): target non-stationarity.
+
+A run fixes 1,200 training images; every task gives them new random labels — a shuffle of the
+label vector, so the class counts stay the same — and trains 400 epochs in batches of 16
+(30,000 steps), 50 tasks. The network must memorise; there is no test set.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..data import load_cifar10, load_mnist
+from ..params import Param
+from ..rng import np_rng
+from .base import Problem, TaskData, affine_normalizer
+
+CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR_STD = (0.247, 0.243, 0.261)
+
+
+class _RandomLabel(Problem):
+    defaults = {"tasks": 50, "steps_per_task": 30_000, "batch_size": 16}
+    parameters = (Param("examples", 1200, int, "training images, fixed for the whole run"),)
+
+    def _dataset(self):
+        raise NotImplementedError
+
+    def load(self) -> None:
+        x, y, self.source = self._dataset()
+        n = self.params["examples"]
+        if not 1 <= n <= len(x):
+            raise ValueError(f"{self.name}: examples must be in 1..{len(x)}, got {n}")
+        # Each member's fixed images, drawn once: the only data kept for the whole run.
+        self._pool = []
+        for seed in self.seeds:
+            idx = torch.from_numpy(np_rng(seed, self.name, "pool").choice(len(x), n, replace=False))
+            self._pool.append((x[idx], y[idx].numpy()))
+
+    def member_task(self, member, seed, task):
+        x, labels = self._pool[member]
+        shuffled = np_rng(seed, self.name, "labels", task).permutation(labels)
+        return TaskData(x, torch.from_numpy(shuffled))
+
+
+class RandomLabelMNIST(_RandomLabel):
+    name = "random_label_mnist"
+    description = "1,200 MNIST images relabelled at random each task (memorisation)"
+    arch = "mlp"
+    input_shape = (784,)
+    num_outputs = 10
+
+    def _dataset(self):
+        ds = load_mnist(self.data_dir)
+        x = torch.tensor(ds.x_train).reshape(len(ds.x_train), -1)
+        return x, torch.tensor(ds.y_train, dtype=torch.int64), ds.source
+
+    def normalize(self, x):
+        return x.float().mul_(2.0 / 255.0).sub_(1.0)
+
+
+class RandomLabelCIFAR(_RandomLabel):
+    name = "random_label_cifar"
+    description = "1,200 CIFAR-10 images relabelled at random each task (memorisation)"
+    arch = "cnn"
+    input_shape = (3, 32, 32)
+    num_outputs = 10
+
+    def _dataset(self):
+        ds = load_cifar10(self.data_dir)
+        x = torch.tensor(ds.x_train.transpose(0, 3, 1, 2))
+        self._scale, self._shift = (t.to(self.device) for t in affine_normalizer(CIFAR_MEAN, CIFAR_STD))
+        return x, torch.tensor(ds.y_train, dtype=torch.int64), ds.source
+
+    def normalize(self, x):
+        return x.float().mul_(self._scale).add_(self._shift)

@@ -1,0 +1,256 @@
+"""Drop-in regularizers for any PyTorch model: L2 Init and its relatives (SPEC §1).
+
+Each regularizer is a penalty Σᵢ λ·ρ(θᵢ − targetᵢ) over a set of parameters::
+
+    reg = L2Init(model, strength=1e-2)      # θ₀ is copied here, before the first update
+    loss = task_loss + reg()                # gradient of reg(): λ(θ − θ₀)
+    loss.backward(); optimizer.step()
+
+| class            | target          | ρ(d)                          |
+|------------------|-----------------|-------------------------------|
+| ``L2``           | 0               | ½d²                           |
+| ``L2Init``       | θ₀              | ½d²                           |
+| ``L1Init``       | θ₀              | abs(d)                        |
+| ``HuberInit``    | θ₀              | huber_δ(d)                    |
+| ``L2InitResample`` | φₜ ~ init, fresh every step | ½d²                |
+
+λ is the authors' code's λ: the penalty is (λ/2)‖θ − θ₀‖², so its gradient is λ(θ − θ₀) — the
+paper writes λ‖θ − θ₀‖², i.e. its λ is half of ours; the paper's hyper-parameter tables were
+made with the code's form. The penalty is a loss term: under Adam it passes through Adam's
+normalisation (it is not decoupled weight decay).
+
+The same classes run inside plasticlab's ensemble engine on stacked ``[K, …]`` parameters
+(``member_dim=True``, λ a ``[K]`` tensor): the math is elementwise, so it is one code path.
+Besides ``reg()`` (autograd), :meth:`Regularizer.add_grad_` adds the closed-form gradient
+straight into ``.grad``, which is what the engine uses; a test keeps the two equal.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable, Sequence
+
+import torch
+from torch import nn
+
+from .nets.layers import EnsembleLayerNorm
+
+NORM_LAYERS = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm,
+               EnsembleLayerNorm)
+
+
+def regularized_parameters(module: nn.Module) -> list[nn.Parameter]:
+    """The trainable parameters of ``module`` that the penalties act on: every weight and
+    bias except those of normalisation layers (SPEC §1: LayerNorm gain/bias are not
+    regularized)."""
+    if hasattr(module, "regularized_parameters"):
+        return list(module.regularized_parameters())
+    params = []
+    for m in module.modules():
+        if isinstance(m, NORM_LAYERS):
+            continue
+        params.extend(p for p in m.parameters(recurse=False) if p.requires_grad)
+    return params
+
+
+class Regularizer:
+    """Base class: value = Σ over parameters of λ·Σ ρ(θ − target).
+
+    Parameters
+    ----------
+    params:
+        an ``nn.Module`` (its :func:`regularized_parameters`) or an explicit list of tensors.
+    strength:
+        λ ≥ 0: a float, or with ``member_dim=True`` a ``[K]`` tensor, one λ per member.
+    member_dim:
+        the parameters are stacked ensembles ``[K, …]``; :meth:`value` is then per member.
+    """
+
+    def __init__(self, params: nn.Module | Iterable[torch.Tensor], strength, *,
+                 member_dim: bool = False):
+        self.params = (regularized_parameters(params) if isinstance(params, nn.Module)
+                       else list(params))
+        if not self.params:
+            raise ValueError(f"{type(self).__name__}: no parameters to regularize")
+        self.member_dim = member_dim
+        strength = torch.as_tensor(strength, dtype=self.params[0].dtype,
+                                   device=self.params[0].device)
+        if member_dim and strength.dim() == 0:
+            strength = strength.expand(self.params[0].shape[0])
+        if not member_dim and strength.dim() != 0:
+            raise ValueError(f"{type(self).__name__}: strength must be a number, "
+                             f"got shape {tuple(strength.shape)} (use member_dim=True for ensembles)")
+        if bool((strength < 0).any()):
+            raise ValueError(f"{type(self).__name__}: strength must be >= 0, got {strength.tolist()}")
+        self.strength = strength
+
+    # --- what a subclass defines -------------------------------------------------------------
+    def targets(self) -> Sequence[torch.Tensor | None]:
+        """The point each parameter is pulled toward (None means 0)."""
+        raise NotImplementedError
+
+    def rho(self, d: torch.Tensor) -> torch.Tensor:
+        """The elementwise penalty ρ(d)."""
+        return 0.5 * d * d
+
+    def rho_grad(self, d: torch.Tensor) -> torch.Tensor:
+        """dρ/dd."""
+        return d
+
+    # --- shared machinery --------------------------------------------------------------------
+    def _strength_for(self, p: torch.Tensor) -> torch.Tensor:
+        if not self.member_dim:
+            return self.strength
+        return self.strength.view(-1, *([1] * (p.dim() - 1)))
+
+    def _diffs(self):
+        for p, t in zip(self.params, self.targets(), strict=True):
+            yield p, (p if t is None else p - t)
+
+    def value(self) -> torch.Tensor:
+        """The penalty, differentiable: a scalar, or ``[K]`` per member with ``member_dim``."""
+        total = 0
+        for p, d in self._diffs():
+            r = self.rho(d)
+            if self.member_dim:
+                total = total + self.strength * r.flatten(1).sum(1)
+            else:
+                total = total + self.strength * r.sum()
+        return total
+
+    def __call__(self) -> torch.Tensor:
+        """The penalty as a scalar loss term (summed over members for ensembles)."""
+        return self.value().sum()
+
+    @torch.no_grad()
+    def add_grad_(self) -> None:
+        """Add the penalty's gradient λ·ρ'(θ − target) to each parameter's ``.grad``."""
+        for p, d in self._diffs():
+            g = self._strength_for(p) * self.rho_grad(d)
+            if p.grad is None:
+                p.grad = g.clone() if g.shape == p.shape else g.expand_as(p).clone()
+            else:
+                p.grad.add_(g)
+
+
+class L2(Regularizer):
+    """L2 regularization toward the origin: (λ/2)‖θ‖²; gradient λθ."""
+
+    def targets(self):
+        return [None] * len(self.params)
+
+
+class _InitTarget(Regularizer):
+    """Pulls toward θ₀, a detached copy of the parameters taken at construction."""
+
+    def __init__(self, params, strength, *, member_dim: bool = False, initial=None):
+        super().__init__(params, strength, member_dim=member_dim)
+        self.initial = ([p.detach().clone() for p in self.params] if initial is None
+                        else [t.detach() for t in initial])
+
+    def targets(self):
+        return self.initial
+
+
+class L2Init(_InitTarget):
+    """L2 Init (regenerative regularization): (λ/2)‖θ − θ₀‖²; gradient λ(θ − θ₀).
+
+    With SGD one step is θ ← (1 − αλ)θ + αλθ₀ − α∇L: a constant pull back to the initial
+    weights that keeps the network plastic.
+    """
+
+
+class L1Init(_InitTarget):
+    """L1 Init: λ‖θ − θ₀‖₁; gradient λ·sign(θ − θ₀)."""
+
+    def rho(self, d):
+        return d.abs()
+
+    def rho_grad(self, d):
+        return d.sign()
+
+
+class HuberInit(_InitTarget):
+    """Huber Init: λ·Σ huber_δ(θ − θ₀), with huber_δ(d) = ½d² for |d| ≤ δ and
+    δ(|d| − ½δ) beyond; gradient λ·clamp(θ − θ₀, −δ, δ)."""
+
+    def __init__(self, params, strength, delta: float = 1.0, *, member_dim: bool = False,
+                 initial=None):
+        super().__init__(params, strength, member_dim=member_dim, initial=initial)
+        delta = torch.as_tensor(delta, dtype=self.params[0].dtype, device=self.params[0].device)
+        if bool((delta <= 0).any()):
+            raise ValueError(f"HuberInit: delta must be > 0, got {delta.tolist()}")
+        if member_dim and delta.dim() == 0:
+            delta = delta.expand(self.params[0].shape[0])
+        self.delta = delta
+
+    def _delta_for(self, d):
+        return self.delta.view(-1, *([1] * (d.dim() - 1))) if self.member_dim else self.delta
+
+    def rho(self, d):
+        delta = self._delta_for(d)
+        a = d.abs()
+        return torch.where(a <= delta, 0.5 * d * d, delta * (a - 0.5 * delta))
+
+    def rho_grad(self, d):
+        delta = self._delta_for(d)
+        return torch.maximum(torch.minimum(d, delta), -delta)
+
+
+class L2InitResample(Regularizer):
+    """L2 Init + Resample: (λ/2)‖θ − φₜ‖², φₜ a fresh draw from the init distribution at every
+    step (the ablation showing that the pull must be to the *same* θ₀).
+
+    ``sampler`` returns one tensor per parameter. For an ``nn.Module`` it defaults to calling
+    ``reset_parameters()`` on a private copy of the module, i.e. the module's own init.
+    :meth:`resample` draws φₜ; ``reg()`` and :meth:`add_grad_` each draw once per call, so
+    call exactly one of them per step.
+    """
+
+    def __init__(self, params, strength, *, sampler: Callable[[], Sequence[torch.Tensor]] | None = None,
+                 member_dim: bool = False):
+        super().__init__(params, strength, member_dim=member_dim)
+        if sampler is None:
+            if not isinstance(params, nn.Module):
+                raise ValueError("L2InitResample needs a sampler when given a list of tensors")
+            sampler = _module_sampler(params)
+        self.sampler = sampler
+        self.current: list[torch.Tensor] = []
+
+    @torch.no_grad()
+    def resample(self) -> None:
+        """Draw a fresh φₜ."""
+        self.current = [t.detach() for t in self.sampler()]
+        if len(self.current) != len(self.params):
+            raise ValueError(f"sampler returned {len(self.current)} tensors for {len(self.params)} parameters")
+
+    def targets(self):
+        return self.current
+
+    def __call__(self):
+        self.resample()
+        return super().__call__()
+
+    def add_grad_(self):
+        self.resample()
+        super().add_grad_()
+
+
+def _module_sampler(module: nn.Module) -> Callable[[], list[torch.Tensor]]:
+    shadow = copy.deepcopy(module)
+    resettable = [m for m in shadow.modules() if hasattr(m, "reset_parameters")]
+    if not resettable:
+        raise ValueError(f"L2InitResample: {type(module).__name__} has no submodule with "
+                         "reset_parameters(); pass sampler=… that returns fresh init draws")
+
+    def sample() -> list[torch.Tensor]:
+        with torch.no_grad():
+            for m in resettable:
+                m.reset_parameters()
+        return regularized_parameters(shadow)
+
+    return sample
+
+
+__all__ = ["L1Init", "L2", "L2Init", "L2InitResample", "HuberInit", "Regularizer",
+           "regularized_parameters"]
