@@ -171,8 +171,12 @@ def write_cifar100_folder(root: Path, n: int = 30) -> tuple[np.ndarray, ...]:
         coarse = [f // 5 for f in fine]
         write_pickle(
             folder / split,
-            {b"batch_label": split.encode(), b"fine_labels": fine, b"coarse_labels": coarse,
-             b"data": data},
+            {
+                b"batch_label": split.encode(),
+                b"fine_labels": fine,
+                b"coarse_labels": coarse,
+                b"data": data,
+            },
         )
         out += [data, np.array(fine)]
     return tuple(out)
@@ -269,8 +273,10 @@ def test_parse_idx_rejects_trailing_bytes_bad_magic_and_unknown_type():
 def test_real_mnist_files_match_official_decompressed_md5(real_mnist_dir):
     for stem in MNIST_STEMS:
         raw_path = real_mnist_dir / stem
-        data = raw_path.read_bytes() if raw_path.is_file() else gzip.decompress(
-            (real_mnist_dir / f"{stem}.gz").read_bytes()
+        data = (
+            raw_path.read_bytes()
+            if raw_path.is_file()
+            else gzip.decompress((real_mnist_dir / f"{stem}.gz").read_bytes())
         )
         assert hashlib.md5(data).hexdigest() == MNIST_MD5[stem], stem
 
@@ -385,7 +391,19 @@ def test_mnist_missing_file_names_file_directory_and_url(tmp_path):
     assert str(mnist_dir / "train-images-idx3-ubyte.gz") in message
     assert f"missing from {mnist_dir}" in message
     assert "https://ossci-datasets.s3.amazonaws.com/mnist/train-images-idx3-ubyte.gz" in message
+    assert str(mnist_dir / "t10k-labels-idx1-ubyte.gz") in message  # all four are named
     assert "PLASTICLAB_DATA" in message
+
+
+def test_mnist_one_missing_file_is_named_alone(real_mnist_dir, tmp_path):
+    dest = copy_mnist(real_mnist_dir, tmp_path)
+    for path in dest.glob("t10k-images-idx3-ubyte*"):
+        path.unlink()
+    with pytest.raises(DataError) as info:
+        load_mnist(tmp_path, download=False)
+    message = str(info.value)
+    assert str(dest.resolve() / "t10k-images-idx3-ubyte.gz") in message
+    assert "train-images" not in message
 
 
 def test_mnist_download_failure_says_which_file_where_and_how_to_fix(tmp_path, monkeypatch):
@@ -408,8 +426,12 @@ def test_mnist_well_formed_but_unofficial_files_are_rejected_by_md5(tmp_path):
     # stops them (this runs without the real data).
     dest = tmp_path / "mnist"
     dest.mkdir()
-    shapes = {"train-images-idx3-ubyte": (60000, 28, 28), "train-labels-idx1-ubyte": (60000,),
-              "t10k-images-idx3-ubyte": (10000, 28, 28), "t10k-labels-idx1-ubyte": (10000,)}
+    shapes = {
+        "train-images-idx3-ubyte": (60000, 28, 28),
+        "train-labels-idx1-ubyte": (60000,),
+        "t10k-images-idx3-ubyte": (10000, 28, 28),
+        "t10k-labels-idx1-ubyte": (10000,),
+    }
     for stem, shape in shapes.items():
         (dest / f"{stem}.gz").write_bytes(
             gzip.compress(idx_bytes(np.zeros(shape, np.uint8)), compresslevel=1)
@@ -720,14 +742,25 @@ def test_load_npz_missing_or_corrupt_file_is_a_data_error(tmp_path):
 
 def test_load_npz_refuses_object_arrays(tmp_path):
     buffer = io.BytesIO()
-    np.savez(buffer, x_train=np.array([object()]), y_train=np.zeros(1), x_test=np.zeros(1),
-             y_test=np.zeros(1))
+    np.savez(
+        buffer,
+        x_train=np.array([object()]),
+        y_train=np.zeros(1),
+        x_test=np.zeros(1),
+        y_test=np.zeros(1),
+    )
     (tmp_path / "evil.npz").write_bytes(buffer.getvalue())
     with pytest.raises(DataError, match="evil.npz"):
         load_npz(tmp_path / "evil.npz")
 
 
 def test_image_dataset_repr_is_short():
-    ds = ImageDataset("x", np.zeros((2, 3, 3), np.uint8), np.zeros(2, np.int64),
-                      np.zeros((1, 3, 3), np.uint8), np.zeros(1, np.int64), "here")
+    ds = ImageDataset(
+        "x",
+        np.zeros((2, 3, 3), np.uint8),
+        np.zeros(2, np.int64),
+        np.zeros((1, 3, 3), np.uint8),
+        np.zeros(1, np.int64),
+        "here",
+    )
     assert repr(ds) == "ImageDataset(name='x', train=(2, 3, 3), test=(1, 3, 3), source='here')"

@@ -99,9 +99,7 @@ def load_cifar10(data_dir: str | os.PathLike | None = None, download: bool = Tru
     return _load(CIFAR_SPECS["cifar10"], data_dir, download)
 
 
-def load_cifar100(
-    data_dir: str | os.PathLike | None = None, download: bool = True
-) -> ImageDataset:
+def load_cifar100(data_dir: str | os.PathLike | None = None, download: bool = True) -> ImageDataset:
     """Load CIFAR-100 with its 100 fine labels: uint8 ``(N, 32, 32, 3)``, int64 labels 0-99.
 
     Same search order as :func:`load_cifar10`, in ``<data dir>/cifar100/`` with
@@ -198,8 +196,11 @@ def _read_batch(spec: CifarSpec, path: Path) -> tuple[np.ndarray, np.ndarray]:
                 f"an official {spec.pretty} batch. {remedy}"
             )
     data = batch["data"]
-    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or (
-        data.shape[1] != 3072
+    if (
+        not isinstance(data, np.ndarray)
+        or data.dtype != np.uint8
+        or data.ndim != 2
+        or data.shape[1] != 3072
     ):
         got = f"{data.dtype} {data.shape}" if isinstance(data, np.ndarray) else type(data)
         raise DataError(f"{path}: 'data' is {got}, expected uint8 (N, 3072). {remedy}")
@@ -209,8 +210,7 @@ def _read_batch(spec: CifarSpec, path: Path) -> tuple[np.ndarray, np.ndarray]:
         raise DataError(f"{path}: {spec.label_key!r} are not integers ({exc}). {remedy}") from exc
     if labels.shape != (len(data),):
         raise DataError(
-            f"{path}: {len(data)} images but {spec.label_key!r} has shape {labels.shape}. "
-            f"{remedy}"
+            f"{path}: {len(data)} images but {spec.label_key!r} has shape {labels.shape}. {remedy}"
         )
     if labels.size and (labels.min() < 0 or labels.max() >= spec.num_classes):
         raise DataError(

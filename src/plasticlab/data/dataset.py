@@ -60,9 +60,7 @@ class ImageDataset:
     @property
     def num_classes(self) -> int:
         """Number of classes: one more than the largest label in either split."""
-        top = max(
-            int(self.y_train.max(initial=-1)), int(self.y_test.max(initial=-1))
-        )
+        top = max(int(self.y_train.max(initial=-1)), int(self.y_test.max(initial=-1)))
         return top + 1
 
     def __repr__(self) -> str:

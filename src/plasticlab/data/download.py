@@ -47,9 +47,7 @@ def fetch(url: str, md5: str, dest_dir: Path) -> Path:
     """
     fname = url.rsplit("/", 1)[-1]
     target = dest_dir / fname
-    manual = (
-        f"Download {url} yourself (md5 {md5}) and put it at {target}. {DATA_DIR_HINT}"
-    )
+    manual = f"Download {url} yourself (md5 {md5}) and put it at {target}. {DATA_DIR_HINT}"
     try:
         dest_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

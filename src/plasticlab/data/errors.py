@@ -8,8 +8,6 @@ the message as is; nothing here ever falls back to random or synthetic data.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 # Repeated at the end of "file not found" messages: the user's real question is usually
 # "where does it look?", and the answer has three parts.
 DATA_DIR_HINT = (
@@ -24,12 +22,3 @@ class DataError(RuntimeError):
     The message names the offending path and the remedy (where to download the file, where to
     put it, or that it should be deleted and fetched again).
     """
-
-
-def corrupt_file_error(path: Path | str, problem: str, remedy: str) -> DataError:
-    """Build the standard error for a file that exists but cannot be used.
-
-    ``problem`` says what is wrong (e.g. "ends after 1,000 of 7,840,016 bytes"), ``remedy``
-    what to do (e.g. "delete it and download it again from URL").
-    """
-    return DataError(f"{path}: {problem}. {remedy}")

@@ -78,10 +78,23 @@ def load_mnist(data_dir: str | os.PathLike | None = None, download: bool = True)
             message names the file and what to do.
     """
     root = dataset_dir(data_dir, "mnist")
-    paths = [_locate(root, spec, download) for spec in MNIST_FILES]
+    found = {spec: _find(root, spec) for spec in MNIST_FILES}
+    missing = [spec for spec, path in found.items() if path is None]
+    if missing and not download:
+        # Name every missing file at once, so the user fixes the directory in one go.
+        listing = "; ".join(
+            f"{root / spec.stem}.gz (from {MNIST_URL}{spec.stem}.gz)" for spec in missing
+        )
+        raise DataError(
+            f"MNIST is incomplete: missing from {root}: {listing}. Download these files and "
+            f"put them there (gzip-compressed or not), or call load_mnist with download=True. "
+            f"{DATA_DIR_HINT}"
+        )
+    for spec in missing:
+        found[spec] = _dl.fetch(f"{MNIST_URL}{spec.stem}.gz", spec.gz_md5, root)
+    paths = [found[spec] for spec in MNIST_FILES]
     arrays = [
-        _read_verified(file_signature(p), spec)
-        for p, spec in zip(paths, MNIST_FILES, strict=True)
+        _read_verified(file_signature(p), spec) for p, spec in zip(paths, MNIST_FILES, strict=True)
     ]
     x_train, y_train, x_test, y_test = (readonly_view(a) for a in arrays)
     return ImageDataset(
@@ -94,19 +107,12 @@ def load_mnist(data_dir: str | os.PathLike | None = None, download: bool = True)
     )
 
 
-def _locate(root: Path, spec: _IdxFile, allow_download: bool) -> Path:
-    """Return the path of ``spec``'s file in ``root`` (raw, else .gz), downloading if allowed."""
+def _find(root: Path, spec: _IdxFile) -> Path | None:
+    """Return ``spec``'s file in ``root``, raw before ``.gz``; None when neither exists."""
     for candidate in (root / spec.stem, root / f"{spec.stem}.gz"):
         if candidate.is_file():
             return candidate
-    url = MNIST_URL + f"{spec.stem}.gz"
-    if allow_download:
-        return _dl.fetch(url, spec.gz_md5, root)
-    raise DataError(
-        f"MNIST file {root / spec.stem}.gz (or uncompressed {spec.stem}) is missing from "
-        f"{root}. Download it from {url} and put it at {root / spec.stem}.gz, or call "
-        f"load_mnist with download=True. {DATA_DIR_HINT}"
-    )
+    return None
 
 
 @register

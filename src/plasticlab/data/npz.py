@@ -103,8 +103,7 @@ def _validate(path: Path, a: dict[str, np.ndarray]) -> None:
             )
         if x.ndim not in (3, 4):
             raise DataError(
-                f"{path}: x_{split} has shape {x.shape}; images must be (N, H, W) or "
-                f"(N, H, W, C)."
+                f"{path}: x_{split} has shape {x.shape}; images must be (N, H, W) or (N, H, W, C)."
             )
         if x.ndim == 4 and x.shape[1] in (1, 3) and x.shape[3] not in (1, 3):
             raise DataError(

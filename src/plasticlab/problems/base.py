@@ -26,10 +26,13 @@ from ..rng import np_rng
 
 @dataclass
 class TaskData:
-    """One member's examples of one task: stored inputs ``[N, …]`` and int64 labels ``[N]``."""
+    """One member's examples of one task: stored inputs ``[N, D]`` or ``[N, C, H, W]``, int64
+    labels ``[N]`` and, for input permutations, the index array ``perm`` ``[D]`` that every
+    batch is gathered through (so no permuted copy of the data is ever made)."""
 
     x: torch.Tensor
     y: torch.Tensor
+    perm: torch.Tensor | None = None
 
 
 class Problem:
@@ -112,6 +115,7 @@ class Problem:
                              f"{self.batch_size}")
         self._x = torch.stack([p.x for p in parts]).to(self.device)
         self._y = torch.stack([p.y for p in parts]).to(self.device)
+        self._perm = self._stack_perms(parts, self.batch_size)
         plans = [self._batch_plan(seed, task, n) for seed in self.seeds]
         self._plan = torch.from_numpy(np.stack(plans)).to(self.device)
         self.task = task
@@ -125,10 +129,20 @@ class Problem:
         plan = np.concatenate(order).reshape(-1, self.batch_size)[: self.steps_per_task]
         return plan.astype(np.int64)
 
+    def _stack_perms(self, parts: list[TaskData], rows: int) -> torch.Tensor | None:
+        """The members' input permutations expanded to ``[K, rows, D]`` for ``torch.gather``."""
+        if parts[0].perm is None:
+            return None
+        perm = torch.stack([p.perm for p in parts]).to(self.device)
+        return perm[:, None, :].expand(len(parts), rows, perm.shape[1])
+
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Step ``step`` of the current task: inputs ``[K, B, …]`` (float) and labels ``[K, B]``."""
         pos = self._plan[:, step]
-        return self.normalize(self._x[self._members, pos]), self._y[self._members, pos]
+        x = self._x[self._members, pos]
+        if self._perm is not None:
+            x = torch.gather(x, 2, self._perm)
+        return self.normalize(x), self._y[self._members, pos]
 
     def test_set(self, task: int | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The held-out test set of ``task`` (default: the current one) as network inputs
@@ -142,6 +156,9 @@ class Problem:
         if parts[0] is None:
             return None
         x = torch.stack([p.x for p in parts]).to(self.device)
+        perm = self._stack_perms(parts, x.shape[1])
+        if perm is not None:
+            x = torch.gather(x, 2, perm)
         return self.normalize(x), torch.stack([p.y for p in parts]).to(self.device)
 
     def describe(self) -> dict:

@@ -51,11 +51,11 @@ class PermutedMNIST(Problem):
 
     def member_task(self, member, seed, task):
         perm, subset = self._draw(seed, task)
-        return TaskData(self.x_train[subset][:, perm], self.y_train[subset])
+        return TaskData(self.x_train[subset], self.y_train[subset], perm)
 
     def member_test(self, member, seed, task):
         perm, _ = self._draw(seed, task)
-        return TaskData(self.x_test[:, perm], self.y_test)
+        return TaskData(self.x_test, self.y_test, perm)
 
     def normalize(self, x):
         return x.float().mul_(2.0 / 255.0).sub_(1.0)
