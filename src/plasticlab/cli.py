@@ -153,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="L2 Init vs Baseline on Permuted MNIST: table and figure")
     demo.add_argument("--data-dir", dest="data_dir")
     demo.add_argument("--out", default="plasticlab-demo")
-    demo.add_argument("--tasks", type=int, default=10)
+    demo.add_argument("--tasks", type=int, default=20)
     demo.add_argument("--steps-per-task", dest="steps_per_task", type=int, default=625)
     demo.add_argument("--seeds", default="0-3")
     demo.add_argument("--workers", type=int, default=2, help="processes (one per core)")

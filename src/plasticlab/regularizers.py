@@ -110,7 +110,7 @@ class Regularizer:
     def value(self) -> torch.Tensor:
         """The penalty, differentiable: a scalar, or ``[K]`` per member with ``member_dim``."""
         total = 0
-        for p, d in self._diffs():
+        for _, d in self._diffs():
             r = self.rho(d)
             if self.member_dim:
                 total = total + self.strength * r.flatten(1).sum(1)
@@ -222,7 +222,8 @@ class L2InitResample(Regularizer):
         """Draw a fresh φₜ."""
         self.current = [t.detach() for t in self.sampler()]
         if len(self.current) != len(self.params):
-            raise ValueError(f"sampler returned {len(self.current)} tensors for {len(self.params)} parameters")
+            raise ValueError(f"sampler returned {len(self.current)} tensors "
+                             f"for {len(self.params)} parameters")
 
     def targets(self):
         return self.current

@@ -30,6 +30,63 @@ def run_record(config: RunConfig, result_member, result: EnsembleResult, run_id:
     }
 
 
+def member_configs(config: RunConfig, seeds: Sequence[int],
+                   member_params: Sequence[dict] | None = None) -> list[dict]:
+    """Each member's full config (its own method parameters filled in)."""
+    base = config.to_dict()
+    return [dict(base, params=dict(base["params"], **(member_params[k] if member_params else {})))
+            for k in range(len(seeds))]
+
+
+def record_start(store: ResultStore, config: RunConfig, seeds: Sequence[int], *,
+                 device: str = "cpu", threads: int | None = None,
+                 member_params: Sequence[dict] | None = None) -> list[str]:
+    """Mark each member's run 'running' with its manifest; return the run ids."""
+    threads_now = threads if threads is not None else (
+        1 if torch.device(device).type == "cpu" else torch.get_num_threads())
+    run_ids = []
+    for c, s in zip(member_configs(config, seeds, member_params), seeds, strict=True):
+        rid = ResultStore.run_id(c, s)
+        store.start_run(rid, c, build_manifest(c, s, device=str(device), threads=threads_now))
+        run_ids.append(rid)
+    return run_ids
+
+
+def record_result(store: ResultStore, config: RunConfig, run_ids: Sequence[str],
+                  result: EnsembleResult) -> list[dict]:
+    """Commit each member's metrics and 'finished' status; return the run records."""
+    records = []
+    for member, rid in zip(result.members, run_ids, strict=True):
+        summary = {"total_online_accuracy": member.total_online_accuracy,
+                   "wall_time_s": result.wall_time, "steps_per_second": result.steps_per_second,
+                   "ensemble_members": len(run_ids)}
+        store.finish_run(rid, summary, {"online_accuracy": member.task_online_accuracy},
+                         manifest_update={"threads": result.threads,
+                                          "data_source": result.data_source,
+                                          "end_time": utc_now()})
+        records.append(run_record(config, member, result, rid)
+                       | {"wall_time_s": result.wall_time,
+                          "steps_per_second": result.steps_per_second,
+                          "threads": result.threads, "reported_tasks": member.reported_tasks})
+    return records
+
+
+def progress_bar(config: RunConfig, members: int, *, enabled: bool = True, position: int = 0,
+                 label: str | None = None):
+    """A tqdm bar on stderr over the run's steps, and the on_task_end callback that labels it."""
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=config.tasks * config.steps_per_task, unit="step", file=sys.stderr,
+               disable=not enabled, position=position, leave=True, dynamic_ncols=True,
+               desc=label or f"{config.method} {config.problem} K={members}")
+
+    def on_task_end(task: int, accs: list[float]) -> None:
+        mean = sum(accs) / len(accs)
+        bar.set_postfix_str(f"task {task + 1}/{config.tasks} acc {100 * mean:.1f}%")
+
+    return bar, on_task_end
+
+
 def run_ensemble(
     config: RunConfig,
     seeds: Sequence[int],
@@ -39,55 +96,26 @@ def run_ensemble(
     device: str = "cpu",
     threads: int | None = None,
     progress: bool = True,
-    position: int = 0,
     member_params: Sequence[dict] | None = None,
 ) -> list[dict]:
-    """Train ``seeds`` as one ensemble and store each run; return their records.
+    """Train ``seeds`` as one ensemble in this process and store each run; return the records.
 
     Runs are marked 'running' before training, and each run's metrics and 'finished' status
     are committed together at the end; on an exception every run is marked 'failed' with its
     traceback and the exception propagates.
     """
-    from tqdm.auto import tqdm
-
-    store = ResultStore(out)
-    base = config.to_dict()
-    configs = [dict(base, params=dict(base["params"], **(member_params[k] if member_params else {})))
-               for k in range(len(seeds))]
-    run_ids = [ResultStore.run_id(c, s) for c, s in zip(configs, seeds, strict=True)]
-    threads_now = 1 if threads is None and torch.device(device).type == "cpu" else (
-        threads or torch.get_num_threads())
-    for c, s, rid in zip(configs, seeds, run_ids, strict=True):
-        store.start_run(rid, c, build_manifest(c, s, device=str(device), threads=threads_now))
-    bar = tqdm(total=config.tasks * config.steps_per_task, unit="step", file=sys.stderr,
-               disable=not progress, position=position, leave=True, dynamic_ncols=True,
-               desc=f"{config.method} {config.problem} K={len(seeds)}")
-
-    def on_task_end(task: int, accs: list[float]) -> None:
-        mean = sum(accs) / len(accs)
-        bar.set_postfix_str(f"task {task + 1}/{config.tasks} acc {100 * mean:.1f}%")
-
-    try:
-        result = train_ensemble(config, seeds, member_params, data_dir=data_dir, device=device,
-                                threads=threads, on_task_end=on_task_end, on_steps=bar.update)
-    except BaseException:
-        error = traceback.format_exc()
-        for rid in run_ids:
-            store.fail_run(rid, error)
-        store.close()
-        raise
-    finally:
-        bar.close()
-    records = []
-    for member, rid in zip(result.members, run_ids, strict=True):
-        summary = {"total_online_accuracy": member.total_online_accuracy,
-                   "wall_time_s": result.wall_time, "steps_per_second": result.steps_per_second,
-                   "ensemble_members": len(seeds)}
-        store.finish_run(rid, summary, {"online_accuracy": member.task_online_accuracy},
-                         manifest_update={"threads": result.threads, "data_source": result.data_source,
-                                          "end_time": utc_now()})
-        records.append(run_record(config, member, result, rid)
-                       | {"wall_time_s": result.wall_time, "steps_per_second": result.steps_per_second,
-                          "threads": result.threads, "reported_tasks": member.reported_tasks})
-    store.close()
-    return records
+    with ResultStore(out) as store:
+        run_ids = record_start(store, config, seeds, device=device, threads=threads,
+                               member_params=member_params)
+        bar, on_task_end = progress_bar(config, len(seeds), enabled=progress)
+        try:
+            result = train_ensemble(config, seeds, member_params, data_dir=data_dir, device=device,
+                                    threads=threads, on_task_end=on_task_end, on_steps=bar.update)
+        except BaseException:
+            error = traceback.format_exc()
+            for rid in run_ids:
+                store.fail_run(rid, error)
+            raise
+        finally:
+            bar.close()
+        return record_result(store, config, run_ids, result)

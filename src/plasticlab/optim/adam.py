@@ -29,7 +29,9 @@ class Adam:
         self.lr, self.betas, self.eps = float(lr), betas, eps
         self.exp_avg = [torch.zeros_like(p) for p in self.params]
         self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
-        self.step_count = 0
+        # Steps taken by each tensor (like torch.optim.Adam, a tensor without a gradient in a
+        # step is skipped and its count does not advance).
+        self.step_counts = [0] * len(self.params)
         # Per-element step counts, created for a tensor on its first reset.
         self.element_steps: list[torch.Tensor | None] = [None] * len(self.params)
 
@@ -42,12 +44,12 @@ class Adam:
     def step(self) -> None:
         """One Adam update of every parameter from its ``.grad``."""
         beta1, beta2 = self.betas
-        self.step_count += 1
-        t = self.step_count
         for i, p in enumerate(self.params):
             g = p.grad
             if g is None:
                 continue
+            self.step_counts[i] += 1
+            t = self.step_counts[i]
             m, v = self.exp_avg[i], self.exp_avg_sq[i]
             m.lerp_(g, 1 - beta1)
             v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
@@ -59,10 +61,13 @@ class Adam:
                 p.addcdiv_(m, denom, value=-self.lr / bc1)
             else:
                 steps.add_(1)
-                bc1 = 1 - torch.pow(beta1, steps)
-                bc2_sqrt = (1 - torch.pow(beta2, steps)).sqrt_()
+                # Bias corrections in float64 and the same operations in the same order as the
+                # scalar branch, so that elements never reset get bit-identical updates.
+                t64 = steps.to(torch.float64)
+                step_size = (-self.lr / (1 - torch.pow(beta1, t64))).to(p.dtype)
+                bc2_sqrt = (1 - torch.pow(beta2, t64)).sqrt_().to(p.dtype)
                 denom = (v.sqrt() / bc2_sqrt).add_(self.eps)
-                p.sub_(self.lr * m / bc1 / denom)
+                p.add_(step_size * m / denom)
 
     @torch.no_grad()
     def reset(self, index: int, mask: torch.Tensor) -> None:
@@ -74,12 +79,12 @@ class Adam:
         self.exp_avg[index].masked_fill_(mask, 0.0)
         self.exp_avg_sq[index].masked_fill_(mask, 0.0)
         if self.element_steps[index] is None:
-            self.element_steps[index] = torch.full_like(p, float(self.step_count))
+            self.element_steps[index] = torch.full_like(p, float(self.step_counts[index]))
         self.element_steps[index].masked_fill_(mask, 0.0)
 
     def state_dict(self) -> dict:
         """Everything needed to continue training exactly (for checkpoints)."""
-        return {"lr": self.lr, "betas": self.betas, "eps": self.eps, "step_count": self.step_count,
+        return {"lr": self.lr, "betas": self.betas, "eps": self.eps, "step_counts": list(self.step_counts),
                 "exp_avg": [m.clone() for m in self.exp_avg],
                 "exp_avg_sq": [v.clone() for v in self.exp_avg_sq],
                 "element_steps": [None if s is None else s.clone() for s in self.element_steps]}
@@ -87,7 +92,7 @@ class Adam:
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`'s output."""
         self.lr, self.betas, self.eps = state["lr"], tuple(state["betas"]), state["eps"]
-        self.step_count = state["step_count"]
+        self.step_counts = list(state["step_counts"])
         for dst, src in zip(self.exp_avg + self.exp_avg_sq, state["exp_avg"] + state["exp_avg_sq"],
                             strict=True):
             dst.copy_(src)

@@ -7,7 +7,6 @@ label vector, so the class counts stay the same — and trains 400 epochs in bat
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from ..data import load_cifar10, load_mnist
