@@ -70,7 +70,7 @@ class Problem:
         self.data_dir = data_dir
         self.device = torch.device(device)
         self.task = -1
-        self._x = self._y = self._plan = None
+        self._x = self._y = self._plan = self._perm = None
         self._members = torch.arange(self.members, device=self.device)[:, None]
         self.load()
 
@@ -138,6 +138,8 @@ class Problem:
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Step ``step`` of the current task: inputs ``[K, B, …]`` (float) and labels ``[K, B]``."""
+        if self._plan is None:
+            raise RuntimeError(f"{self.name}: call start_task(task) before batch(step)")
         pos = self._plan[:, step]
         x = self._x[self._members, pos]
         if self._perm is not None:
@@ -152,6 +154,9 @@ class Problem:
         rebuilt (forgetting) without keeping copies around.
         """
         task = self.task if task is None else task
+        if not 0 <= task < self.tasks:
+            raise ValueError(f"{self.name}: no task {task} (tasks 0..{self.tasks - 1}; "
+                             "call start_task first for the current one)")
         parts = [self.member_test(k, seed, task) for k, seed in enumerate(self.seeds)]
         if parts[0] is None:
             return None
