@@ -58,7 +58,7 @@ def test_online_accuracy_is_measured_before_the_update(data_dir):
                           "lr": 1.0})
     result = train_ensemble(cfg, [7], data_dir=data_dir)
     problem = PermutedMNIST([7], tasks=1, steps_per_task=1, data_dir=data_dir,
-                            examples_per_task=640)
+                            **SMALL["problem_params"])
     problem.start_task(0)
     x, y = problem.batch(0)
     net = build_network("mlp", 1, (784,), 10, generators=[torch_generator(7, "init")])

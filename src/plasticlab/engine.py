@@ -124,7 +124,8 @@ def train_ensemble(
     ).to(device)
     optimizer = make_optimizer(config.optimizer, list(net.parameters()), config.lr)
     method = method_cls(net, optimizer, hp, MethodContext(seeds, device))
-    needs_features = type(method).after_step is not get_method("baseline").after_step
+    needs_features = method.needs_features
+    global_step = 0
 
     start = time.perf_counter()
     accuracies: list[list[float]] = []
@@ -146,14 +147,15 @@ def train_ensemble(
             loss.backward()
             method.add_penalty_grad()
             optimizer.step()
-            method.after_step(features)
+            global_step += 1
+            method.after_step(features, x, global_step)
             if on_steps is not None and (step + 1) % progress_every == 0:
                 on_steps(progress_every)
         if on_steps is not None and steps % progress_every:
             on_steps(steps % progress_every)
         task_acc = (correct / (steps * B)).tolist()  # the one host sync of the task
         accuracies.append(task_acc)
-        method.on_task_end()
+        method.on_task_end(problem)
         if on_task_end is not None:
             on_task_end(task, task_acc)
     wall = time.perf_counter() - start

@@ -5,8 +5,8 @@ calls at fixed points of every step:
 
 1. ``architecture()`` (class level) — changes to the network builder (Concat ReLU, LayerNorm);
 2. ``add_penalty_grad()`` — after backprop of the task loss, add a regularizer's gradient;
-3. ``after_step(features)`` — after the optimizer step (Shrink & Perturb, CBP, ReDo);
-4. ``on_task_end()`` — at a task boundary; only EWC may use it (SPEC §1).
+3. ``after_step(features, x, step)`` — after the optimizer step (Shrink & Perturb, CBP, ReDo);
+4. ``on_task_end(stream)`` — at a task boundary; only EWC may use it (SPEC §1).
 
 Per-member numeric hyper-parameters arrive as ``[K]`` tensors, so one ensemble can hold a
 grid of λ values; everything is written with stacked tensors and masks, never per-member
@@ -45,6 +45,7 @@ class Method:
     name: ClassVar[str]
     description: ClassVar[str]
     hyperparameters: ClassVar[tuple[Param, ...]] = ()
+    needs_features: ClassVar[bool] = False  # after_step wants this step's hidden features
 
     @classmethod
     def architecture(cls, hp: dict) -> dict:
@@ -57,11 +58,17 @@ class Method:
     def add_penalty_grad(self) -> None:
         """Add the method's regularization gradient to ``.grad`` (after the task loss's)."""
 
-    def after_step(self, features: list[torch.Tensor]) -> None:
-        """Update after the optimizer step, given that step's hidden features."""
+    def after_step(self, features: list[torch.Tensor], x: torch.Tensor, step: int) -> None:
+        """Update after the optimizer step.
 
-    def on_task_end(self) -> None:
-        """Called when a task ends (only EWC uses this signal)."""
+        ``features``: each hidden block's post-activation features from this step's forward
+        pass (only when ``needs_features``; else empty); ``x``: this step's inputs
+        ``[K, B, …]``; ``step``: the number of optimizer steps taken so far (1 after the first).
+        """
+
+    def on_task_end(self, stream) -> None:
+        """Called when a task ends, with the stream (still on that task). Only EWC may use
+        this: every other method must work without knowing where tasks end (SPEC §1)."""
 
     def penalty(self) -> torch.Tensor | None:
         """The current regularization penalty per member ``[K]`` (None if the method has none)."""

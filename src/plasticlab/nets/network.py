@@ -78,17 +78,23 @@ class EnsembleNet(nn.Module):
         Member k draws only from ``generators[k]``, layer by layer, weight then bias, so its
         draw does not depend on the other members.
         """
-        if len(generators) != self.members:
-            raise ValueError(f"need one generator per member ({self.members}), got {len(generators)}")
         out = []
         for layer in self.affine_layers:
-            shape = tuple(layer.weight.shape[1:])
-            draws = [init_schemes.draw(self.init, shape, layer.fan_in, layer.fan_out, g)
-                     for g in generators]
-            device = layer.weight.device
-            out.append(torch.stack([w for w, _ in draws]).to(device))
-            out.append(torch.stack([b for _, b in draws]).to(device))
+            out.extend(self.sample_layer_init(layer, generators))
         return out
+
+    def sample_layer_init(self, layer: nn.Module, generators: Sequence[torch.Generator]
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A fresh (weight ``[K, …]``, bias ``[K, …]``) draw for one affine layer; member k
+        draws from ``generators[k]`` only."""
+        if len(generators) != self.members:
+            raise ValueError(f"need one generator per member ({self.members}), got {len(generators)}")
+        shape = tuple(layer.weight.shape[1:])
+        draws = [init_schemes.draw(self.init, shape, layer.fan_in, layer.fan_out, g)
+                 for g in generators]
+        device = layer.weight.device
+        return (torch.stack([w for w, _ in draws]).to(device),
+                torch.stack([b for _, b in draws]).to(device))
 
     @torch.no_grad()
     def initialize(self, generators: Sequence[torch.Generator]) -> None:

@@ -70,14 +70,20 @@ class Adam:
                 p.add_(step_size * m / denom)
 
     @torch.no_grad()
-    def reset(self, index: int, mask: torch.Tensor) -> None:
-        """Restart Adam for the elements of parameter ``index`` where ``mask`` is true:
-        moments to 0 and step count to 0, so their next update is bias-corrected as a first
-        step (the public AdamGnT leaves the bias correction stale; we do not)."""
+    def reset(self, index: int, mask: torch.Tensor, restart_count: bool = True) -> None:
+        """Restart Adam for the elements of parameter ``index`` where ``mask`` is true.
+
+        Moments go to 0 and, with ``restart_count`` (Continual Backprop), the step count too,
+        so the next update is bias-corrected as a first step (the public AdamGnT leaves the
+        bias correction stale; we do not). ReDo zeroes the moments only
+        (``restart_count=False``).
+        """
         p = self.params[index]
         mask = mask.expand_as(p)
         self.exp_avg[index].masked_fill_(mask, 0.0)
         self.exp_avg_sq[index].masked_fill_(mask, 0.0)
+        if not restart_count:
+            return
         if self.element_steps[index] is None:
             self.element_steps[index] = torch.full_like(p, float(self.step_counts[index]))
         self.element_steps[index].masked_fill_(mask, 0.0)

@@ -29,7 +29,7 @@ class SGD:
             if p.grad is not None:
                 p.add_(p.grad, alpha=-self.lr)
 
-    def reset(self, index: int, mask: torch.Tensor) -> None:
+    def reset(self, index: int, mask: torch.Tensor, restart_count: bool = True) -> None:
         """No state to restart."""
 
     def state_dict(self) -> dict:

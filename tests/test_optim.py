@@ -1,0 +1,313 @@
+"""plasticlab.optim: Adam and SGD on stacked ``[K, ...]`` parameters behave like torch.optim."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from plasticlab.nets import Block, EnsembleLinear, EnsembleNet
+from plasticlab.optim import SGD, Adam, make_optimizer
+
+torch.set_num_threads(1)
+
+IN, HIDDEN, OUT, BATCH, STEPS = 20, 16, 5, 8, 100
+LR = {"adam": 1e-3, "sgd": 1e-2}
+TORCH_OPT = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
+
+
+def reference_module(seed: int) -> nn.Sequential:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(IN, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, OUT))
+
+
+def stacked_copy(modules: list[nn.Sequential]) -> EnsembleNet:
+    """An ensemble whose member k holds exactly the weights of ``modules[k]``."""
+    K = len(modules)
+    net = EnsembleNet([Block(EnsembleLinear(K, IN, HIDDEN), activation="relu"),
+                       Block(EnsembleLinear(K, HIDDEN, OUT))], K)
+    with torch.no_grad():
+        for k, m in enumerate(modules):
+            for ens, ref in zip(net.affine_layers, (m[0], m[2]), strict=True):
+                ens.weight[k].copy_(ref.weight)
+                ens.bias[k].copy_(ref.bias)
+    return net
+
+
+def member_params(net: EnsembleNet, k: int) -> list[torch.Tensor]:
+    return [p[k] for p in net.regularized_parameters()]
+
+
+def module_params(m: nn.Sequential) -> list[torch.Tensor]:
+    return [m[0].weight, m[0].bias, m[2].weight, m[2].bias]
+
+
+def ensemble_loss(net: EnsembleNet, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Sum over members of each member's mean cross-entropy (as the engine does)."""
+    logits = net(x)
+    K, B = y.shape
+    losses = F.cross_entropy(logits.reshape(K * B, -1), y.reshape(-1), reduction="none")
+    return losses.view(K, B).mean(1).sum()
+
+
+def run_against_torch(name: str, K: int) -> float:
+    """Train K reference modules with torch.optim and one ensemble with plasticlab.optim on the
+    same batches; return the largest parameter difference seen over all steps."""
+    refs = [reference_module(seed=100 + k) for k in range(K)]
+    ref_opts = [TORCH_OPT[name](m.parameters(), lr=LR[name]) for m in refs]
+    net = stacked_copy(refs)
+    opt = make_optimizer(name, net.parameters(), LR[name])
+    data = torch.Generator().manual_seed(7)
+    worst = 0.0
+    for k in range(K):
+        for p, q in zip(member_params(net, k), module_params(refs[k]), strict=True):
+            assert torch.equal(p, q)
+    for _ in range(STEPS):
+        x = torch.randn(K, BATCH, IN, generator=data)
+        y = torch.randint(0, OUT, (K, BATCH), generator=data)
+        for k in range(K):
+            ref_opts[k].zero_grad()
+            F.cross_entropy(refs[k](x[k]), y[k]).backward()
+            ref_opts[k].step()
+        opt.zero_grad()
+        ensemble_loss(net, x, y).backward()
+        opt.step()
+        for k in range(K):
+            for p, q in zip(member_params(net, k), module_params(refs[k]), strict=True):
+                worst = max(worst, (p.detach() - q.detach()).abs().max().item())
+    return worst
+
+
+@pytest.mark.parametrize("name", ["adam", "sgd"])
+@pytest.mark.parametrize("K", [1, 4])
+def test_stacked_optimizer_matches_torch_optim_per_member_over_100_steps(name, K):
+    assert run_against_torch(name, K) < 1e-6
+
+
+def test_members_of_the_reference_comparison_really_differ():
+    # guards the test above against comparing K copies of one network
+    refs = [reference_module(seed=100 + k) for k in range(2)]
+    assert not torch.equal(refs[0][0].weight, refs[1][0].weight)
+
+
+# --- Adam.reset -----------------------------------------------------------------------------------
+
+
+def synthetic_grads(gen: torch.Generator, shapes) -> list[torch.Tensor]:
+    # |g| >= 0.5 so a first Adam step is lr·g/(|g|+eps) = lr·sign(g) to ~1e-8 relative
+    out = []
+    for s in shapes:
+        g = torch.randn(s, generator=gen, dtype=torch.float64)
+        out.append((g.sign() + (g.sign() == 0).double()) * (0.5 + g.abs()))
+    return out
+
+
+def step_with(opt, params, grads):
+    for p, g in zip(params, grads, strict=True):
+        p.grad = g.to(p.dtype).clone()
+    opt.step()
+
+
+SHAPES = [(3, 6, 4), (3, 6)]
+
+
+def fresh_params(dtype):
+    gen = torch.Generator().manual_seed(0)
+    return [torch.randn(s, generator=gen, dtype=torch.float64).to(dtype) for s in SHAPES]
+
+
+def close(a, b, dtype):
+    """Equal up to the last bit or two (different but equivalent kernels may round differently)."""
+    torch.testing.assert_close(a, b, rtol=2 * torch.finfo(dtype).eps, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_adam_reset_restarts_masked_elements_and_leaves_the_rest_untouched(dtype):
+    lr = 1e-3
+    with_reset = fresh_params(dtype)
+    without = [p.clone() for p in with_reset]
+    opt_r, opt_n = Adam(with_reset, lr=lr), Adam(without, lr=lr)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(25):
+        g = synthetic_grads(gen, SHAPES)
+        step_with(opt_r, with_reset, g)
+        step_with(opt_n, without, g)
+    assert all(torch.equal(a, b) for a, b in zip(with_reset, without, strict=True))
+
+    # reset units 1 and 4 of member 0 and unit 2 of member 2: rows of the weight, entries of the bias
+    unit_mask = torch.zeros(3, 6, dtype=torch.bool)
+    unit_mask[0, 1] = unit_mask[0, 4] = unit_mask[2, 2] = True
+    opt_r.reset(0, unit_mask.unsqueeze(-1))
+    opt_r.reset(1, unit_mask)
+    masks = [unit_mask.unsqueeze(-1).expand(SHAPES[0]), unit_mask]
+    for i, mask in enumerate(masks):
+        assert torch.all(opt_r.exp_avg[i][mask] == 0)
+        assert torch.all(opt_r.exp_avg_sq[i][mask] == 0)
+        assert torch.equal(opt_r.exp_avg[i][~mask], opt_n.exp_avg[i][~mask])
+
+    # a fresh Adam started at the reset is what the masked elements must follow from now on
+    restarted = [p.clone() for p in with_reset]
+    opt_f = Adam(restarted, lr=lr)
+
+    before = [p.clone() for p in with_reset]
+    g = synthetic_grads(gen, SHAPES)
+    step_with(opt_r, with_reset, g)
+    step_with(opt_n, without, g)
+    step_with(opt_f, restarted, g)
+    for i, mask in enumerate(masks):
+        delta = (with_reset[i] - before[i]).double()
+        # first-step bias correction is right: the step is lr in the gradient's direction (to
+        # the rounding of θ itself at float32)
+        step_tol = lr * 1e-6 if dtype == torch.float64 else 1e-6
+        torch.testing.assert_close(delta[mask], -lr * g[i][mask].sign(), rtol=0, atol=step_tol)
+        close(with_reset[i][~mask], without[i][~mask], dtype)
+
+    for _ in range(30):
+        g = synthetic_grads(gen, SHAPES)
+        step_with(opt_r, with_reset, g)
+        step_with(opt_n, without, g)
+        step_with(opt_f, restarted, g)
+    for i, mask in enumerate(masks):
+        close(with_reset[i][~mask], without[i][~mask], dtype)
+        close(with_reset[i][mask], restarted[i][mask], dtype)
+
+
+def test_adam_after_an_empty_reset_keeps_giving_the_same_numbers_for_1000_steps():
+    # the per-element step counts a reset switches to must not drift from the shared count
+    gen = torch.Generator().manual_seed(2)
+    a = [torch.randn(40, 40, generator=gen)]
+    b = [a[0].clone()]
+    opt_a, opt_b = Adam(a, lr=1e-3), Adam(b, lr=1e-3)
+    opt_a.reset(0, torch.zeros(40, 40, dtype=torch.bool))
+    for _ in range(1000):
+        g = torch.randn(40, 40, generator=gen)
+        step_with(opt_a, a, [g])
+        step_with(opt_b, b, [g])
+    close(a[0], b[0], torch.float32)
+
+
+def test_adam_reset_twice_restarts_the_second_mask_as_a_first_step_too():
+    lr = 1e-3
+    params = fresh_params(torch.float64)
+    opt = Adam(params, lr=lr)
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(5):
+        step_with(opt, params, synthetic_grads(gen, SHAPES))
+    first = torch.zeros(SHAPES[1], dtype=torch.bool)
+    first[0, 0] = True
+    opt.reset(1, first)
+    for _ in range(5):
+        step_with(opt, params, synthetic_grads(gen, SHAPES))
+    second = torch.zeros(SHAPES[1], dtype=torch.bool)
+    second[1, 3] = True
+    opt.reset(1, second)
+    before = params[1].clone()
+    g = synthetic_grads(gen, SHAPES)
+    step_with(opt, params, g)
+    delta = params[1] - before
+    torch.testing.assert_close(delta[second], -lr * g[1][second].sign(), rtol=0, atol=lr * 1e-6)
+    # the first-reset element is on its 6th step since its reset: not a sign step in general
+    assert not torch.allclose(delta[first].abs(), torch.tensor([lr], dtype=torch.float64),
+                              rtol=0, atol=lr * 1e-6)
+
+
+@pytest.mark.parametrize("reset_first", [False, True])
+def test_adam_state_dict_round_trip_continues_identically(reset_first):
+    params = fresh_params(torch.float32)
+    opt = Adam(params, lr=1e-3)
+    gen = torch.Generator().manual_seed(5)
+    for _ in range(10):
+        step_with(opt, params, synthetic_grads(gen, SHAPES))
+    if reset_first:
+        mask = torch.zeros(SHAPES[1], dtype=torch.bool)
+        mask[1, 2] = True
+        opt.reset(1, mask)
+    state = opt.state_dict()
+    copies = [p.clone() for p in params]
+    opt2 = Adam(copies, lr=0.5)
+    opt2.load_state_dict(state)
+    assert opt2.lr == 1e-3
+    for _ in range(10):
+        g = synthetic_grads(gen, SHAPES)
+        step_with(opt, params, g)
+        step_with(opt2, copies, g)
+    assert all(torch.equal(a, b) for a, b in zip(params, copies, strict=True))
+
+
+def test_adam_state_dict_is_a_snapshot_not_a_view():
+    params = fresh_params(torch.float32)
+    opt = Adam(params, lr=1e-3)
+    gen = torch.Generator().manual_seed(6)
+    step_with(opt, params, synthetic_grads(gen, SHAPES))
+    state = opt.state_dict()
+    saved = [m.clone() for m in state["exp_avg"]]
+    step_with(opt, params, synthetic_grads(gen, SHAPES))
+    assert all(torch.equal(a, b) for a, b in zip(state["exp_avg"], saved, strict=True))
+
+
+def test_sgd_state_dict_round_trip_and_reset_is_a_no_op():
+    params = fresh_params(torch.float32)
+    opt = SGD(params, lr=1e-2)
+    opt.reset(1, torch.ones(SHAPES[1], dtype=torch.bool))
+    other = SGD([p.clone() for p in params], lr=0.3)
+    other.load_state_dict(opt.state_dict())
+    assert other.lr == 1e-2
+
+
+def test_adam_matches_torch_when_a_parameter_has_no_gradient_on_some_steps():
+    # torch.optim.Adam skips such a tensor entirely, its step count (bias correction) included
+    ours = fresh_params(torch.float64)
+    theirs = [p.clone().requires_grad_() for p in ours]
+    opt, ref = Adam(ours, lr=1e-3), torch.optim.Adam(theirs, lr=1e-3)
+    gen = torch.Generator().manual_seed(4)
+    for t in range(12):
+        grads = synthetic_grads(gen, SHAPES)
+        if t % 3:
+            grads[1] = None
+        for p, q, g in zip(ours, theirs, grads, strict=True):
+            p.grad = None if g is None else g.clone()
+            q.grad = None if g is None else g.clone()
+        opt.step()
+        ref.step()
+    for p, q in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(p, q.detach(), rtol=0, atol=1e-12)
+
+
+def test_optimizers_skip_parameters_without_gradient():
+    for name in ("adam", "sgd"):
+        params = fresh_params(torch.float32)
+        before = [p.clone() for p in params]
+        opt = make_optimizer(name, params, LR[name])
+        params[0].grad = torch.ones_like(params[0])
+        opt.step()
+        assert not torch.equal(params[0], before[0])
+        assert torch.equal(params[1], before[1])
+
+
+# --- argument checks --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", [Adam, SGD])
+@pytest.mark.parametrize("lr", [0.0, -1e-3])
+def test_non_positive_learning_rate_is_a_value_error(cls, lr):
+    with pytest.raises(ValueError, match="lr"):
+        cls([torch.zeros(2, 3)], lr=lr)
+
+
+@pytest.mark.parametrize("lr", [0.0, -1.0])
+def test_make_optimizer_rejects_non_positive_learning_rate(lr):
+    with pytest.raises(ValueError):
+        make_optimizer("adam", [torch.zeros(2, 3)], lr)
+
+
+def test_unknown_optimizer_name_lists_the_valid_names():
+    with pytest.raises(ValueError) as err:
+        make_optimizer("nope", [torch.zeros(2, 3)], 1e-3)
+    message = str(err.value)
+    assert "nope" in message and "adam" in message and "sgd" in message
+
+
+def test_make_optimizer_builds_the_named_class():
+    assert isinstance(make_optimizer("adam", [torch.zeros(1, 2)], 1e-3), Adam)
+    assert isinstance(make_optimizer("sgd", [torch.zeros(1, 2)], 1e-2), SGD)
