@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import pickle
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -29,3 +31,53 @@ def data_dir() -> Path:
     if path is None or not (path / "mnist").is_dir():
         pytest.skip("real data not found: set PLASTICLAB_DATA or put shared/data beside the repo")
     return path
+
+
+# Fake CIFAR-100: pixel (0,0) of the red/green/blue planes holds (class, split, index in class).
+CIFAR100_TRAIN_PER_CLASS = 20
+CIFAR100_TEST_PER_CLASS = 4
+
+
+def _cifar100_split(rng: np.random.Generator, per_class: int, split: int) -> dict:
+    labels = np.repeat(np.arange(100), per_class)
+    index = np.tile(np.arange(per_class), 100)
+    order = rng.permutation(len(labels))  # classes interleaved, as in the official files
+    labels, index = labels[order], index[order]
+    data = rng.integers(0, 256, (len(labels), 3072), dtype=np.uint8)
+    data[:, 0] = labels  # R plane, pixel (0, 0)
+    data[:, 1024] = split  # G plane, pixel (0, 0)
+    data[:, 2048] = index  # B plane, pixel (0, 0)
+    return {b"data": data, b"fine_labels": labels.tolist(), b"coarse_labels": (labels // 5).tolist(),
+            b"filenames": [f"{i}.png".encode() for i in range(len(labels))],
+            b"batch_label": b"fake"}
+
+
+@pytest.fixture(scope="session")
+def cifar100_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("cifar100data")
+    folder = root / "cifar100" / "cifar-100-python"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(100)
+    for name, per_class, split in (("train", CIFAR100_TRAIN_PER_CLASS, 0),
+                                   ("test", CIFAR100_TEST_PER_CLASS, 1)):
+        (folder / name).write_bytes(pickle.dumps(_cifar100_split(rng, per_class, split), protocol=2))
+    return root
+
+
+# Fake ImageNet-32: image i of class c has pixel (0,0) = (c, i // 256, i % 256), channels last.
+IMAGENET_CLASSES = 12
+
+
+@pytest.fixture(scope="session")
+def imagenet_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("imagenetdata")
+    folder = root / "imagenet32" / "classes"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(32)
+    for c in range(IMAGENET_CLASSES):
+        images = rng.integers(0, 256, (700, 32, 32, 3), dtype=np.uint8)
+        images[:, 0, 0, 0] = c
+        images[:, 0, 0, 1] = np.arange(700) // 256
+        images[:, 0, 0, 2] = np.arange(700) % 256
+        np.save(folder / f"{c}.npy", images)
+    return root

@@ -11,11 +11,13 @@ ensemble engine that trains K runs at once.
 
 from importlib.metadata import PackageNotFoundError, version
 
-from .regularizers import L2, HuberInit, L1Init, L2Init, L2InitResample, Regularizer
+from .perturb import ShrinkPerturb
+from .regularizers import EWC, L2, HuberInit, L1Init, L2Init, L2InitResample, Regularizer
 
 try:
     __version__ = version("plasticlab")
 except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0+unknown"
 
-__all__ = ["HuberInit", "L1Init", "L2", "L2Init", "L2InitResample", "Regularizer", "__version__"]
+__all__ = ["EWC", "HuberInit", "L1Init", "L2", "L2Init", "L2InitResample", "Regularizer",
+           "ShrinkPerturb", "__version__"]

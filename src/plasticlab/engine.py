@@ -117,10 +117,12 @@ def train_ensemble(
     problem = get_problem(config.problem)(
         seeds, tasks=config.tasks, steps_per_task=config.steps_per_task,
         batch_size=config.batch_size, data_dir=data_dir, device=device, **config.problem_params)
+    plain = {"arch": problem.arch, "input_shape": problem.input_shape,
+             "num_outputs": problem.num_outputs, "width": config.width,
+             "extra_layers": config.extra_layers}
     net = build_network(
-        problem.arch, K, problem.input_shape, problem.num_outputs, width=config.width,
-        extra_layers=config.extra_layers, init=config.init,
-        generators=[torch_generator(s, "init") for s in seeds], **method_cls.architecture(hp),
+        members=K, init=config.init, generators=[torch_generator(s, "init") for s in seeds],
+        **plain, **method_cls.architecture(hp, plain),
     ).to(device)
     optimizer = make_optimizer(config.optimizer, list(net.parameters()), config.lr)
     method = method_cls(net, optimizer, hp, MethodContext(seeds, device))

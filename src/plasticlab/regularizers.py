@@ -237,6 +237,66 @@ class L2InitResample(Regularizer):
         super().add_grad_()
 
 
+class EWC(Regularizer):
+    """Elastic Weight Consolidation (Kirkpatrick et al. 2017), diagonal form:
+
+        (β/2) · Σ_tasks Σ_i F_i,t (θ_i − θ*_i,t)²
+
+    with θ*_t and the diagonal Fisher F_t taken at the end of each task t
+    (:meth:`consolidate`). The sum over tasks is kept in three running tensors — A = Σ F_t,
+    B = Σ F_t θ*_t, C = Σ F_t θ*_t² — so memory does not grow with the number of tasks:
+    value (β/2)·Σ(Aθ² − 2Bθ + C), gradient β(Aθ − B). Before the first consolidation the
+    penalty is 0.
+    """
+
+    def __init__(self, params, strength, *, member_dim: bool = False):
+        super().__init__(params, strength, member_dim=member_dim)
+        self.fisher_sum = [torch.zeros_like(p, requires_grad=False) for p in self.params]
+        self.anchor_sum = [torch.zeros_like(p, requires_grad=False) for p in self.params]
+        self.anchor_sq_sum = [torch.zeros_like(p, requires_grad=False) for p in self.params]
+        self.tasks = 0
+
+    @torch.no_grad()
+    def consolidate(self, fisher: Sequence[torch.Tensor]) -> None:
+        """End of a task: anchor the current θ with weights ``fisher`` (one tensor per param)."""
+        for p, f, a, b, c in zip(self.params, fisher, self.fisher_sum, self.anchor_sum,
+                                 self.anchor_sq_sum, strict=True):
+            a.add_(f)
+            b.add_(f * p)
+            c.add_(f * p * p)
+        self.tasks += 1
+
+    def value(self):
+        total = 0
+        for p, a, b, c in zip(self.params, self.fisher_sum, self.anchor_sum, self.anchor_sq_sum,
+                              strict=True):
+            r = 0.5 * (a * p * p - 2 * b * p + c)
+            total = total + self.strength * (r.flatten(1).sum(1) if self.member_dim else r.sum())
+        return total
+
+    @torch.no_grad()
+    def add_grad_(self):
+        for p, a, b in zip(self.params, self.fisher_sum, self.anchor_sum, strict=True):
+            g = self._strength_for(p) * (a * p - b)
+            if p.grad is None:
+                p.grad = g
+            else:
+                p.grad.add_(g)
+
+    def consolidate_model(self, model: nn.Module, inputs: torch.Tensor,
+                          generator: torch.Generator | None = None) -> None:
+        """Drop-in use: estimate the diagonal Fisher of a classifier ``model`` on ``inputs``
+        ``[N, …]`` of the finished task (labels drawn from the model) and consolidate."""
+        from .fisher import diagonal_fisher
+
+        if self.member_dim:
+            raise ValueError("consolidate_model is for plain models; ensembles use consolidate()")
+        generator = generator or torch.default_generator
+        fisher = diagonal_fisher(lambda x: model(x[0])[None], self.params, inputs[None],
+                                 [generator])
+        self.consolidate(fisher)
+
+
 def _module_sampler(module: nn.Module) -> Callable[[], list[torch.Tensor]]:
     shadow = copy.deepcopy(module)
     resettable = [m for m in shadow.modules() if hasattr(m, "reset_parameters")]
@@ -253,5 +313,5 @@ def _module_sampler(module: nn.Module) -> Callable[[], list[torch.Tensor]]:
     return sample
 
 
-__all__ = ["L1Init", "L2", "L2Init", "L2InitResample", "HuberInit", "Regularizer",
+__all__ = ["EWC", "L1Init", "L2", "L2Init", "L2InitResample", "HuberInit", "Regularizer",
            "regularized_parameters"]

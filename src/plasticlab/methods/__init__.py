@@ -6,14 +6,20 @@ Adding a method: write ``methods/my_method.py`` with a :class:`Method` subclass 
 
 from .base import Method, MethodContext, PenaltyMethod
 from .baseline import Baseline
+from .concat_relu import ConcatReLU
+from .ewc import EWC
 from .huber_init import HuberInit
 from .l1_init import L1Init
 from .l2 import L2
 from .l2_init import L2Init
+from .l2_init_ewc import L2InitEWC
 from .l2_init_resample import L2InitResample
+from .layer_norm import LayerNorm
+from .shrink_perturb import ShrinkPerturb
 
 METHODS: dict[str, type[Method]] = {
-    cls.name: cls for cls in (Baseline, L2, L2Init, L1Init, HuberInit, L2InitResample)
+    cls.name: cls for cls in (Baseline, L2, L2Init, L1Init, HuberInit, L2InitResample,
+                              ShrinkPerturb, ConcatReLU, LayerNorm, EWC, L2InitEWC)
 }
 
 

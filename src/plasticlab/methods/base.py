@@ -48,8 +48,10 @@ class Method:
     needs_features: ClassVar[bool] = False  # after_step wants this step's hidden features
 
     @classmethod
-    def architecture(cls, hp: dict) -> dict:
-        """Keyword overrides for :func:`plasticlab.nets.build_network`."""
+    def architecture(cls, hp: dict, net: dict) -> dict:
+        """Keyword overrides for :func:`plasticlab.nets.build_network`, given the plain
+        network ``net`` (``arch``, ``input_shape``, ``num_outputs``, ``width``,
+        ``extra_layers``)."""
         return {}
 
     def __init__(self, net: EnsembleNet, optimizer, hp: dict, context: MethodContext):

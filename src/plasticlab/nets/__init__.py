@@ -10,10 +10,18 @@ from .layers import (
     max_pool,
     relu,
 )
-from .network import Block, EnsembleNet, build_network, hidden_sizes
+from .network import (
+    Block,
+    EnsembleNet,
+    build_network,
+    concat_relu_scale,
+    hidden_sizes,
+    layer_plan,
+    plan_parameter_count,
+)
 
 __all__ = [
     "ACTIVATIONS", "INIT_SCHEMES", "Block", "EnsembleConv2d", "EnsembleLayerNorm",
     "EnsembleLinear", "EnsembleNet", "build_network", "concat_relu", "hidden_sizes", "max_pool",
-    "relu",
+    "relu", "concat_relu_scale", "layer_plan", "plan_parameter_count",
 ]

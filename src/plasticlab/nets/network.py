@@ -8,6 +8,7 @@ inside through :meth:`EnsembleNet.hidden_blocks` (features for CBP/ReDo/srank) a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -139,6 +140,69 @@ def hidden_sizes(arch: str, width: float = 1.0, extra_layers: int = 0) -> dict[s
     raise ValueError(f"unknown architecture {arch!r}; valid: mlp, cnn")
 
 
+def _shrink(n: int, hidden_scale: float) -> int:
+    # floor, guarded against 0.29·100 = 28.999…: the paper's CReLU fractions come out this way
+    return max(1, int(round(n * hidden_scale, 6)))
+
+
+def layer_plan(arch: str, input_shape: tuple[int, ...], num_outputs: int, *, width: float = 1.0,
+               extra_layers: int = 0, activation: str = "relu", hidden_scale: float = 1.0
+               ) -> list[dict]:
+    """The layers :func:`build_network` builds, as dicts: ``kind`` (conv | linear), ``inputs``,
+    ``outputs``, and for convs ``kernel``, ``pool`` and the output ``size`` (H, W)."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {activation!r}; valid: {', '.join(ACTIVATIONS)}")
+    factor = ACTIVATIONS[activation][1]
+    sizes = hidden_sizes(arch, width, extra_layers)
+    plan = []
+    shape = tuple(input_shape)
+    for channels, kernel, pool in sizes.get("conv", []):
+        channels = _shrink(channels, hidden_scale)
+        h, w = shape[1] - kernel + 1, shape[2] - kernel + 1
+        plan.append({"kind": "conv", "inputs": shape[0], "outputs": channels, "kernel": kernel,
+                     "pool": pool, "size": (h, w)})
+        if pool:
+            h, w = h // 2, w // 2
+        shape = (channels * factor, h, w)
+    features = math.prod(shape)
+    for n in sizes["fc"]:
+        n = _shrink(n, hidden_scale)
+        plan.append({"kind": "linear", "inputs": features, "outputs": n})
+        features = n * factor
+    plan.append({"kind": "linear", "inputs": features, "outputs": num_outputs})
+    return plan
+
+
+def plan_parameter_count(plan: list[dict], layer_norm: bool = False) -> int:
+    """Trainable parameters of one member of the network ``plan`` describes."""
+    total = 0
+    for i, layer in enumerate(plan):
+        k = layer.get("kernel", 1)
+        total += layer["outputs"] * (layer["inputs"] * k * k + 1)
+        if layer_norm and i < len(plan) - 1:
+            total += 2 * layer["outputs"] * math.prod(layer.get("size", (1, 1)))
+    return total
+
+
+def concat_relu_scale(arch: str, input_shape: tuple[int, ...], num_outputs: int, *,
+                      width: float = 1.0, extra_layers: int = 0) -> float:
+    """The hidden-width multiplier s for a Concat ReLU network: the smallest s on a 0.01 grid
+    whose CReLU network has at least as many parameters as the plain ReLU network (CReLU
+    doubles each next layer's fan-in). 1 − s is the fraction of units removed: 0.09 for the
+    MLP, 0.27 for the CNN with 10 or 2 outputs, 0.31 with 100 (the paper's numbers)."""
+    common = {"width": width, "extra_layers": extra_layers}
+    target = plan_parameter_count(layer_plan(arch, input_shape, num_outputs, **common))
+    best = 1.0
+    for step in range(100, 0, -1):
+        s = step / 100
+        plan = layer_plan(arch, input_shape, num_outputs, activation="concat_relu",
+                          hidden_scale=s, **common)
+        if plan_parameter_count(plan) < target:
+            break
+        best = s
+    return best
+
+
 def build_network(
     arch: str,
     members: int,
@@ -156,37 +220,28 @@ def build_network(
 ) -> EnsembleNet:
     """Build the SPEC §4 MLP or CNN for ``members`` members and initialise it.
 
-    ``hidden_scale`` multiplies every hidden width after ``width`` (Concat ReLU shrinks its
-    net this way so its parameter count matches the plain net's). ``generators`` (one per
-    member) make θ₀ reproducible; without them, torch's global RNG is used for every member.
+    ``hidden_scale`` multiplies every hidden width after ``width`` (rounded down; Concat ReLU
+    shrinks its net this way so its parameter count matches the plain net's). ``layer_norm``
+    puts a LayerNorm after each hidden Linear/Conv (over C, H, W for convs), before the
+    activation. ``generators`` (one per member) make θ₀ reproducible; without them, torch's
+    global RNG is used for every member.
     """
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"unknown activation {activation!r}; valid: {', '.join(ACTIVATIONS)}")
-    factor = ACTIVATIONS[activation][1]
-    sizes = hidden_sizes(arch, width, extra_layers)
-
-    def shrink(n: int) -> int:
-        return max(1, int(round(n * hidden_scale)))
-
+    plan = layer_plan(arch, input_shape, num_outputs, width=width, extra_layers=extra_layers,
+                      activation=activation, hidden_scale=hidden_scale)
     blocks: list[Block] = []
-    shape = tuple(input_shape)
-    for i, (channels, kernel, pool) in enumerate(sizes.get("conv", [])):
-        channels = shrink(channels)
-        conv = EnsembleConv2d(members, shape[0], channels, kernel, kernel=conv_kernel)
-        h, w = shape[1] - kernel + 1, shape[2] - kernel + 1
-        norm = EnsembleLayerNorm(members, (channels, h, w)) if layer_norm else None
-        if pool:
-            h, w = h // 2, w // 2
-        last_conv = i == len(sizes["conv"]) - 1
-        blocks.append(Block(conv, norm, activation, pool=pool, flatten=last_conv))
-        shape = (channels * factor, h, w)
-    features = int(torch.tensor(shape).prod())
-    for n in sizes["fc"]:
-        n = shrink(n)
-        norm = EnsembleLayerNorm(members, (n,)) if layer_norm else None
-        blocks.append(Block(EnsembleLinear(members, features, n), norm, activation))
-        features = n * factor
-    blocks.append(Block(EnsembleLinear(members, features, num_outputs)))
+    convs = [layer for layer in plan if layer["kind"] == "conv"]
+    for i, layer in enumerate(plan):
+        hidden = i < len(plan) - 1
+        if layer["kind"] == "conv":
+            affine = EnsembleConv2d(members, layer["inputs"], layer["outputs"], layer["kernel"],
+                                    kernel=conv_kernel)
+            norm_shape = (layer["outputs"], *layer["size"])
+            blocks.append(Block(affine, EnsembleLayerNorm(members, norm_shape) if layer_norm else None,
+                                activation, pool=layer["pool"], flatten=layer is convs[-1]))
+        else:
+            affine = EnsembleLinear(members, layer["inputs"], layer["outputs"])
+            norm = EnsembleLayerNorm(members, (layer["outputs"],)) if layer_norm and hidden else None
+            blocks.append(Block(affine, norm, activation if hidden else None))
     net = EnsembleNet(blocks, members, init)
     if generators is None:
         generators = [torch.default_generator] * members

@@ -146,6 +146,22 @@ class Problem:
             x = torch.gather(x, 2, self._perm)
         return self.normalize(x), self._y[self._members, pos]
 
+    def sample_inputs(self, n: int, key: str) -> torch.Tensor:
+        """``n`` training inputs of the current task per member, ``[K, n, …]`` network inputs,
+        drawn without replacement from ``(seed, task, key)`` — for measurements and for EWC's
+        Fisher, never for training."""
+        if self._x is None:
+            raise RuntimeError(f"{self.name}: call start_task(task) before sample_inputs")
+        size = self._x.shape[1]
+        pos = np.stack([np_rng(seed, self.name, "sample", key, self.task).permutation(size)[:n]
+                        for seed in self.seeds])
+        pos = torch.from_numpy(pos).to(self.device)
+        x = self._x[self._members, pos]
+        if self._perm is not None:
+            perm = self._perm[:, :1, :].expand(self.members, pos.shape[1], self._perm.shape[2])
+            x = torch.gather(x, 2, perm)
+        return self.normalize(x)
+
     def test_set(self, task: int | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The held-out test set of ``task`` (default: the current one) as network inputs
         ``[K, N, …]`` and labels ``[K, N]``, or None when the problem has none.

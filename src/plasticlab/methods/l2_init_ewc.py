@@ -1,0 +1,23 @@
+"""L2 Init + EWC: both penalties in the loss — (λ/2)‖θ − θ₀‖² keeps the network plastic,
+EWC's Fisher-weighted anchors at each task end limit forgetting (SPEC §7, forgetting study)."""
+
+from ..regularizers import L2Init as L2InitPenalty
+from .base import STRENGTH
+from .ewc import EWC
+
+
+class L2InitEWC(EWC):
+    name = "l2_init_ewc"
+    description = "L2 Init and EWC together"
+    hyperparameters = (STRENGTH, *EWC.hyperparameters)
+
+    def __init__(self, net, optimizer, hp, context):
+        super().__init__(net, optimizer, hp, context)
+        self.l2_init = L2InitPenalty(net, hp["strength"], member_dim=True)
+
+    def add_penalty_grad(self):
+        self.l2_init.add_grad_()
+        super().add_penalty_grad()
+
+    def penalty(self):
+        return self.l2_init.value().detach() + super().penalty()

@@ -1,0 +1,14 @@
+"""Layer Norm (Ba et al. 2016; Lyle et al. 2023): a LayerNorm after each hidden Linear/Conv,
+before the ReLU (over C, H, W for convolutions). Its gain and bias are trained but never
+regularized."""
+
+from .base import Method
+
+
+class LayerNorm(Method):
+    name = "layer_norm"
+    description = "LayerNorm before every hidden activation"
+
+    @classmethod
+    def architecture(cls, hp, net):
+        return {"layer_norm": True}

@@ -1,0 +1,357 @@
+"""ReDo: recycling dormant neurons (Sokar, Agarwal, Castro & Evci, ICML 2023; SPEC §2.2).
+
+Every ``period`` optimizer steps, ReDo looks at how active each hidden unit is on a batch of
+current inputs. The score of unit i of a layer with H units is its mean absolute activation,
+normalised by the layer's average:
+
+    s_i = E_x |h_i(x)| / ( (1/H) Σ_k E_x |h_k(x)| + 1e-9 )
+
+(the expectation is the batch mean; for a conv layer a unit is an output channel and the mean
+runs over batch *and* space). A unit with s_i ≤ τ is **dormant** — τ = 0 means exactly zero
+activity on the batch. Each dormant unit is recycled:
+
+- its incoming weights and bias are re-initialised: a fresh draw from the network's init
+  distribution (``reinit="fresh"``, the paper) or its initial values θ₀
+  (``reinit="initial"``, the variant of the L2 Init authors' reference code);
+- its outgoing weights are set to 0, so recycling does not change what the next layer computes
+  at that moment — the new unit starts silent and earns a role through the gradient;
+- the optimizer moments of all those weights are set to 0 (Adam's m and v; the step count, and
+  therefore the bias correction, is kept — ReDo resets moments only).
+
+The output layer has no outgoing weights and is never recycled.
+
+Two front ends share one implementation, :class:`UnitRecycler` (a list of
+:class:`~plasticlab.nets.units.HiddenLayer` plus an optimizer adapter):
+
+- :class:`ReDo`, the method ``redo`` for the ensemble engine: per-member τ as a ``[K]``
+  tensor, masks and ``torch.where`` instead of per-member branches, no host synchronisation;
+- :class:`ReDoSequential`, a drop-in for a user's own ``nn.Sequential`` and its ``torch.optim``
+  optimizer: ``redo = ReDoSequential(model, optimizer)`` then ``redo.recycle(x_batch)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from ..nets import EnsembleNet
+from ..nets.init import check_scheme
+from ..nets.units import HiddenLayer, hidden_layers, parameter_index, sequential_hidden_layers
+from ..params import Param
+from .base import Method, MethodContext
+
+SCORE_EPS = 1e-9
+"""Added to the layer's mean score, as in the authors' code: an all-silent layer scores 0."""
+
+REINIT_CHOICES = ("fresh", "initial")
+
+
+# --- the dormant-neuron score ---------------------------------------------------------------
+
+def unit_activity(features: torch.Tensor) -> torch.Tensor:
+    """E|h_i|: each unit's mean absolute activation, ``[K, U]``.
+
+    ``features`` are post-activation features ``[K, B, U]`` (linear) or ``[K, B, U, H, W]``
+    (conv: the mean also runs over the spatial positions of the channel).
+    """
+    h = features.detach().abs()
+    return h.mean(dim=1) if h.dim() == 3 else h.mean(dim=(1, 3, 4))
+
+
+def dormancy_scores(activity: torch.Tensor) -> torch.Tensor:
+    """s_i = E|h_i| / (mean_k E|h_k| + 1e-9) from :func:`unit_activity` ``[K, U]`` → ``[K, U]``.
+
+    The normalisation by the layer's mean makes τ a fraction of the typical unit's activity,
+    the same for wide and narrow layers and for any activation scale.
+    """
+    return activity / (activity.mean(dim=1, keepdim=True) + SCORE_EPS)
+
+
+def dormant_mask(activity: torch.Tensor, threshold: torch.Tensor | float) -> torch.Tensor:
+    """Dormant units, ``[K, U]`` bool: s_i ≤ τ, with τ a float or a per-member ``[K]`` tensor.
+
+    With τ = 0 exactly the units with zero activity on every input of the batch are dormant
+    (scores are ≥ 0, and 0 only when E|h_i| = 0).
+    """
+    scores = dormancy_scores(activity)
+    tau = torch.as_tensor(threshold, dtype=scores.dtype, device=scores.device)
+    return scores <= tau.reshape(-1, 1)
+
+
+# --- optimizers ---------------------------------------------------------------------------------
+
+class TorchOptimizerState:
+    """Adapter giving a ``torch.optim`` optimizer the ``params`` / ``reset(index, mask)``
+    interface of :mod:`plasticlab.optim`, for :class:`ReDoSequential`.
+
+    ``reset`` sets to 0 every per-element state tensor of the parameter (tensors shaped like
+    it: Adam/AdamW's ``exp_avg``, ``exp_avg_sq`` and ``max_exp_avg_sq``, SGD's
+    ``momentum_buffer``) where ``mask`` is true. Scalar state such as Adam's ``step`` is
+    per tensor in ``torch.optim``, so a per-element count restart is impossible and refused —
+    ReDo never asks for one.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer):
+        self.optimizer = optimizer
+        self.params = [p for group in optimizer.param_groups for p in group["params"]]
+
+    @torch.no_grad()
+    def reset(self, index: int, mask: torch.Tensor, restart_count: bool = True) -> None:
+        """Zero the per-element state of parameter ``index`` where ``mask`` is true."""
+        if restart_count:
+            raise NotImplementedError("torch.optim keeps one step count per tensor; it cannot be "
+                                      "restarted for single elements")
+        p = self.params[index]
+        mask = mask.expand_as(p)
+        # State appears lazily at the optimizer's first step; before that there is nothing to zero.
+        for value in self.optimizer.state.get(p, {}).values():
+            if torch.is_tensor(value) and value.shape == p.shape:
+                value.masked_fill_(mask, 0.0)
+
+
+class NoOptimizerState:
+    """Stand-in when no optimizer is given: there is no state to reset."""
+
+    def __init__(self, params: Sequence[torch.Tensor]):
+        self.params = list(params)
+
+    def reset(self, index: int, mask: torch.Tensor, restart_count: bool = True) -> None:
+        """Nothing to reset."""
+
+
+def optimizer_state(optimizer, layers: Sequence[HiddenLayer]):
+    """The object whose ``reset`` zeroes moments: plasticlab optimizers as they are, a
+    ``torch.optim.Optimizer`` through :class:`TorchOptimizerState`, ``None`` as no state.
+
+    Every weight ReDo touches must be one of the optimizer's parameters (else its moments
+    would silently survive recycling); a missing one is an error naming the layer.
+    """
+    if optimizer is None:
+        return NoOptimizerState([t for layer in layers for t in _touched(layer)])
+    if isinstance(optimizer, torch.optim.Optimizer):
+        state = TorchOptimizerState(optimizer)
+    elif hasattr(optimizer, "reset") and hasattr(optimizer, "params"):
+        state = optimizer
+    else:
+        raise TypeError(f"ReDo needs a torch.optim optimizer or a plasticlab optimizer, "
+                        f"got {type(optimizer).__name__}")
+    for i, layer in enumerate(layers):
+        for tensor in _touched(layer):
+            try:
+                parameter_index(state, tensor)
+            except ValueError:
+                raise ValueError(f"ReDo: a parameter of hidden layer {i} (or of the layer after it) "
+                                 f"is not in the optimizer; give the optimizer all of the "
+                                 f"model's weights") from None
+    return state
+
+
+def _touched(layer: HiddenLayer) -> tuple[torch.Tensor, ...]:
+    return layer.in_weight_param, layer.in_bias_param, layer.out_weight_param
+
+
+# --- the recycling step, shared by both front ends ---------------------------------------------
+
+class UnitRecycler:
+    """ReDo's recycling step over ``layers`` (each a :class:`HiddenLayer`, ``[K, …]`` views).
+
+    ``reinit``: ``"fresh"`` draws new incoming weights and bias from init ``scheme`` with
+    ``generators[l]`` (one generator per member for layer l, so member k's draws depend on its
+    own generator only); ``"initial"`` restores θ₀, the values the layers hold when this object
+    is built. ``optimizer``: see :func:`optimizer_state`.
+    """
+
+    def __init__(self, layers: Sequence[HiddenLayer], optimizer, reinit: str = "fresh",
+                 scheme: str = "torch_default",
+                 generators: Sequence[Sequence[torch.Generator]] | None = None):
+        if reinit not in REINIT_CHOICES:
+            raise ValueError(f"ReDo: reinit must be one of {', '.join(REINIT_CHOICES)}, got {reinit!r}")
+        self.layers = list(layers)
+        self.reinit = reinit
+        self.scheme = check_scheme(scheme)
+        self.state = optimizer_state(optimizer, self.layers)
+        if reinit == "fresh":
+            if generators is None or len(generators) != len(self.layers):
+                raise ValueError("ReDo: reinit='fresh' needs one list of per-member generators per layer")
+            self.generators = [list(g) for g in generators]
+        else:
+            # θ₀ of the incoming side only: that is all "initial" ever restores.
+            self.initial = [(layer.in_weight.detach().clone(), layer.in_bias.detach().clone())
+                            for layer in self.layers]
+
+    def replacement(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Candidate incoming (weight, bias) for every unit of layer ``index``, ``[K, …]``.
+
+        A fresh draw covers the whole layer, dormant or not: the number of draws then never
+        depends on which units are dormant, so the random stream stays in step without a
+        host synchronisation, and the only per-member loop is inside the draws.
+        """
+        if self.reinit == "initial":
+            return self.initial[index]
+        return self.layers[index].sample_init(self.scheme, self.generators[index])
+
+    @torch.no_grad()
+    def recycle(self, activity: Sequence[torch.Tensor], threshold: torch.Tensor | float
+                ) -> torch.Tensor:
+        """Recycle the dormant units of every layer; return how many per member and layer, ``[K, L]``.
+
+        ``activity[l]``: layer l's :func:`unit_activity` ``[K, U_l]``, all measured on the same
+        batch *before* anything changes; ``threshold``: τ, a float or ``[K]``.
+        """
+        masks = [dormant_mask(a, threshold) for a in activity]
+        # Incoming sides first, then outgoing zeros (the authors' order): where a dormant unit
+        # of layer l meets a dormant unit of layer l+1, the weight ends at 0, so a recycled
+        # unit never feeds the next layer at the moment it is recycled.
+        for i, (layer, mask) in enumerate(zip(self.layers, masks, strict=True)):
+            weight, bias = self.replacement(i)
+            layer.in_weight.copy_(torch.where(layer.incoming_mask(mask), weight, layer.in_weight))
+            layer.in_bias.copy_(torch.where(mask, bias, layer.in_bias))
+        for layer, mask in zip(self.layers, masks, strict=True):
+            layer.out_weight.masked_fill_(layer.outgoing_mask(mask), 0.0)
+            # Moments only (restart_count=False): ReDo keeps the step count and so Adam's bias
+            # correction; the zeroed moments make the next update a plain normalised gradient.
+            layer.reset_optimizer(self.state, "in_weight", layer.incoming_mask(mask), restart_count=False)
+            layer.reset_optimizer(self.state, "in_bias", mask, restart_count=False)
+            layer.reset_optimizer(self.state, "out_weight", layer.outgoing_mask(mask), restart_count=False)
+        return torch.stack([m.sum(dim=1) for m in masks], dim=1)
+
+
+# --- the method for the ensemble engine --------------------------------------------------------
+
+PERIOD = Param("period", 625, int, "steps between recycles (SPEC §6 gives it in tasks: × steps_per_task)")
+THRESHOLD = Param("threshold", 0.0, float, "τ: a unit whose normalised score is ≤ τ is dormant "
+                  "(0: exactly inactive)", per_member=True)
+REINIT = Param("reinit", "fresh", str, "fresh: redraw from the init distribution; initial: restore θ₀",
+               choices=REINIT_CHOICES)
+
+
+class ReDo(Method):
+    """ReDo on an ensemble: every ``period`` steps, recycle each member's dormant units.
+
+    Hyper-parameters: ``period`` (steps, shared by the ensemble: it decides *when* work
+    happens), ``threshold`` τ (per member, ``[K]``), ``reinit`` (``fresh`` | ``initial``).
+    The scores come from a fresh forward pass of the just-updated network on this step's
+    inputs. After each recycle, :attr:`last_recycled` ``[K]`` and
+    :attr:`last_recycled_per_layer` ``[K, L]`` hold how many units were recycled (on the
+    device; read them when a host sync is due anyway).
+    """
+
+    name = "redo"
+    description = "ReDo: recycle dormant units every period steps"
+    hyperparameters = (PERIOD, THRESHOLD, REINIT)
+
+    def __init__(self, net: EnsembleNet, optimizer, hp: dict, context: MethodContext):
+        super().__init__(net, optimizer, hp, context)
+        self.period = int(hp["period"])
+        if self.period < 1:
+            raise ValueError(f"method redo: period must be >= 1 step, got {self.period}")
+        self.threshold = torch.as_tensor(hp["threshold"], dtype=torch.float32,
+                                         device=context.device).reshape(-1)
+        if bool((self.threshold < 0).any()):  # once, at construction
+            raise ValueError("method redo: threshold τ must be >= 0")
+        layers = hidden_layers(net, "ReDo")
+        generators = [context.generators(self.name, i) for i in range(len(layers))]
+        self.recycler = UnitRecycler(layers, optimizer, hp["reinit"], net.init, generators)
+        K, device = net.members, context.device
+        self.last_recycled_per_layer = torch.zeros(K, len(layers), dtype=torch.long, device=device)
+        self.last_recycled = torch.zeros(K, dtype=torch.long, device=device)
+
+    def after_step(self, features: list[torch.Tensor], x: torch.Tensor, step: int) -> None:
+        """On steps that are multiples of ``period``: score the units on ``x`` with the updated
+        network and recycle the dormant ones. Other steps do nothing."""
+        if step % self.period:
+            return
+        with torch.no_grad():
+            _, feats = self.net(x, return_features=True)
+        self.recycle([unit_activity(f) for f in feats])
+
+    def recycle(self, activity: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Recycle from per-layer :func:`unit_activity` ``[K, U]``; return ``[K, L]`` counts."""
+        counts = self.recycler.recycle(activity, self.threshold)
+        self.last_recycled_per_layer = counts
+        self.last_recycled = counts.sum(dim=1)
+        return counts
+
+
+# --- the drop-in for a user's own nn.Sequential ------------------------------------------------
+
+class ReDoSequential:
+    """ReDo for a plain ``nn.Sequential`` of Linear/Conv2d, ReLU, pooling, flatten and dropout.
+
+    ::
+
+        redo = ReDoSequential(model, optimizer, threshold=0.0, reinit="fresh", seed=0)
+        ...
+        if step % 1000 == 0:
+            redo.recycle(x_batch)          # score on this batch, recycle now
+
+    ``optimizer``: ``torch.optim.Adam``/``AdamW``/``SGD`` (their per-element moments and
+    momentum buffers of the touched weights are set to 0; step counts are kept), a
+    :mod:`plasticlab.optim` optimizer, or ``None``. ``threshold`` τ: a unit whose score is ≤ τ
+    is dormant (0: exactly inactive on the batch). ``reinit="fresh"`` redraws incoming weights
+    and bias from ``init`` (``torch_default`` is PyTorch's own Linear/Conv2d default) with a
+    generator seeded by ``seed``; ``reinit="initial"`` restores the values the model has when
+    this object is built (build it before training). Layers it cannot reason about (e.g.
+    BatchNorm) are refused with the layer named.
+    """
+
+    def __init__(self, model: nn.Sequential, optimizer=None, threshold: float = 0.0,
+                 reinit: str = "fresh", seed: int = 0, init: str = "torch_default"):
+        if not threshold >= 0:
+            raise ValueError(f"ReDo: threshold τ must be >= 0, got {threshold}")
+        self.model, self.threshold = model, float(threshold)
+        layers, relus = sequential_hidden_layers(model, "ReDo")
+        # Same streams as member `seed` of an ensemble: torch_generator(seed, "method", "redo", l).
+        context = MethodContext([seed], torch.device("cpu"))
+        generators = [context.generators("redo", i) for i in range(len(layers))]
+        self.recycler = UnitRecycler(layers, optimizer, reinit, init, generators)
+        # One hook per distinct ReLU module (a module may be reused at several places).
+        self._relus = list({id(m): m for m in relus}.values())
+        self.last_recycled = [0] * len(layers)
+
+    def activity(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """E|h_i| of every hidden layer on batch ``x``, as ``[1, U]`` tensors (no gradients;
+        dropout off while measuring, the model's train/eval modes restored after)."""
+        found: list[torch.Tensor] = []
+
+        def hook(module, inputs, output):
+            # Reduce at once: later in-place layers cannot alter it, and no batch is kept.
+            h = output.detach().abs()
+            found.append(h.mean(dim=0) if h.dim() == 2 else h.mean(dim=(0, 2, 3)))
+
+        handles = [m.register_forward_hook(hook) for m in self._relus]
+        modes = [(m, m.training) for m in self.model.modules()]
+        try:
+            self.model.eval()
+            with torch.no_grad():
+                self.model(x)
+        finally:
+            for handle in handles:
+                handle.remove()
+            for m, mode in modes:
+                m.training = mode
+        # The ReLU calls run in layer order and hidden layer l owns the l-th (a ReLU after the
+        # output layer, if any, is the one after them).
+        out = []
+        for layer, a in zip(self.recycler.layers, found, strict=False):
+            # A ReLU placed after Flatten sees a conv layer's C·H·W positions, channel-major:
+            # the channel's activity is the mean over its contiguous block.
+            out.append(a.view(layer.units, -1).mean(dim=1)[None])
+        return out
+
+    def scores(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """Normalised scores s_i of every hidden layer's units on batch ``x``, ``[U]`` each."""
+        return [dormancy_scores(a)[0] for a in self.activity(x)]
+
+    def dormant(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """Which units are dormant (s_i ≤ τ) on batch ``x``, a ``[U]`` bool tensor per layer."""
+        return [dormant_mask(a, self.threshold)[0] for a in self.activity(x)]
+
+    def recycle(self, x: torch.Tensor) -> list[int]:
+        """Score the units on batch ``x`` and recycle the dormant ones now; return how many
+        were recycled in each hidden layer."""
+        counts = self.recycler.recycle(self.activity(x), self.threshold)
+        self.last_recycled = counts[0].tolist()
+        return self.last_recycled

@@ -1,0 +1,32 @@
+"""Shrink & Perturb (Ash & Adams 2020): after every optimizer step,
+
+    θ ← p·θ + σ·ε,   ε a fresh draw from each layer's own init distribution,
+
+which shrinks weights toward 0 and re-injects initialisation-like noise. p (``shrink``, the
+paper's tables give it as 1 − x) and σ (``noise``) are per member.
+"""
+
+from ..params import Param
+from ..perturb import ShrinkPerturb as ShrinkPerturbStep
+from .base import Method
+
+
+class ShrinkPerturb(Method):
+    name = "shrink_perturb"
+    description = "θ ← p·θ + σ·ε after every step, ε ~ init"
+    hyperparameters = (
+        Param("shrink", 0.999, float, "p: the multiplier applied to θ after every step",
+              per_member=True),
+        Param("noise", 1e-2, float, "σ: scale of the fresh init-distribution noise",
+              per_member=True),
+    )
+
+    def __init__(self, net, optimizer, hp, context):
+        super().__init__(net, optimizer, hp, context)
+        generators = context.generators(self.name)
+        self.perturb = ShrinkPerturbStep(net.regularized_parameters(), hp["shrink"], hp["noise"],
+                                         sampler=lambda: net.sample_init(generators),
+                                         member_dim=True)
+
+    def after_step(self, features, x, step):
+        self.perturb.step()
