@@ -15,11 +15,12 @@ from .l2_init import L2Init
 from .l2_init_ewc import L2InitEWC
 from .l2_init_resample import L2InitResample
 from .layer_norm import LayerNorm
+from .redo import ReDo
 from .shrink_perturb import ShrinkPerturb
 
 METHODS: dict[str, type[Method]] = {
     cls.name: cls for cls in (Baseline, L2, L2Init, L1Init, HuberInit, L2InitResample,
-                              ShrinkPerturb, ConcatReLU, LayerNorm, EWC, L2InitEWC)
+                              ShrinkPerturb, ConcatReLU, LayerNorm, ReDo, EWC, L2InitEWC)
 }
 
 
