@@ -178,7 +178,7 @@ def test_adam_after_an_empty_reset_keeps_giving_the_same_numbers_for_1000_steps(
     gen = torch.Generator().manual_seed(2)
     a = [torch.randn(40, 40, generator=gen)]
     b = [a[0].clone()]
-    opt_a, opt_b = Adam(a, lr=1e-3), Adam(b, lr=1e-3)
+    opt_a, opt_b = Adam(a, lr=1e-3), Adam(b, lr=1e-3, fused=False)
     opt_a.reset(0, torch.zeros(40, 40, dtype=torch.bool))
     for _ in range(1000):
         g = torch.randn(40, 40, generator=gen)
@@ -311,3 +311,18 @@ def test_unknown_optimizer_name_lists_the_valid_names():
 def test_make_optimizer_builds_the_named_class():
     assert isinstance(make_optimizer("adam", [torch.zeros(1, 2)], 1e-3), Adam)
     assert isinstance(make_optimizer("sgd", [torch.zeros(1, 2)], 1e-2), SGD)
+
+
+def test_fused_adam_kernel_matches_the_simple_loop_for_1000_steps():
+    # The fast path (torch's fused kernel) against the readable per-tensor loop.
+    gen = torch.Generator().manual_seed(4)
+    a = [torch.randn(8, 100, 78, generator=gen), torch.randn(8, 100, generator=gen)]
+    b = [p.clone() for p in a]
+    fast, simple = Adam(a, lr=1e-3), Adam(b, lr=1e-3, fused=False)
+    assert fast.fused
+    for _ in range(1000):
+        g = [torch.randn(p.shape, generator=gen) for p in a]
+        step_with(fast, a, g)
+        step_with(simple, b, g)
+    for x, y in zip(a, b, strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-6, atol=1e-6)

@@ -126,11 +126,11 @@ class Regularizer:
     def add_grad_(self) -> None:
         """Add the penalty's gradient λ·ρ'(θ − target) to each parameter's ``.grad``."""
         for p, d in self._diffs():
-            g = self._strength_for(p) * self.rho_grad(d)
+            s, r = self._strength_for(p), self.rho_grad(d)
             if p.grad is None:
-                p.grad = g.clone() if g.shape == p.shape else g.expand_as(p).clone()
+                p.grad = (s * r).expand_as(p).clone()
             else:
-                p.grad.add_(g)
+                p.grad.addcmul_(s, r)  # one pass, no temporary for λ·ρ'(d)
 
 
 class L2(Regularizer):
