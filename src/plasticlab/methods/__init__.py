@@ -6,6 +6,7 @@ Adding a method: write ``methods/my_method.py`` with a :class:`Method` subclass 
 
 from .base import Method, MethodContext, PenaltyMethod
 from .baseline import Baseline
+from .cbp import ContinualBackprop
 from .concat_relu import ConcatReLU
 from .ewc import EWC
 from .huber_init import HuberInit
@@ -20,7 +21,8 @@ from .shrink_perturb import ShrinkPerturb
 
 METHODS: dict[str, type[Method]] = {
     cls.name: cls for cls in (Baseline, L2, L2Init, L1Init, HuberInit, L2InitResample,
-                              ShrinkPerturb, ConcatReLU, LayerNorm, ReDo, EWC, L2InitEWC)
+                              ShrinkPerturb, ContinualBackprop, ConcatReLU, LayerNorm, ReDo, EWC,
+                              L2InitEWC)
 }
 
 

@@ -216,6 +216,7 @@ class GenerateAndTest:
 
     @property
     def members(self) -> int:
+        """K, the number of members."""
         return int(self.decay.shape[0])
 
     def eligible_counts(self) -> list[np.ndarray]:

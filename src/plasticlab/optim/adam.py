@@ -13,6 +13,7 @@ cheaper and gives the same numbers.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -93,13 +94,14 @@ class Adam:
             p.addcdiv_(m, denom, value=-self.lr / bc1)
         else:
             steps.add_(1)
-            # Bias corrections in float64 and the same operations in the same order as the
-            # scalar branch, so that elements never reset get bit-identical updates.
-            t64 = steps.to(torch.float64)
-            step_size = (-self.lr / (1 - torch.pow(beta1, t64))).to(p.dtype)
-            bc2_sqrt = (1 - torch.pow(beta2, t64)).sqrt_().to(p.dtype)
+            # Per-element bias corrections 1 − βᵗ = −expm1(t·ln β), elementwise in the
+            # parameter's dtype: accurate to rounding even for small t (where 1 − exp(·) would
+            # cancel), and a few cheap passes instead of gathers from a table or float64 pows
+            # (both measured several times slower on the paper's first layer).
+            bc1 = torch.expm1(steps * math.log(beta1)).neg_()
+            bc2_sqrt = torch.expm1(steps * math.log(beta2)).neg_().sqrt_()
             denom = (v.sqrt() / bc2_sqrt).add_(self.eps)
-            p.add_(step_size * m / denom)
+            p.addcdiv_(m / bc1, denom, value=-self.lr)
 
     @torch.no_grad()
     def reset(self, index: int, mask: torch.Tensor, restart_count: bool = True) -> None:
