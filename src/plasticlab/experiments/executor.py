@@ -1,7 +1,14 @@
-"""Run several ensembles at once: one worker process per core, one torch thread each.
+"""Run several ensembles at once.
 
-The parent process is the only writer of the results store: workers train and return their
-:class:`~plasticlab.engine.EnsembleResult`; the parent records it.
+Two executors share one driver loop:
+
+- ``local``: one worker process per core (spawned), one torch thread each;
+- ``ray``: the same jobs as Ray tasks on a cluster (``--ray-address`` or ``$RAY_ADDRESS``; a
+  local Ray instance when neither is set). Ray is an optional extra: ``pip install plasticlab[ray]``.
+
+Either way the driver process is the only writer of the results store: workers train and
+return their :class:`~plasticlab.engine.EnsembleResult`; the driver records it. Jobs are
+submitted longest first, and a failing job is recorded as failed without stopping the others.
 """
 
 from __future__ import annotations
@@ -19,15 +26,19 @@ from .config import RunConfig
 from .runner import progress_bar, record_result, record_start
 from .store import ResultStore
 
+EXECUTORS = ("local", "ray")
+
 
 @dataclass
 class Job:
-    """One ensemble to train: a config, its members' seeds and per-member parameters."""
+    """One ensemble to train: a config, its members' seeds and per-member parameters, and
+    extra keyword options for :func:`~plasticlab.engine.train_ensemble`."""
 
     config: RunConfig
     seeds: list[int]
     member_params: list[dict] | None = None
     label: str = ""
+    options: dict = field(default_factory=dict)
     records: list[dict] = field(default_factory=list)
     error: str | None = None
 
@@ -40,45 +51,92 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _train(job: Job, data_dir, device: str, position: int, progress: bool) -> EnsembleResult:
+def train_job(job: Job, data_dir=None, device: str = "cpu", position: int = 0,
+              progress: bool = True) -> EnsembleResult:
+    """Train one job in this process (what a worker runs)."""
     bar, on_task_end = progress_bar(job.config, len(job.seeds), enabled=progress, position=position,
                                     label=job.label or None)
     try:
         return train_ensemble(job.config, job.seeds, job.member_params, data_dir=data_dir,
-                              device=device, on_task_end=on_task_end, on_steps=bar.update)
+                              device=device, on_task_end=on_task_end, on_steps=bar.update,
+                              **job.options)
     finally:
         bar.close()
 
 
+def job_cost(job: Job) -> float:
+    """Relative cost of a job (member-samples), for longest-first scheduling."""
+    c = job.config
+    return c.tasks * c.steps_per_task * c.batch_size * len(job.seeds)
+
+
 def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str = "cpu",
-             workers: int | None = None, progress: bool = True,
-             on_done: Callable[[Job], None] | None = None) -> list[Job]:
-    """Train ``jobs`` on ``workers`` processes (default: one per core), longest first, and
-    record every run in ``out``'s store. A failing job is recorded as failed (its traceback
-    in ``job.error``) and the others go on. Returns the jobs with their records filled in."""
-    workers = workers or default_workers()
-    order = sorted(range(len(jobs)), key=lambda i: -_cost(jobs[i]))
+             workers: int | None = None, progress: bool = True, executor: str = "local",
+             ray_address: str | None = None, on_done: Callable[[Job], None] | None = None
+             ) -> list[Job]:
+    """Train ``jobs`` with ``executor`` and record every run in ``out``'s store.
+
+    Returns the jobs with their ``records`` (or ``error``) filled in.
+    """
+    if executor not in EXECUTORS:
+        raise ValueError(f"unknown executor {executor!r}; valid: {', '.join(EXECUTORS)}")
+    jobs = list(jobs)
+    if not jobs:
+        return jobs
+    order = sorted(range(len(jobs)), key=lambda i: -job_cost(jobs[i]))
     with ResultStore(out) as store:
         run_ids = {i: record_start(store, jobs[i].config, jobs[i].seeds, device=device,
                                    member_params=jobs[i].member_params) for i in order}
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=min(workers, len(jobs)) or 1, mp_context=ctx) as pool:
-            futures = {pool.submit(_train, jobs[i], data_dir, device, slot % workers, progress): i
-                       for slot, i in enumerate(order)}
-            for fut in as_completed(futures):
-                i = futures[fut]
-                job = jobs[i]
-                try:
-                    job.records = record_result(store, job.config, run_ids[i], fut.result())
-                except Exception:
-                    job.error = traceback.format_exc()
-                    for rid in run_ids[i]:
-                        store.fail_run(rid, job.error)
-                if on_done is not None:
-                    on_done(job)
-    return list(jobs)
+
+        def finish(i: int, get_result: Callable[[], EnsembleResult]) -> None:
+            job = jobs[i]
+            try:
+                job.records = record_result(store, job.config, run_ids[i], get_result())
+            except Exception:
+                job.error = traceback.format_exc()
+                for rid in run_ids[i]:
+                    store.fail_run(rid, job.error)
+            if on_done is not None:
+                on_done(job)
+
+        if executor == "ray":
+            _run_ray(jobs, order, finish, data_dir, device, ray_address)
+        else:
+            _run_local(jobs, order, finish, data_dir, device, workers or default_workers(), progress)
+    return jobs
 
 
-def _cost(job: Job) -> float:
-    c = job.config
-    return c.tasks * c.steps_per_task * c.batch_size * len(job.seeds)
+def _run_local(jobs, order, finish, data_dir, device, workers, progress) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx) as pool:
+        futures = {pool.submit(train_job, jobs[i], data_dir, device, slot % workers, progress): i
+                   for slot, i in enumerate(order)}
+        for fut in as_completed(futures):
+            finish(futures[fut], fut.result)
+
+
+def _run_ray(jobs, order, finish, data_dir, device, address) -> None:
+    try:
+        import ray
+    except ImportError:
+        raise RuntimeError("the ray executor needs Ray: pip install 'plasticlab[ray]'") from None
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(address=address or os.environ.get("RAY_ADDRESS"), include_dashboard=False,
+                 log_to_driver=False)
+    try:
+        gpus = 1 if str(device).startswith("cuda") else 0
+        remote = ray.remote(num_cpus=1, num_gpus=gpus)(_ray_train)
+        refs = {remote.remote(jobs[i], data_dir, device): i for i in order}
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            ref = done[0]
+            finish(refs[ref], lambda ref=ref: ray.get(ref))
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def _ray_train(job: Job, data_dir, device: str) -> EnsembleResult:
+    return train_job(job, data_dir, device, progress=False)

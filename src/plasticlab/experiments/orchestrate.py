@@ -1,0 +1,119 @@
+"""``plasticlab sweep``: expand, skip what is finished, group into ensembles, run; and the
+paper's protocol (grid on 3 seeds → select → the winner on 10 new seeds).
+
+Re-running a sweep runs only what did not finish (runs are identified by config and seed), so a
+killed sweep resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .config import RunConfig, parse_seeds, resolve_config
+from .executor import Job, run_jobs
+from .protocol import select_best
+from .store import ResultStore
+from .sweep import Ensemble, Run, expand, group
+
+SELECTION_FILE = "selection.json"
+
+
+@dataclass
+class Plan:
+    """What a sweep will run: its ensembles, and how many runs were already finished."""
+
+    ensembles: list[Ensemble]
+    total_runs: int
+    finished_runs: int
+    phase: str = "grid"
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def runs(self) -> int:
+        return sum(len(e.seeds) for e in self.ensembles)
+
+    @property
+    def steps(self) -> int:
+        """Ensemble steps in all."""
+        return sum(e.steps for e in self.ensembles)
+
+
+def pending_runs(runs: Sequence[Run], out: str | Path) -> tuple[list[Run], int]:
+    """The runs of ``runs`` not yet finished in ``out``'s store, and how many were finished."""
+    path = Path(out)
+    if not (path / "results.sqlite").exists():
+        return list(runs), 0
+    with ResultStore(path) as store:
+        todo = [r for r in runs if not store.is_finished(ResultStore.run_id(r.config.to_dict(), r.seed))]
+    return todo, len(runs) - len(todo)
+
+
+def plan(runs: Sequence[Run], out, max_members: int, phase: str = "grid") -> Plan:
+    """Group the unfinished runs of ``runs`` into ensembles."""
+    todo, finished = pending_runs(runs, out)
+    return Plan(group(todo, max_members), len(runs), finished, phase)
+
+
+def run_plan(p: Plan, *, out, data_dir=None, device="cpu", workers=None, executor="local",
+             ray_address=None, progress=True, options: dict | None = None) -> list[Job]:
+    """Train every ensemble of ``p``; returns the jobs (failures recorded, not raised)."""
+    jobs = [Job(e.config, e.seeds, e.member_params, label=_label(e), options=dict(options or {}))
+            for e in p.ensembles]
+    return run_jobs(jobs, out=out, data_dir=data_dir, device=device, workers=workers,
+                    executor=executor, ray_address=ray_address, progress=progress)
+
+
+def _label(e: Ensemble) -> str:
+    return f"{e.config.method} {e.config.problem} lr={e.config.lr:g} K={len(e.seeds)}"
+
+
+def evaluation_runs(selection: dict, seeds: Sequence[int]) -> list[Run]:
+    """The protocol's second phase: each selected configuration on ``seeds``."""
+    runs = []
+    for entry in selection.values():
+        raw = {k: v for k, v in entry["config"].items()}
+        config = RunConfig(**raw)
+        runs.extend(Run(config, s) for s in seeds)
+    return runs
+
+
+def write_selection(out, selection: dict, sweep_name: str) -> Path:
+    """Record the protocol's choices in ``out/selection.json`` (human-readable, diffable)."""
+    rows = [{"problem": p, "optimizer": o, "method": m, "score": e["score"], "seeds": e["seeds"],
+             "candidates": e["candidates"], "lr": e["config"]["lr"], "params": e["config"]["params"],
+             "config": e["config"]} for (p, o, m), e in sorted(selection.items())]
+    path = Path(out) / SELECTION_FILE
+    path.write_text(json.dumps({"sweep": sweep_name, "selected": rows}, indent=2))
+    return path
+
+
+def grid_selection(runs: Sequence[Run], out) -> dict:
+    """Select the best configuration among the finished runs of ``runs``."""
+    keys = {ResultStore.run_id(r.config.to_dict(), r.seed) for r in runs}
+    with ResultStore(out) as store:
+        rows = [row for row in store.runs(status="finished") if row["run_id"] in keys]
+    return select_best(rows)
+
+
+def protocol_seeds(sweep: dict) -> list[int] | None:
+    """The evaluation seeds of a protocol sweep, or None when the sweep is a plain grid."""
+    protocol = sweep.get("protocol")
+    if not protocol:
+        return None
+    unknown = set(protocol) - {"evaluation_seeds"}
+    if unknown:
+        raise ValueError(f"unknown protocol key(s) {sorted(unknown)}; valid: evaluation_seeds")
+    seeds = protocol.get("evaluation_seeds", "100-109")
+    return parse_seeds(",".join(map(str, seeds)) if isinstance(seeds, list) else seeds)
+
+
+def sweep_runs(sweep: dict, scale: float | None = None) -> list[Run]:
+    """The grid runs of ``sweep`` (validated)."""
+    return expand(sweep, scale)
+
+
+__all__ = ["Plan", "evaluation_runs", "grid_selection", "pending_runs", "plan", "protocol_seeds",
+           "resolve_config", "run_plan", "sweep_runs", "write_selection"]

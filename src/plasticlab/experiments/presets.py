@@ -1,0 +1,148 @@
+"""Presets: every study of SPEC §7 as a sweep (see :mod:`plasticlab.experiments.sweep`).
+
+``plasticlab presets`` lists them; ``plasticlab sweep --preset NAME`` runs one. Full-scale
+settings are the paper's; ``--scale`` shortens them. The main comparison and its grids follow
+SPEC §6: the grid runs on 3 selection seeds, the selected configuration on 10 new seeds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..problems import PROBLEMS
+from .paper import BEST, COMPARED_METHODS
+
+SELECTION_SEEDS = "0-2"
+EVALUATION_SEEDS = "100-109"
+LAMBDAS = [1e-2, 1e-3, 1e-4, 1e-5]
+
+
+def adam_lrs() -> list[float]:
+    """Adam step sizes of the paper's sweep."""
+    return [1e-3, 1e-4]
+
+
+def sgd_lrs(problem: str) -> list[float]:
+    """SGD step sizes of the paper's sweep (0.1 too on 5+1 CIFAR and Continual ImageNet)."""
+    extra = [0.1] if problem in ("five_plus_one_cifar", "continual_imagenet") else []
+    return extra + [1e-2, 1e-3]
+
+
+def method_grids(problem: str) -> dict:
+    """The paper's per-method grids (SPEC §1–2, §6); ReDo's period in tasks → steps."""
+    steps = PROBLEMS[problem].defaults["steps_per_task"]
+    return {
+        "l2_init": {"strength": LAMBDAS},
+        "l2": {"strength": LAMBDAS},
+        "shrink_perturb": {"shrink": [1 - x for x in LAMBDAS], "noise": LAMBDAS},
+        "cbp": {"replacement_rate": [10.0 ** -e for e in range(1, 7)]},
+        "redo": {"period": [k * steps for k in (1, 2, 5)], "threshold": [0.0, 0.01, 0.1]},
+    }
+
+
+def main_comparison(problem: str, optimizer: str) -> dict:
+    """All compared methods with their full grids on one problem × optimizer (protocol mode)."""
+    return {
+        "name": f"main-{problem}-{optimizer}",
+        "description": f"main comparison, {problem}, {optimizer}: grid on 3 seeds, best on 10 new",
+        "problem": problem, "methods": list(COMPARED_METHODS), "optimizer": optimizer,
+        "seeds": SELECTION_SEEDS,
+        "grid": {"lr": adam_lrs() if optimizer == "adam" else sgd_lrs(problem),
+                 **method_grids(problem)},
+        "protocol": {"evaluation_seeds": EVALUATION_SEEDS},
+    }
+
+
+def best_configs(problem: str, optimizer: str) -> dict:
+    """Each compared method at the paper's reported best configuration, 10 seeds."""
+    params = {m: dict(p) for m, (_, p) in BEST[optimizer][problem].items()}
+    lrs = {m: lr for m, (lr, _) in BEST[optimizer][problem].items()}
+    return {
+        "name": f"best-{problem}-{optimizer}",
+        "description": f"the paper's best configurations (SPEC §6), {problem}, {optimizer}",
+        "problem": problem, "methods": list(COMPARED_METHODS), "optimizer": optimizer,
+        "seeds": EVALUATION_SEEDS, "params": params, "per_method_lr": lrs,
+    }
+
+
+def ablation() -> dict:
+    """L2 Init vs L2 Init + Resample vs L1 Init (Permuted MNIST, Adam)."""
+    return {"name": "ablation", "description": "L2 Init vs L2 Init + Resample vs L1 Init",
+            "problem": "permuted_mnist", "methods": ["l2_init", "l2_init_resample", "l1_init"],
+            "optimizer": "adam", "seeds": SELECTION_SEEDS,
+            "grid": {"lr": adam_lrs(), "l2_init": {"strength": LAMBDAS},
+                     "l2_init_resample": {"strength": LAMBDAS}, "l1_init": {"strength": LAMBDAS}},
+            "protocol": {"evaluation_seeds": EVALUATION_SEEDS}}
+
+
+def architecture_study(name: str, key: str, value) -> dict:
+    """Robustness to width (×4) or depth (+2 layers): L2 Init and Baseline on Permuted MNIST."""
+    return {"name": name, "description": f"robustness: {key} = {value}",
+            "problem": "permuted_mnist", "methods": ["baseline", "l2_init"], "optimizer": "adam",
+            "seeds": SELECTION_SEEDS, key: value,
+            "grid": {"lr": adam_lrs(), "l2_init": {"strength": LAMBDAS}},
+            "protocol": {"evaluation_seeds": EVALUATION_SEEDS}}
+
+
+def batch_size_study() -> dict:
+    """Batch sizes 1, 32, 128 on Permuted MNIST, λ = 1e-2, α ∈ {1e-5 … 1e-2}."""
+    return {"name": "batch-size", "description": "batch size 1/32/128, λ = 1e-2, α swept",
+            "problem": "permuted_mnist", "methods": ["baseline", "l2_init"], "optimizer": "adam",
+            "seeds": SELECTION_SEEDS, "params": {"l2_init": {"strength": 1e-2}},
+            "grid": {"lr": [1e-5, 1e-4, 1e-3, 1e-2]},
+            # one epoch of the task's 10,000 images per task at every batch size
+            "variants": [{"batch_size": b, "steps_per_task": 10_000 // b} for b in (1, 32, 128)]}
+
+
+def init_study() -> dict:
+    """Initialisation schemes: PyTorch default, Kaiming/Xavier × uniform/normal."""
+    return {"name": "init", "description": "initialisation schemes",
+            "problem": "permuted_mnist", "methods": ["baseline", "l2_init"], "optimizer": "adam",
+            "seeds": SELECTION_SEEDS, "params": {"l2_init": {"strength": 1e-2}},
+            "grid": {"lr": [1e-3], "init": ["torch_default", "kaiming_uniform", "kaiming_normal",
+                                            "xavier_uniform", "xavier_normal"]}}
+
+
+def lambda_sensitivity() -> dict:
+    """λ ∈ {0, 1e-5 … 1e-1} at α ∈ {1e-4, 1e-3} (λ = 0 is the Baseline)."""
+    return {"name": "lambda-sensitivity", "description": "L2 Init λ sensitivity",
+            "problem": "permuted_mnist", "method": "l2_init", "optimizer": "adam",
+            "seeds": SELECTION_SEEDS,
+            "grid": {"lr": [1e-4, 1e-3],
+                     "l2_init": {"strength": [0.0, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1]}}}
+
+
+def forgetting() -> dict:
+    """Forgetting (Permuted MNIST, 20 tasks, Adam α = 1e-3, 5 seeds): L2 Init λ = 1e-3,
+    EWC β = 10, both; BWT, one-step BWT, total online accuracy."""
+    return {"name": "forgetting", "description": "L2 Init, EWC and both: BWT and accuracy",
+            "problem": "permuted_mnist", "methods": ["l2_init", "ewc", "l2_init_ewc"],
+            "optimizer": "adam", "lr": 1e-3, "tasks": 20, "seeds": "0-4", "forgetting": True,
+            "params": {"l2_init": {"strength": 1e-3}, "ewc": {"ewc_strength": 10.0},
+                       "l2_init_ewc": {"strength": 1e-3, "ewc_strength": 10.0}}}
+
+
+def _registry() -> dict[str, Callable[[], dict]]:
+    presets: dict[str, Callable[[], dict]] = {}
+    for problem in PROBLEMS:
+        for optimizer in ("adam", "sgd"):
+            presets[f"main-{problem}-{optimizer}"] = (lambda p=problem, o=optimizer: main_comparison(p, o))
+            presets[f"best-{problem}-{optimizer}"] = (lambda p=problem, o=optimizer: best_configs(p, o))
+    presets["ablation"] = ablation
+    presets["width"] = lambda: architecture_study("width", "width", 4.0)
+    presets["depth"] = lambda: architecture_study("depth", "extra_layers", 2)
+    presets["batch-size"] = batch_size_study
+    presets["init"] = init_study
+    presets["lambda-sensitivity"] = lambda_sensitivity
+    presets["forgetting"] = forgetting
+    return presets
+
+
+PRESETS = _registry()
+
+
+def get_preset(name: str) -> dict:
+    """The sweep of preset ``name``; an unknown name lists the valid ones."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; valid: {', '.join(PRESETS)}")
+    return PRESETS[name]()

@@ -1,0 +1,169 @@
+"""Sweeps: expand a grid of configurations over seeds, and group the runs into ensembles.
+
+A sweep is a plain dict (a TOML file, or a preset)::
+
+    name = "lambda-sensitivity"
+    problems = ["permuted_mnist"]        # or problem = "…"
+    methods = ["l2_init", "baseline"]    # or method = "…"
+    optimizers = ["adam"]                # or optimizer = "…" (default adam)
+    seeds = "0-2"
+    tasks = 20                           # any run parameter; a list makes it a grid axis
+    [grid]                               # grid axes over run parameters for every method
+    lr = [1e-3, 1e-4]
+    [grid.l2_init]                       # grid axes over one method's parameters
+    strength = [1e-2, 1e-3]
+    [params.l2_init]                     # fixed method parameters
+    [problem_params]                     # fixed problem parameters
+    [per_method_lr]                      # a step size per method (e.g. the paper's best)
+    [protocol]                           # SPEC §6 selection: evaluation_seeds = "100-109"
+    forgetting = true                    # measure the accuracy matrix (BWT) too
+    [[variants]]                         # linked settings, each expanded in turn
+
+Every point of the grid × every seed is one run. Runs that share everything an ensemble must
+share — problem, architecture, optimizer, step size, stream lengths, and every method
+parameter that is not per-member — become members of one ensemble (at most ``max_members``);
+seeds and per-member parameters (λ, p, σ, r, τ …) vary inside it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass, field
+
+from ..methods import get_method
+from .config import RUN_PARAMETERS, RunConfig, parse_seeds, resolve_config
+
+SWEEP_KEYS = ("name", "description", "problem", "problems", "method", "methods", "optimizer",
+              "optimizers", "seeds", "grid", "params", "problem_params", "scale", "per_method_lr",
+              "protocol", "forgetting", "variants",
+              *(p.name for p in RUN_PARAMETERS if p.name != "optimizer"))
+
+
+@dataclass
+class Run:
+    """One run of a sweep: a resolved config and a seed."""
+
+    config: RunConfig
+    seed: int
+
+
+@dataclass
+class Ensemble:
+    """Runs trained together: a shared config and each member's seed and method parameters."""
+
+    config: RunConfig
+    seeds: list[int] = field(default_factory=list)
+    member_params: list[dict] = field(default_factory=list)
+
+    @property
+    def steps(self) -> int:
+        """Ensemble steps (each advances every member by one batch)."""
+        return self.config.tasks * self.config.steps_per_task
+
+
+def _as_list(value) -> list:
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def _pick(sweep: dict, single: str, plural: str, default=None) -> list:
+    if single in sweep and plural in sweep:
+        raise ValueError(f"sweep gives both {single!r} and {plural!r}; use one")
+    if plural in sweep:
+        return _as_list(sweep[plural])
+    if single in sweep:
+        return _as_list(sweep[single])
+    if default is None:
+        raise ValueError(f"sweep needs {single!r} or {plural!r}")
+    return [default]
+
+
+def scaled(value: int, scale: float) -> int:
+    """``value`` shortened by ``scale`` (0 < scale ≤ 1), at least 1."""
+    return max(1, round(value * scale))
+
+
+def expand(sweep: dict, scale: float | None = None) -> list[Run]:
+    """Every (configuration, seed) of ``sweep``; unknown keys and names are errors.
+
+    ``scale`` (or the sweep's own ``scale``) shortens every run: tasks and steps per task are
+    multiplied by it (at least 2 tasks, 1 step), for quick looks at a study.
+    """
+    unknown = sorted(set(sweep) - set(SWEEP_KEYS))
+    if unknown:
+        raise ValueError(f"unknown sweep key(s) {', '.join(unknown)}; valid: {', '.join(SWEEP_KEYS)}")
+    if "variants" in sweep:
+        # Linked settings (e.g. batch size with its steps per task) expand one variant at a time.
+        base = {k: v for k, v in sweep.items() if k != "variants"}
+        return [run for variant in sweep["variants"] for run in expand({**base, **variant}, scale)]
+    scale = float(scale if scale is not None else sweep.get("scale", 1.0))
+    if not 0 < scale <= 1:
+        raise ValueError(f"scale must be in (0, 1], got {scale}")
+    problems = _pick(sweep, "problem", "problems")
+    methods = _pick(sweep, "method", "methods")
+    optimizers = _pick(sweep, "optimizer", "optimizers", "adam")
+    seeds = sweep.get("seeds", "0")
+    seeds = parse_seeds(",".join(map(str, seeds)) if isinstance(seeds, list) else seeds)
+    grid = dict(sweep.get("grid") or {})
+    method_grids = {m: grid.pop(m) for m in list(grid) if isinstance(grid[m], dict)}
+    fixed_params = dict(sweep.get("params") or {})
+    per_method_lr = dict(sweep.get("per_method_lr") or {})
+    if per_method_lr and ("lr" in sweep or "lr" in grid):
+        raise ValueError("sweep gives both lr and per_method_lr; use one")
+    for m in list(method_grids) + list(fixed_params) + list(per_method_lr):
+        get_method(m)  # a misspelt method name in a table is an error, not an ignored table
+        if m not in methods:
+            raise ValueError(f"sweep has parameters for method {m!r}, which is not in its methods")
+    run_axes = {p.name: _as_list(sweep[p.name]) for p in RUN_PARAMETERS
+                if p.name != "optimizer" and p.name in sweep}
+    for key, values in grid.items():
+        if key not in {p.name for p in RUN_PARAMETERS}:
+            raise ValueError(f"unknown grid parameter {key!r}; run parameters: "
+                             f"{', '.join(p.name for p in RUN_PARAMETERS)} (method parameters go "
+                             "under [grid.METHOD])")
+        run_axes[key] = _as_list(values)
+    runs = []
+    for problem, method, optimizer in itertools.product(problems, methods, optimizers):
+        mgrid = {k: _as_list(v) for k, v in (method_grids.get(method) or {}).items()}
+        for run_point in _product(run_axes):
+            for method_point in _product(mgrid):
+                if method in per_method_lr:
+                    run_point = {**run_point, "lr": per_method_lr[method]}
+                raw = {"problem": problem, "method": method, "optimizer": optimizer, **run_point,
+                       "params": {**fixed_params.get(method, {}), **method_point},
+                       "problem_params": dict(sweep.get("problem_params") or {})}
+                config = resolve_config(raw)
+                if scale < 1:
+                    config.tasks = max(2, scaled(config.tasks, scale))
+                    config.steps_per_task = scaled(config.steps_per_task, scale)
+                runs.extend(Run(config, s) for s in seeds)
+    return runs
+
+
+def _product(axes: dict) -> list[dict]:
+    keys = list(axes)
+    return [dict(zip(keys, values, strict=True)) for values in itertools.product(*axes.values())]
+
+
+def _group_key(config: RunConfig) -> str:
+    method = get_method(config.method)
+    shared = {p.name: config.params[p.name] for p in method.hyperparameters if not p.per_member}
+    d = config.to_dict()
+    d["params"] = shared
+    return json.dumps(d, sort_keys=True)
+
+
+def group(runs: list[Run], max_members: int = 16) -> list[Ensemble]:
+    """Group runs into ensembles of at most ``max_members`` (see the module docstring)."""
+    if max_members < 1:
+        raise ValueError(f"max_members must be >= 1, got {max_members}")
+    groups: dict[str, list[Run]] = {}
+    for run in runs:
+        groups.setdefault(_group_key(run.config), []).append(run)
+    ensembles = []
+    for members in groups.values():
+        for start in range(0, len(members), max_members):
+            chunk = members[start:start + max_members]
+            ensembles.append(Ensemble(chunk[0].config, [r.seed for r in chunk],
+                                      [dict(r.config.params) for r in chunk]))
+    return ensembles
