@@ -101,6 +101,8 @@ def expand(sweep: dict, scale: float | None = None) -> list[Run]:
         raise ValueError(f"scale must be in (0, 1], got {scale}")
     problems = _pick(sweep, "problem", "problems")
     methods = _pick(sweep, "method", "methods")
+    for m in methods:
+        get_method(m)
     optimizers = _pick(sweep, "optimizer", "optimizers", "adam")
     seeds = sweep.get("seeds", "0")
     seeds = parse_seeds(",".join(map(str, seeds)) if isinstance(seeds, list) else seeds)

@@ -1,0 +1,122 @@
+"""Sweeps: grid expansion, grouping into ensembles, presets, the selection protocol."""
+
+from __future__ import annotations
+
+import pytest
+
+from plasticlab.experiments import ResultStore
+from plasticlab.experiments.orchestrate import pending_runs, plan
+from plasticlab.experiments.presets import PRESETS, get_preset, method_grids
+from plasticlab.experiments.protocol import select_best
+from plasticlab.experiments.sweep import expand, group
+
+SWEEP = {"problem": "permuted_mnist", "methods": ["l2_init", "baseline", "redo"], "seeds": "0-2",
+         "tasks": 20, "grid": {"lr": [1e-3, 1e-4], "l2_init": {"strength": [1e-2, 1e-3]},
+                               "redo": {"period": [625, 1250], "threshold": [0.0, 0.1]}}}
+
+
+def test_grid_expands_to_every_point_times_every_seed():
+    runs = expand(SWEEP)
+    # (2 lr × (2 λ + 1 + 4 redo points)) × 3 seeds
+    assert len(runs) == 2 * (2 + 1 + 4) * 3
+    assert {r.config.tasks for r in runs} == {20}
+    assert {r.config.params["strength"] for r in runs if r.config.method == "l2_init"} == {1e-2, 1e-3}
+
+
+def test_per_member_parameters_share_an_ensemble_and_shared_ones_split_it():
+    ensembles = group(expand(SWEEP), max_members=16)
+    l2i = [e for e in ensembles if e.config.method == "l2_init"]
+    assert len(l2i) == 2  # one per lr; λ and seeds are members
+    assert sorted(len(e.seeds) for e in l2i) == [6, 6]
+    redo = [e for e in ensembles if e.config.method == "redo"]
+    assert len(redo) == 4  # lr × period (period is shared); τ varies inside
+    for e in redo:
+        assert len({m["period"] for m in e.member_params}) == 1
+        assert {m["threshold"] for m in e.member_params} == {0.0, 0.1}
+
+
+def test_ensembles_are_capped_at_max_members():
+    ensembles = group(expand({**SWEEP, "seeds": "0-9"}), max_members=4)
+    assert max(len(e.seeds) for e in ensembles) == 4
+    assert sum(len(e.seeds) for e in ensembles) == len(expand({**SWEEP, "seeds": "0-9"}))
+
+
+def test_scale_shortens_tasks_and_steps():
+    runs = expand(SWEEP, scale=0.1)
+    assert {(r.config.tasks, r.config.steps_per_task) for r in runs} == {(2, 62)}
+    with pytest.raises(ValueError, match="scale"):
+        expand(SWEEP, scale=2)
+
+
+@pytest.mark.parametrize("bad,needle", [
+    ({"learning_rate": 1}, "unknown sweep key"),
+    ({"grid": {"strenght": [1]}}, "unknown grid parameter"),
+    ({"grid": {"l2": {"strength": [1]}}}, "not in its methods"),
+    ({"grid": {"l2_init": {"strenght": [1]}}}, "strenght"),
+    ({"methods": ["nope"]}, "unknown method"),
+])
+def test_sweep_mistakes_are_errors_that_say_what_is_wrong(bad, needle):
+    with pytest.raises(ValueError, match=needle):
+        expand({**SWEEP, **bad})
+
+
+def test_variants_link_settings_and_per_method_lr_sets_each_methods_step_size():
+    runs = expand({"problem": "permuted_mnist", "method": "baseline", "seeds": "0",
+                   "variants": [{"batch_size": 1, "steps_per_task": 10}, {"batch_size": 32}]})
+    assert sorted((r.config.batch_size, r.config.steps_per_task) for r in runs) == [(1, 10), (32, 625)]
+    runs = expand({"problem": "permuted_mnist", "methods": ["baseline", "l2_init"],
+                   "per_method_lr": {"baseline": 1e-4, "l2_init": 1e-3}})
+    assert {r.config.method: r.config.lr for r in runs} == {"baseline": 1e-4, "l2_init": 1e-3}
+
+
+def test_every_preset_expands_and_the_main_grids_follow_the_paper():
+    for name in PRESETS:
+        assert expand(get_preset(name)), name
+    main = expand(get_preset("main-permuted_mnist-adam"))
+    per_method = {}
+    for r in main:
+        per_method.setdefault(r.config.method, set()).add(
+            (r.config.lr, tuple(sorted(r.config.params.items()))))
+    assert len(per_method["l2_init"]) == 2 * 4      # α × λ
+    assert len(per_method["cbp"]) == 2 * 6          # α × r ∈ {1e-1 … 1e-6}
+    assert len(per_method["redo"]) == 2 * 3 * 3     # α × period (1, 2, 5 tasks) × τ
+    assert method_grids("permuted_mnist")["redo"]["period"] == [625, 1250, 3125]
+    sgd = expand(get_preset("main-continual_imagenet-sgd"))
+    assert {r.config.lr for r in sgd} == {0.1, 1e-2, 1e-3}
+    with pytest.raises(ValueError, match="valid"):
+        get_preset("nope")
+
+
+def _row(method, lr, strength, seed, acc):
+    return {"config": {"problem": "p", "optimizer": "adam", "method": method, "lr": lr,
+                       "params": {"strength": strength} if strength is not None else {}},
+            "seed": seed, "summary": {"total_online_accuracy": acc}}
+
+
+def test_selection_picks_the_best_mean_over_seeds_per_method():
+    rows = [_row("l2_init", 1e-3, 1e-2, s, a) for s, a in enumerate([0.80, 0.82, 0.81])]
+    rows += [_row("l2_init", 1e-3, 1e-3, s, a) for s, a in enumerate([0.90, 0.70, 0.70])]  # 0.767
+    rows += [_row("l2_init", 1e-4, 1e-2, s, a) for s, a in enumerate([0.50, 0.50, 0.50])]
+    rows += [_row("baseline", 1e-3, None, s, 0.6) for s in range(3)]
+    rows += [_row("baseline", 1e-4, None, s, 0.7) for s in range(3)]
+    best = select_best(rows)
+    l2i = best[("p", "adam", "l2_init")]
+    assert (l2i["config"]["lr"], l2i["config"]["params"]) == (1e-3, {"strength": 1e-2})
+    assert l2i["score"] == pytest.approx(0.81) and l2i["seeds"] == 3 and l2i["candidates"] == 3
+    assert best[("p", "adam", "baseline")]["config"]["lr"] == 1e-4
+
+
+def test_a_rerun_plans_only_the_runs_that_did_not_finish(tmp_path):
+    runs = expand({"problem": "permuted_mnist", "method": "l2_init", "seeds": "0-3",
+                   "grid": {"l2_init": {"strength": [1e-2, 1e-3]}}})
+    with ResultStore(tmp_path) as store:
+        for r in runs[:3]:
+            rid = ResultStore.run_id(r.config.to_dict(), r.seed)
+            store.start_run(rid, r.config.to_dict(), {"seed": r.seed})
+            store.finish_run(rid, {"total_online_accuracy": 0.5}, {"online_accuracy": [0.5]})
+        rid = ResultStore.run_id(runs[3].config.to_dict(), runs[3].seed)
+        store.start_run(rid, runs[3].config.to_dict(), {"seed": runs[3].seed})  # killed mid-run
+    todo, finished = pending_runs(runs, tmp_path)
+    assert finished == 3 and len(todo) == len(runs) - 3
+    p = plan(runs, tmp_path, max_members=16)
+    assert p.runs == len(runs) - 3 and p.finished_runs == 3
