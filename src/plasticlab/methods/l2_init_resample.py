@@ -1,6 +1,8 @@
 """L2 Init + Resample: (λ/2)‖θ − φₜ‖² with φₜ a fresh draw from the init distribution at every
 step — the ablation that shows the pull must be toward the *same* θ₀."""
 
+from functools import partial
+
 from ..regularizers import L2InitResample as L2InitResamplePenalty
 from .base import STRENGTH, PenaltyMethod
 
@@ -13,4 +15,4 @@ class L2InitResample(PenaltyMethod):
     def make_regularizer(self, net, hp, context):
         generators = context.generators(self.name)
         return L2InitResamplePenalty(net, hp["strength"], member_dim=True,
-                                     sampler=lambda: net.sample_init(generators))
+                                     sampler=partial(net.sample_init, generators))

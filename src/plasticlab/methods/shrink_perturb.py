@@ -6,6 +6,8 @@ which shrinks weights toward 0 and re-injects initialisation-like noise. p (``sh
 paper's tables give it as 1 − x) and σ (``noise``) are per member.
 """
 
+from functools import partial
+
 from ..params import Param
 from ..perturb import ShrinkPerturb as ShrinkPerturbStep
 from .base import Method
@@ -25,7 +27,7 @@ class ShrinkPerturb(Method):
         super().__init__(net, optimizer, hp, context)
         generators = context.generators(self.name)
         self.perturb = ShrinkPerturbStep(net.regularized_parameters(), hp["shrink"], hp["noise"],
-                                         sampler=lambda: net.sample_init(generators),
+                                         sampler=partial(net.sample_init, generators),
                                          member_dim=True)
 
     def after_step(self, features, x, step):

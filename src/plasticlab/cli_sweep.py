@@ -1,0 +1,164 @@
+"""The experiment commands of ``plasticlab``: ``sweep``, ``presets``, ``status``, ``bench``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .experiments import bench
+from .experiments.executor import EXECUTORS, default_workers
+from .experiments.orchestrate import (
+    evaluation_runs,
+    grid_selection,
+    plan,
+    protocol_seeds,
+    run_plan,
+    sweep_runs,
+    write_selection,
+)
+from .experiments.presets import PRESETS, get_preset
+from .experiments.store import ResultStore
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+
+def _load_sweep(args) -> dict:
+    if bool(args.file) == bool(args.preset):
+        raise ValueError("give a sweep file or --preset NAME (one of them)")
+    if args.preset:
+        return get_preset(args.preset)
+    path = Path(args.file)
+    if not path.is_file():
+        raise ValueError(f"sweep file {path} does not exist")
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"sweep file {path} is not valid TOML: {e}") from None
+
+
+def _hms(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m{seconds % 60:02d}s"
+
+
+def _describe(p, workers: int, calibration: dict | None) -> str:
+    text = (f"{p.phase}: {p.total_runs} runs ({p.finished_runs} finished, {p.runs} to run) in "
+            f"{len(p.ensembles)} ensembles, {p.steps:,} ensemble steps")
+    if calibration is not None:
+        text += f"; estimated {_hms(bench.estimate_seconds(p.ensembles, calibration, workers))} " \
+                f"on {workers} worker(s)"
+    return text
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    sweep = _load_sweep(args)
+    name = sweep.get("name", Path(args.file).stem if args.file else args.preset)
+    out = Path(args.out or Path("results") / name)
+    runs = sweep_runs(sweep, args.scale)
+    eval_seeds = protocol_seeds(sweep)
+    max_members = args.max_members or (256 if str(args.device).startswith("cuda") else 16)
+    workers = args.workers or default_workers()
+    grid_plan = plan(runs, out, max_members)
+    calibration = bench.load()
+    options = {"forgetting": True} if sweep.get("forgetting") else {}
+    print(f"sweep {name}" + (f" (scale {args.scale:g})" if args.scale else "") + f" → {out}")
+    print("  " + _describe(grid_plan, workers, calibration))
+    if eval_seeds is not None:
+        print(f"  then the protocol: the best configuration per method on seeds {eval_seeds}")
+    if args.dry_run:
+        if calibration is None:
+            print("  (no calibration on this machine yet: run `plasticlab bench` for time estimates)")
+        return 0
+    common = {"out": out, "data_dir": args.data_dir, "device": args.device, "workers": workers,
+              "executor": args.executor, "ray_address": args.ray_address,
+              "progress": not args.no_progress, "options": options}
+    jobs = run_plan(grid_plan, **common)
+    failed = [j for j in jobs if j.error]
+    if eval_seeds is not None:
+        selection = grid_selection(runs, out)
+        path = write_selection(out, selection, name)
+        print(f"\nselected (best total online accuracy over the grid seeds; {path}):")
+        for (problem, optimizer, method), entry in sorted(selection.items()):
+            cfg = entry["config"]
+            print(f"  {problem} {optimizer} {method:<16} lr={cfg['lr']:g} {cfg['params']} "
+                  f"score {100 * entry['score']:.2f}% (of {entry['candidates']} configs)")
+        eval_plan = plan(evaluation_runs(selection, eval_seeds), out, max_members, phase="evaluation")
+        print("  " + _describe(eval_plan, workers, calibration))
+        failed += [j for j in run_plan(eval_plan, **common) if j.error]
+    with ResultStore(out) as store:
+        done = len(store.runs(status="finished"))
+    print(f"\n{done} runs finished in {out}; {len(failed)} ensemble(s) failed")
+    for job in failed:
+        print(f"  FAILED {job.label}: {job.error.strip().splitlines()[-1]}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    for name in PRESETS:
+        sweep = get_preset(name)
+        runs = sweep_runs(sweep)
+        print(f"{name:<36} {len(runs):5d} runs  {sweep.get('description', '')}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    out = Path(args.dir)
+    if not (out / "results.sqlite").is_file():
+        raise ValueError(f"{out} holds no results store (results.sqlite)")
+    with ResultStore(out) as store:
+        runs = store.runs()
+    counts = {}
+    for r in runs:
+        key = (r["config"]["problem"], r["config"]["method"])
+        counts.setdefault(key, {"finished": 0, "running": 0, "failed": 0})[r["status"]] += 1
+    print(f"{out}: {len(runs)} runs")
+    print(f"  {'problem':<22}{'method':<18}{'finished':>9}{'running':>9}{'failed':>8}")
+    for (problem, method), c in sorted(counts.items()):
+        print(f"  {problem:<22}{method:<18}{c['finished']:>9}{c['running']:>9}{c['failed']:>8}")
+    print("  ('running' after a kill means unfinished: re-run the sweep to finish them)")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    print(f"calibrating on this machine (1 torch thread per process; {args.steps} steps each):")
+    calibration = bench.calibrate(args.data_dir, steps=args.steps, methods=not args.no_methods)
+    path = bench.save(calibration, Path(args.save) if args.save else None)
+    print(f"saved to {path} ({calibration['seconds']:.0f} s)")
+    return 0
+
+
+def register(sub) -> None:
+    """Add the experiment commands to the ``plasticlab`` parser."""
+    sw = sub.add_parser("sweep", help="run a sweep file or a preset (grid, protocol, resumable)")
+    sw.add_argument("file", nargs="?", help="sweep TOML file")
+    sw.add_argument("--preset", help="a preset name (see `plasticlab presets`)")
+    sw.add_argument("--scale", type=float, help="shorten every run: tasks and steps × SCALE (0-1]")
+    sw.add_argument("--out", help="results directory (default results/<sweep name>)")
+    sw.add_argument("--data-dir", dest="data_dir")
+    sw.add_argument("--device", default="cpu")
+    sw.add_argument("--workers", type=int, help="worker processes (default: one per core)")
+    sw.add_argument("--max-members", dest="max_members", type=int,
+                    help="largest ensemble (default 16 on CPU, 256 on CUDA)")
+    sw.add_argument("--executor", default="local", choices=EXECUTORS)
+    sw.add_argument("--ray-address", dest="ray_address", help="Ray cluster (default $RAY_ADDRESS)")
+    sw.add_argument("--dry-run", action="store_true", help="print the plan and a time estimate")
+    sw.add_argument("--no-progress", action="store_true")
+    sw.set_defaults(func=cmd_sweep)
+
+    pr = sub.add_parser("presets", help="the studies of the paper, runnable with sweep --preset")
+    pr.set_defaults(func=cmd_presets)
+
+    st = sub.add_parser("status", help="progress of a results directory")
+    st.add_argument("dir")
+    st.set_defaults(func=cmd_status)
+
+    be = sub.add_parser("bench", help="measure this machine's speed (for sweep --dry-run)")
+    be.add_argument("--data-dir", dest="data_dir")
+    be.add_argument("--steps", type=int, default=200)
+    be.add_argument("--no-methods", action="store_true", help="skip the per-method costs")
+    be.add_argument("--save", help="where to write the calibration (default: user cache)")
+    be.set_defaults(func=cmd_bench)

@@ -1,0 +1,103 @@
+"""``plasticlab bench``: this machine's training speed, and wall-time estimates for sweeps.
+
+The calibration trains real (short) runs through the engine on real data — Permuted MNIST for
+the MLP, Random Label CIFAR for the CNN — at several ensemble sizes K, and each method once at
+K = 8 on the MLP for its cost relative to the Baseline. It is saved as JSON (default: the user
+cache directory) and ``plasticlab sweep --dry-run`` turns a plan into an estimated wall time.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from pathlib import Path
+
+import platformdirs
+import torch
+
+from ..engine import train_ensemble
+from ..methods import METHODS
+from .config import resolve_config
+
+CALIBRATION_PROBLEMS = {"mlp": "permuted_mnist", "cnn": "random_label_cifar"}
+ARCH = {"permuted_mnist": "mlp", "random_label_mnist": "mlp", "random_label_cifar": "cnn",
+        "five_plus_one_cifar": "cnn", "continual_imagenet": "cnn"}
+FAST_PARAMS = {"ewc": {"fisher_samples": 20}, "l2_init_ewc": {"fisher_samples": 20},
+               "cbp": {"replacement_rate": 1e-3}, "redo": {"period": 100}}
+
+
+def default_path() -> Path:
+    """Where the calibration is kept: ``<user cache>/plasticlab/bench.json``."""
+    return Path(platformdirs.user_cache_dir("plasticlab")) / "bench.json"
+
+
+def _samples_per_second(problem: str, method: str, members: int, steps: int, data_dir) -> float:
+    raw = {"problem": problem, "method": method, "tasks": 1, "steps_per_task": steps,
+           "params": FAST_PARAMS.get(method, {})}
+    raw["problem_params"] = ({"examples_per_task": 2000} if problem == "permuted_mnist"
+                             else {"examples": 1200})
+    config = resolve_config(raw)
+    result = train_ensemble(config, list(range(members)), data_dir=data_dir)
+    return result.steps_per_second * members * config.batch_size
+
+
+def calibrate(data_dir=None, members=(1, 4, 8, 16), steps: int = 200, methods: bool = True,
+              log=print) -> dict:
+    """Measure member-samples/s per architecture and K (Baseline), and each method's cost
+    relative to the Baseline (MLP, K = 8). One torch thread, as the engine uses."""
+    start = time.perf_counter()
+    out = {"torch": torch.__version__, "machine": platform.machine(),
+           "processor": platform.processor(), "threads": 1, "steps": steps,
+           "samples_per_second": {}, "method_cost": {}}
+    for arch, problem in CALIBRATION_PROBLEMS.items():
+        out["samples_per_second"][arch] = {}
+        for k in members:
+            rate = _samples_per_second(problem, "baseline", k, steps if arch == "mlp" else steps // 4,
+                                       data_dir)
+            out["samples_per_second"][arch][str(k)] = rate
+            log(f"  {arch} K={k:<3d} {rate:10.0f} member-samples/s ({problem}, baseline, 1 thread)")
+    if methods:
+        base = out["samples_per_second"]["mlp"].get("8") or _samples_per_second(
+            "permuted_mnist", "baseline", 8, steps, data_dir)
+        for name in METHODS:
+            rate = _samples_per_second("permuted_mnist", name, 8, steps, data_dir)
+            out["method_cost"][name] = base / rate
+            log(f"  {name:<18} {base / rate:5.2f}× the Baseline's time per step (MLP, K=8)")
+    out["seconds"] = time.perf_counter() - start
+    return out
+
+
+def save(calibration: dict, path: Path | None = None) -> Path:
+    """Write ``calibration`` as JSON."""
+    path = Path(path or default_path())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(calibration, indent=2))
+    return path
+
+
+def load(path: Path | None = None) -> dict | None:
+    """The saved calibration, or None when there is none."""
+    path = Path(path or default_path())
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def estimate_seconds(ensembles, calibration: dict, workers: int = 1) -> float:
+    """Estimated wall time of ``ensembles`` on ``workers`` processes of this machine.
+
+    Each ensemble costs steps × K × batch member-samples at the calibrated rate of its
+    architecture and nearest calibrated K, times its method's relative cost; the total is
+    spread over the workers (longest first, so the estimate is the larger of total/workers and
+    the longest ensemble).
+    """
+    times = []
+    for e in ensembles:
+        arch = ARCH.get(e.config.problem, "mlp")
+        rates = {int(k): v for k, v in calibration["samples_per_second"][arch].items()}
+        k = min(rates, key=lambda c: abs(c - len(e.seeds)))
+        cost = calibration.get("method_cost", {}).get(e.config.method, 1.0)
+        samples = e.steps * len(e.seeds) * e.config.batch_size
+        times.append(samples / rates[k] * cost)
+    if not times:
+        return 0.0
+    return max(sum(times) / max(1, workers), max(times))
