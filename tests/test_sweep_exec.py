@@ -1,0 +1,145 @@
+"""Running sweeps: parallel workers, a failing run, kill and resume, the protocol, Ray."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from plasticlab.cli import main
+from plasticlab.experiments import ResultStore
+
+TINY = """
+name = "tiny"
+problem = "permuted_mnist"
+methods = {methods}
+seeds = "0-1"
+tasks = 2
+steps_per_task = {steps}
+[problem_params]
+examples_per_task = 160
+"""
+
+
+def write_sweep(tmp_path, methods=("baseline", "l2_init", "l2", "l1_init"), steps=10, extra=""):
+    path = tmp_path / "sweep.toml"
+    path.write_text(TINY.format(methods=json.dumps(list(methods)), steps=steps) + extra)
+    return path
+
+
+def finished_runs(out):
+    with ResultStore(out) as store:
+        return {r["run_id"]: r for r in store.runs(status="finished")}
+
+
+def test_sweep_runs_every_run_once_on_two_workers(data_dir, tmp_path, capsys):
+    sweep = write_sweep(tmp_path)
+    out = tmp_path / "out"
+    assert main(["sweep", str(sweep), "--out", str(out), "--data-dir", str(data_dir),
+                 "--workers", "2", "--no-progress"]) == 0
+    runs = finished_runs(out)
+    assert len(runs) == 4 * 2
+    assert {(r["config"]["method"], r["seed"]) for r in runs.values()} == {
+        (m, s) for m in ("baseline", "l2_init", "l2", "l1_init") for s in (0, 1)}
+    # a second run has nothing left to do
+    assert main(["sweep", str(sweep), "--out", str(out), "--data-dir", str(data_dir),
+                 "--no-progress"]) == 0
+    assert "0 to run" in capsys.readouterr().out
+
+
+def test_a_failing_run_is_recorded_and_the_sweep_goes_on(data_dir, tmp_path):
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text('problems = ["permuted_mnist", "continual_imagenet"]\nmethod = "baseline"\n'
+                     'seeds = "0"\ntasks = 2\nsteps_per_task = 5\n')
+    out = tmp_path / "out"
+    code = main(["sweep", str(sweep), "--out", str(out), "--data-dir", str(data_dir), "--workers", "1",
+                 "--no-progress"])
+    assert code == 1  # something failed …
+    with ResultStore(out) as store:
+        failed = store.runs(status="failed")
+        done = store.runs(status="finished")
+    assert [r["config"]["problem"] for r in failed] == ["continual_imagenet"]
+    assert "imagenet32" in failed[0]["error"]
+    assert [r["config"]["problem"] for r in done] == ["permuted_mnist"]  # … and the rest ran
+
+
+def test_a_killed_sweep_resumes_and_ends_with_every_run_exactly_once(data_dir, tmp_path):
+    sweep = write_sweep(tmp_path, methods=("baseline", "l2_init", "l2", "l1_init", "huber_init",
+                                           "l2_init_resample"), steps=150)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "plasticlab.cli", "sweep", str(sweep), "--out", str(out),
+           "--data-dir", str(data_dir), "--workers", "1", "--no-progress"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if (out / "results.sqlite").exists() and len(finished_runs(out)) >= 2:
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, "the sweep finished before it could be killed; make it longer"
+    import os
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = finished_runs(out)
+    assert 2 <= len(before) < 12
+    assert subprocess.run(cmd, timeout=300).returncode == 0
+    after = finished_runs(out)
+    assert len(after) == 12
+    for run_id, run in before.items():  # finished runs were not run again
+        assert after[run_id]["manifest"]["end_time"] == run["manifest"]["end_time"]
+
+
+def test_protocol_selects_on_the_grid_seeds_and_evaluates_on_new_seeds(data_dir, tmp_path, capsys):
+    sweep = write_sweep(tmp_path, methods=("l2_init",), extra="""
+[grid.l2_init]
+strength = [1e-1, 1e-3]
+[protocol]
+evaluation_seeds = "7-8"
+""")
+    out = tmp_path / "out"
+    assert main(["sweep", str(sweep), "--out", str(out), "--data-dir", str(data_dir),
+                 "--no-progress"]) == 0
+    selection = json.loads((out / "selection.json").read_text())["selected"]
+    assert len(selection) == 1 and selection[0]["candidates"] == 2
+    chosen = selection[0]["params"]["strength"]
+    runs = finished_runs(out).values()
+    grid = [r for r in runs if r["seed"] in (0, 1)]
+    scores = {}
+    for r in grid:
+        scores.setdefault(r["config"]["params"]["strength"], []).append(
+            r["summary"]["total_online_accuracy"])
+    assert chosen == max(scores, key=lambda k: sum(scores[k]))
+    evaluation = [r for r in runs if r["seed"] in (7, 8)]
+    assert {r["config"]["params"]["strength"] for r in evaluation} == {chosen}
+    assert "selected" in capsys.readouterr().out
+
+
+def test_dry_run_prints_the_plan_without_running(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["sweep", "--preset", "main-permuted_mnist-adam", "--out", str(out), "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert "252 runs" in text and "ensembles" in text
+    assert not (out / "results.sqlite").exists()
+
+
+def test_presets_lists_every_study(capsys):
+    assert main(["presets"]) == 0
+    text = capsys.readouterr().out
+    for name in ("main-permuted_mnist-adam", "best-continual_imagenet-sgd", "ablation", "width",
+                 "depth", "batch-size", "init", "lambda-sensitivity", "forgetting"):
+        assert name in text
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None,
+                    reason="Ray is not installed (pip install 'plasticlab[ray]')")
+def test_ray_executor_runs_a_tiny_sweep_end_to_end(data_dir, tmp_path):
+    sweep = write_sweep(tmp_path, methods=("baseline", "l2_init"), steps=5)
+    out = tmp_path / "out"
+    assert main(["sweep", str(sweep), "--out", str(out), "--data-dir", str(data_dir),
+                 "--executor", "ray", "--no-progress"]) == 0
+    assert len(finished_runs(out)) == 4
