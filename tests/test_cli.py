@@ -130,3 +130,74 @@ def test_the_console_script_runs(data_dir, tmp_path):
         capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["runs"][0]["method"] == "l2_init"
+
+
+# --- looking inside the network (measurements, forgetting) ----------------------------------------
+
+MEASURED_KEYS = ("weight_magnitude", "srank", "effective_rank", "dead_fraction", "dormant_fraction",
+                 "task_test_accuracy", "grad_norm")
+
+
+def test_run_json_has_every_task_end_measurement_per_task(data_dir, tmp_path, capsys):
+    assert main(["run", *TINY, "--method", "l2_init", "--seeds", "0-1", "--data-dir", str(data_dir),
+                 "--out", str(tmp_path), "--json"]) == 0
+    runs = json.loads(capsys.readouterr().out)["runs"]
+    for r in runs:
+        for key in MEASURED_KEYS:
+            assert len(r[key]) == 2, key  # one entry per task
+        assert all(len(layers) == 2 and all(isinstance(v, int) for v in layers) for layers in r["srank"])
+        assert all(len(layers) == 2 for layers in r["effective_rank"])
+        assert all(0 <= v <= 1 for v in r["dead_fraction"] + r["dormant_fraction"] + r["task_test_accuracy"])
+        assert all(v > 0 for v in r["weight_magnitude"] + r["grad_norm"])
+        assert "accuracy_matrix" not in r and "bwt" not in r
+    with ResultStore(tmp_path) as store:
+        metrics = store.task_metrics(store.runs(status="finished")[0]["run_id"])
+        for key in (*MEASURED_KEYS, "dead_fraction_per_layer", "dormant_fraction_per_layer",
+                    "weight_magnitude_per_layer", "online_accuracy"):
+            assert len(metrics[key]) == 2, key
+
+
+def test_forgetting_gives_a_lower_triangular_accuracy_matrix_and_bwt(data_dir, tmp_path, capsys):
+    assert main(["run", *TINY, "--tasks", "3", "--method", "baseline", "--seeds", "4",
+                 "--data-dir", str(data_dir), "--out", str(tmp_path), "--json", "--forgetting"]) == 0
+    r = json.loads(capsys.readouterr().out)["runs"][0]
+    A = r["accuracy_matrix"]
+    assert [len(row) for row in A] == [1, 2, 3]
+    assert [A[j][j] for j in range(3)] == r["task_test_accuracy"]
+    assert r["bwt"] == pytest.approx(((A[2][0] - A[0][0]) + (A[2][1] - A[1][1])) / 2)
+    assert r["one_step_bwt"] == pytest.approx(((A[1][0] - A[0][0]) + (A[2][1] - A[1][1])) / 2)
+    with ResultStore(tmp_path) as store:
+        run = store.runs(status="finished")[0]
+        assert store.task_metrics(run["run_id"])["accuracy_matrix"] == A
+        assert run["summary"]["bwt"] == pytest.approx(r["bwt"])
+
+
+def test_printed_summary_shows_the_network_internals(data_dir, tmp_path, capsys):
+    assert main(["run", *TINY, "--method", "l2_init", "--seeds", "0-1", "--data-dir", str(data_dir),
+                 "--out", str(tmp_path), "--forgetting"]) == 0
+    out = capsys.readouterr().out
+    for needle in ("srank", "weight magnitude", "dead units", "test accuracy", "BWT", "one-step BWT"):
+        assert needle in out, needle
+
+
+def test_no_measure_and_measure_every(data_dir, tmp_path, capsys):
+    common = [*TINY, "--method", "baseline", "--data-dir", str(data_dir), "--json"]
+    assert main(["run", *common, "--out", str(tmp_path / "a"), "--no-measure"]) == 0
+    r = json.loads(capsys.readouterr().out)["runs"][0]
+    assert not any(key in r for key in MEASURED_KEYS) and len(r["task_online_accuracy"]) == 2
+    assert main(["run", *common, "--out", str(tmp_path / "b"), "--measure-every", "5"]) == 0
+    steps = json.loads(capsys.readouterr().out)["runs"][0]["step_measurements"]
+    assert steps["step"] == [5, 10, 15, 20] and len(steps["srank"]) == 4
+    assert main(["run", *common, "--out", str(tmp_path / "c"), "--no-measure", "--forgetting"]) == 2
+    assert "--no-measure" in capsys.readouterr().err
+
+
+def test_random_label_runs_have_no_test_accuracy_and_refuse_forgetting(data_dir, tmp_path, capsys):
+    common = ["--problem", "random_label_mnist", "--method", "baseline", "--tasks", "2",
+              "--steps-per-task", "5", "--set", "examples=64", "--no-progress",
+              "--data-dir", str(data_dir), "--json"]
+    assert main(["run", *common, "--out", str(tmp_path / "a")]) == 0
+    r = json.loads(capsys.readouterr().out)["runs"][0]
+    assert "task_test_accuracy" not in r and len(r["srank"]) == 2
+    assert main(["run", *common, "--out", str(tmp_path / "b"), "--forgetting"]) == 2
+    assert "test sets" in capsys.readouterr().err

@@ -59,7 +59,9 @@ def build_run_request(args: argparse.Namespace) -> tuple[dict, dict]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .experiments.runner import run_ensemble
+    from .problems import get_problem
     from .report import task_table
+    from .report.tables import internals_summary
 
     raw, ex = build_run_request(args)
     config = resolve_config(raw)
@@ -67,9 +69,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     seeds = parse_seeds(",".join(map(str, seeds)) if isinstance(seeds, list) else seeds)
     out = Path(ex.get("out") or "plasticlab-results")
     threads = int(ex["threads"]) if ex.get("threads") is not None else None
+    if args.no_measure and (args.forgetting or args.measure_every is not None):
+        raise CLIError("--no-measure cannot be combined with --forgetting or --measure-every")
+    if args.measure_every is not None and args.measure_every < 1:
+        raise CLIError(f"--measure-every must be >= 1 step, got {args.measure_every}")
+    if args.forgetting and not get_problem(config.problem).has_test_sets:
+        raise CLIError(f"--forgetting needs held-out test sets; {config.problem} has none")
     records = run_ensemble(config, seeds, out=out, data_dir=ex.get("data_dir"),
                            device=ex.get("device", "cpu"), threads=threads,
-                           progress=not args.no_progress)
+                           progress=not args.no_progress, measure=not args.no_measure,
+                           measure_every=args.measure_every, forgetting=args.forgetting)
     if args.json:
         json.dump({"runs": records}, sys.stdout, indent=None)
         sys.stdout.write("\n")
@@ -79,6 +88,9 @@ def cmd_run(args: argparse.Namespace) -> int:
           f"lr={config.lr} · {config.tasks} tasks × {config.steps_per_task} steps, "
           f"batch {config.batch_size} · seeds {seeds}")
     print(task_table(curves, reported=records[0]["reported_tasks"]))
+    summary = internals_summary(records)
+    if summary:
+        print(summary)
     r = records[0]
     print(f"{r['wall_time_s']:.1f} s, {r['steps_per_second']:.0f} ensemble steps/s "
           f"(K={len(seeds)}, {r['threads']} thread(s)); results in {out}/")
@@ -145,6 +157,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--threads", type=int, help="torch threads (default 1 on CPU: fastest here)")
     run.add_argument("--json", action="store_true", help="print only JSON results on stdout")
     run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    run.add_argument("--forgetting", action="store_true",
+                     help="at each task end also test every earlier task: accuracy matrix, BWT, "
+                          "one-step BWT (problems with test sets)")
+    run.add_argument("--no-measure", action="store_true",
+                     help="skip the task-end measurements (srank, weight magnitude, dead units, "
+                          "test accuracy, ...)")
+    run.add_argument("--measure-every", dest="measure_every", type=int, metavar="N",
+                     help="also measure the network internals every N steps")
     run.set_defaults(func=cmd_run)
 
     lst = sub.add_parser("list", help="problems and methods with their parameters")
@@ -159,6 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--workers", type=int, default=2, help="processes (one per core)")
     demo.add_argument("--no-progress", action="store_true")
     demo.set_defaults(func=cmd_demo)
+
+    from .cli_sweep import register
+
+    register(sub)
     return parser
 
 

@@ -5,6 +5,14 @@ At each time step every member receives one batch of its own stream, **first pre
 Members are independent: the loss is the sum of the members' mean losses, so each member's
 gradient is its own. Accuracies accumulate on the device and come back once per task — no
 host synchronisation inside a task.
+
+Measurement points (SPEC §5, :mod:`plasticlab.measure`): at the end of every task — after its
+last step, before the next task starts and before a method's ``on_task_end`` — the network is
+measured (weight magnitude, feature srank and effective rank, dead and dormant units, the last
+step's gradient norm, test accuracy, and with ``forgetting`` every earlier task's test
+accuracy); with ``measure_every=N`` the network internals and gradient norm are also measured
+after every N-th optimizer step. Measurements stay on the device and are read back with the
+task's accuracies, so the per-step loop gains only an integer comparison.
 """
 
 from __future__ import annotations
@@ -16,7 +24,9 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from . import metrics
 from .experiments.config import RunConfig
+from .measure import DEFAULT_SAMPLES, Measurer, to_host
 from .methods import MethodContext, get_method
 from .nets import build_network
 from .optim import make_optimizer
@@ -27,12 +37,20 @@ from .rng import torch_generator
 
 @dataclass
 class MemberResult:
-    """One member's (= one run's) online accuracies."""
+    """One member's (= one run's) online accuracies and measurements.
+
+    ``task_metrics[name][task]``: the task-end measurements (:mod:`plasticlab.measure`; empty
+    when measurements are off); ``step_metrics``: the every-N-steps measurements, ``"step"``
+    holding the global step of each; ``accuracy_matrix[j][m]`` = A[j, m], m ≤ j, with forgetting.
+    """
 
     seed: int
     params: dict
     task_online_accuracy: list[float]
     reported_tasks: list[int]
+    task_metrics: dict[str, list] = field(default_factory=dict)
+    step_metrics: dict[str, list] = field(default_factory=dict)
+    accuracy_matrix: list[list[float]] | None = None
 
     @property
     def total_online_accuracy(self) -> float:
@@ -40,6 +58,16 @@ class MemberResult:
         values = [self.task_online_accuracy[t] for t in self.reported_tasks
                   if t < len(self.task_online_accuracy)]
         return sum(values) / len(values) if values else float("nan")
+
+    @property
+    def bwt(self) -> float | None:
+        """Backward transfer from :attr:`accuracy_matrix` (None without forgetting)."""
+        return None if self.accuracy_matrix is None else metrics.bwt(self.accuracy_matrix)
+
+    @property
+    def one_step_bwt(self) -> float | None:
+        """One-step backward transfer from :attr:`accuracy_matrix` (None without forgetting)."""
+        return None if self.accuracy_matrix is None else metrics.one_step_bwt(self.accuracy_matrix)
 
 
 @dataclass
@@ -53,6 +81,7 @@ class EnsembleResult:
     threads: int
     data_source: str = ""
     extra: dict = field(default_factory=dict)
+    measure_time: float = 0.0  # seconds of wall_time spent measuring
 
     @property
     def steps_per_second(self) -> float:
@@ -98,12 +127,22 @@ def train_ensemble(
     on_task_end: Callable[[int, list[float]], None] | None = None,
     on_steps: Callable[[int], None] | None = None,
     progress_every: int = 50,
+    measure: bool = True,
+    measure_every: int | None = None,
+    forgetting: bool = False,
+    measure_samples: int = DEFAULT_SAMPLES,
 ) -> EnsembleResult:
     """Train one ensemble: member k is the run ``(config, seeds[k], member_params[k])``.
 
     ``member_params`` overrides ``config.params`` per member (a λ grid in one ensemble);
     ``on_task_end(task, accuracies)`` gets each finished task's online accuracy per member;
     ``on_steps(n)`` is called every ``progress_every`` steps (progress bars).
+
+    Measurements (:mod:`plasticlab.measure`): ``measure`` turns the task-end measurements on
+    (default); ``measure_every=N`` adds network internals and gradient norm after every N-th
+    step; ``forgetting`` evaluates every earlier task's test set at each task end (the
+    accuracy matrix, BWT); ``measure_samples`` inputs of the current task per member are used
+    for the feature measurements. None of them changes training.
     """
     device = torch.device(device)
     threads_used = configure_threads(device, threads)
@@ -128,6 +167,16 @@ def train_ensemble(
     method = method_cls(net, optimizer, hp, MethodContext(seeds, device))
     needs_features = method.needs_features
     global_step = 0
+    if measure_every is not None and int(measure_every) < 1:
+        raise ValueError(f"measure_every must be >= 1 step, got {measure_every}")
+    if (measure_every or forgetting) and not measure:
+        raise ValueError("measure_every and forgetting need measurements on (measure=True)")
+    every = int(measure_every or 0)
+    measurer = Measurer(net, problem, samples=measure_samples, forgetting=forgetting) if measure else None
+    parameters = list(net.parameters())
+    task_measures: list[list[dict]] = []  # [task][member] → {name: value}
+    step_measures: list[list[dict]] = []  # [measurement][member]
+    measure_time = 0.0
 
     start = time.perf_counter()
     accuracies: list[list[float]] = []
@@ -135,6 +184,8 @@ def train_ensemble(
     for task in range(problem.tasks):
         problem.start_task(task)
         correct = torch.zeros(K, device=device)
+        pending: list[tuple[int, dict]] = []  # this task's step measurements, still on the device
+        grad_norm = None
         for step in range(steps):
             x, y = problem.batch(step)
             if needs_features:
@@ -147,16 +198,28 @@ def train_ensemble(
             loss = loss.view(K, B).mean(1).sum()
             optimizer.zero_grad()
             loss.backward()
+            step_due = every and (global_step + 1) % every == 0
+            if measurer is not None and (step_due or step == steps - 1):
+                grad_norm = metrics.gradient_norm(parameters)  # the task loss's, before penalties
             method.add_penalty_grad()
             optimizer.step()
             global_step += 1
             method.after_step(features, x, global_step)
+            if step_due and measurer is not None:
+                t0 = time.perf_counter()
+                pending.append((global_step, dict(measurer.internals(), grad_norm=grad_norm)))
+                measure_time += time.perf_counter() - t0
             if on_steps is not None and (step + 1) % progress_every == 0:
                 on_steps(progress_every)
         if on_steps is not None and steps % progress_every:
             on_steps(steps % progress_every)
         task_acc = (correct / (steps * B)).tolist()  # the one host sync of the task
         accuracies.append(task_acc)
+        if measurer is not None:
+            t0 = time.perf_counter()
+            task_measures.append(to_host(measurer.task_end(task, grad_norm)))
+            step_measures.extend(_read_back(pending))
+            measure_time += time.perf_counter() - t0
         method.on_task_end(problem)
         if on_task_end is not None:
             on_task_end(task, task_acc)
@@ -165,7 +228,33 @@ def train_ensemble(
     reported = [t for t in range(problem.tasks) if problem.reported(t)]
     members = [MemberResult(seed=seeds[k], params=per_member[k],
                             task_online_accuracy=[acc[k] for acc in accuracies],
-                            reported_tasks=reported) for k in range(K)]
+                            reported_tasks=reported, **_member_measures(k, task_measures, step_measures))
+               for k in range(K)]
     return EnsembleResult(members=members, wall_time=wall, steps=problem.tasks * steps,
                           device=str(device), threads=threads_used,
-                          data_source=getattr(problem, "source", ""))
+                          data_source=getattr(problem, "source", ""), measure_time=measure_time,
+                          extra={"measurements": {"task_end": bool(measure), "every": every or None,
+                                                  "forgetting": bool(forgetting),
+                                                  "samples": int(measure_samples)}})
+
+
+def _read_back(pending: list[tuple[int, dict]]) -> list[list[dict]]:
+    """A task's step measurements ``[(step, {name: [K, …] tensor})]`` → per measurement, per
+    member ``{name: value, "step": step}``, with one host synchronisation for all of them."""
+    if not pending:
+        return []
+    names = list(pending[0][1])
+    stacked = to_host({n: torch.stack([m[n] for _, m in pending], dim=1) for n in names})
+    return [[{**{n: member[n][i] for n in names}, "step": at} for member in stacked]
+            for i, (at, _) in enumerate(pending)]
+
+
+def _member_measures(k: int, task_measures: list[list[dict]], step_measures: list[list[dict]]) -> dict:
+    """Member k's measurements as MemberResult fields: name → list over tasks (or steps)."""
+    per_task = [t[k] for t in task_measures]
+    rows = [m.pop("accuracy_row") for m in per_task if "accuracy_row" in m]
+    names = list(per_task[0]) if per_task else []
+    steps = [s[k] for s in step_measures]
+    return {"task_metrics": {n: [m[n] for m in per_task] for n in names},
+            "step_metrics": {n: [m[n] for m in steps] for n in (list(steps[0]) if steps else [])},
+            "accuracy_matrix": rows or None}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import traceback
 from collections.abc import Sequence
@@ -16,8 +17,16 @@ from .store import ResultStore
 
 
 def run_record(config: RunConfig, result_member, result: EnsembleResult, run_id: str) -> dict:
-    """The JSON record of one run, as ``plasticlab run --json`` prints it."""
-    return {
+    """The JSON record of one run, as ``plasticlab run --json`` prints it.
+
+    Besides the online accuracies it holds every task-end measurement as a per-task list under
+    its metric name (``weight_magnitude``, ``srank`` and ``effective_rank`` — each entry a list
+    over hidden layers —, ``dead_fraction``, ``dormant_fraction``, ``grad_norm``,
+    ``task_test_accuracy`` for problems with test sets, and the ``*_per_layer`` lists); with
+    forgetting ``accuracy_matrix`` (A[j][m], m ≤ j), ``bwt`` and ``one_step_bwt``; with
+    every-N-steps measurements ``step_measurements`` (``step`` and a list per metric).
+    """
+    record = {
         "run_id": run_id,
         "seed": result_member.seed,
         "problem": config.problem,
@@ -28,6 +37,34 @@ def run_record(config: RunConfig, result_member, result: EnsembleResult, run_id:
         "total_online_accuracy": result_member.total_online_accuracy,
         "task_online_accuracy": result_member.task_online_accuracy,
     }
+    record.update(result_member.task_metrics)
+    if result_member.accuracy_matrix is not None:
+        record["accuracy_matrix"] = result_member.accuracy_matrix
+        record["bwt"] = _number_or_none(result_member.bwt)
+        record["one_step_bwt"] = _number_or_none(result_member.one_step_bwt)
+    if result_member.step_metrics:
+        record["step_measurements"] = result_member.step_metrics
+    return record
+
+
+def _number_or_none(x: float | None) -> float | None:
+    """NaN (BWT of a one-task run) as None, so the JSON stays standard."""
+    return None if x is None or math.isnan(x) else x
+
+
+STEP_PREFIX = "steps."
+"""Every-N-steps measurements are stored as metrics ``steps.<name>``, indexed by measurement
+(the global step of each under ``steps.step``), beside the per-task metrics."""
+
+
+def member_task_metrics(member) -> dict[str, list]:
+    """What the store keeps per run: metric name → list indexed by task (``online_accuracy``,
+    every task-end measurement, ``accuracy_matrix`` rows) or by measurement (``steps.*``)."""
+    out = {"online_accuracy": member.task_online_accuracy, **member.task_metrics}
+    if member.accuracy_matrix is not None:
+        out["accuracy_matrix"] = member.accuracy_matrix
+    out.update({STEP_PREFIX + name: values for name, values in member.step_metrics.items()})
+    return out
 
 
 def member_configs(config: RunConfig, seeds: Sequence[int],
@@ -59,14 +96,18 @@ def record_result(store: ResultStore, config: RunConfig, run_ids: Sequence[str],
     for member, rid in zip(result.members, run_ids, strict=True):
         summary = {"total_online_accuracy": member.total_online_accuracy,
                    "wall_time_s": result.wall_time, "steps_per_second": result.steps_per_second,
-                   "ensemble_members": len(run_ids)}
-        store.finish_run(rid, summary, {"online_accuracy": member.task_online_accuracy},
+                   "ensemble_members": len(run_ids), "measure_time_s": result.measure_time}
+        if member.accuracy_matrix is not None:
+            summary |= {"bwt": member.bwt, "one_step_bwt": member.one_step_bwt}
+        store.finish_run(rid, summary, member_task_metrics(member),
                          manifest_update={"threads": result.threads,
                                           "data_source": result.data_source,
+                                          "measurements": result.extra.get("measurements"),
                                           "end_time": utc_now()})
         records.append(run_record(config, member, result, rid)
                        | {"wall_time_s": result.wall_time,
                           "steps_per_second": result.steps_per_second,
+                          "measure_time_s": result.measure_time,
                           "threads": result.threads, "reported_tasks": member.reported_tasks})
     return records
 
@@ -97,8 +138,15 @@ def run_ensemble(
     threads: int | None = None,
     progress: bool = True,
     member_params: Sequence[dict] | None = None,
+    measure: bool = True,
+    measure_every: int | None = None,
+    forgetting: bool = False,
 ) -> list[dict]:
     """Train ``seeds`` as one ensemble in this process and store each run; return the records.
+
+    ``measure``, ``measure_every`` and ``forgetting`` are passed to
+    :func:`~plasticlab.engine.train_ensemble` (task-end measurements, every-N-steps
+    measurements, the accuracy matrix); they change what is recorded, never the training.
 
     Runs are marked 'running' before training, and each run's metrics and 'finished' status
     are committed together at the end; on an exception every run is marked 'failed' with its
@@ -110,7 +158,9 @@ def run_ensemble(
         bar, on_task_end = progress_bar(config, len(seeds), enabled=progress)
         try:
             result = train_ensemble(config, seeds, member_params, data_dir=data_dir, device=device,
-                                    threads=threads, on_task_end=on_task_end, on_steps=bar.update)
+                                    threads=threads, on_task_end=on_task_end, on_steps=bar.update,
+                                    measure=measure, measure_every=measure_every,
+                                    forgetting=forgetting)
         except BaseException:
             error = traceback.format_exc()
             for rid in run_ids:

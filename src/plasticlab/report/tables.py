@@ -66,3 +66,41 @@ def _bins(tasks: Sequence[int], max_rows: int) -> list[tuple[int, int, list[int]
     size = math.ceil(len(tasks) / max_rows)
     chunks = [list(tasks[i:i + size]) for i in range(0, len(tasks), size)]
     return [(c[0], c[-1], c) for c in chunks]
+
+
+def internals_summary(records: Sequence[Mapping]) -> str:
+    """What the network looks like at the end of the last task, mean ± 95 % CI over runs.
+
+    ``records`` are run records as ``plasticlab run --json`` prints them (one per seed). Shown
+    when present: srank and effective rank per hidden layer, weight magnitude (mean |θ|), dead
+    and dormant units (%), the last task's test accuracy (%) and, with forgetting, BWT and
+    one-step BWT (percentage points). Returns "" when the runs carry no measurements.
+    """
+    if not records or "weight_magnitude" not in records[0]:
+        return ""
+    last = len(records[0]["weight_magnitude"]) - 1
+    n = len(records)
+
+    def stat(values: Sequence[float], scale: float = 1.0, digits: int = 1) -> str:
+        mean, ci = mean_and_ci([scale * v if v is not None else math.nan for v in values])
+        return f"{mean:.{digits}f}" + (f" ± {ci:.{digits}f}" if n > 1 else "")
+
+    def per_layer(key: str) -> str:
+        layers = len(records[0][key][last])
+        return " | ".join(stat([r[key][last][i] for r in records]) for i in range(layers))
+
+    rows = [("srank per hidden layer", per_layer("srank")),
+            ("effective rank per hidden layer", per_layer("effective_rank")),
+            ("weight magnitude, mean |θ|", stat([r["weight_magnitude"][last] for r in records],
+                                                digits=4)),
+            ("dead units %", stat([r["dead_fraction"][last] for r in records], 100)),
+            ("dormant units % (τ = 0.1)", stat([r["dormant_fraction"][last] for r in records], 100))]
+    if "task_test_accuracy" in records[0]:
+        rows.append(("test accuracy % (last task)",
+                     stat([r["task_test_accuracy"][last] for r in records], 100, 2)))
+    if "bwt" in records[0]:
+        rows.append(("BWT (pp)", stat([r["bwt"] for r in records], 100, 2)))
+        rows.append(("one-step BWT (pp)", stat([r["one_step_bwt"] for r in records], 100, 2)))
+    width = max(len(name) for name, _ in rows)
+    head = f"end of task {last} (mean{' ± 95% CI' if n > 1 else ''} over seeds, n = {n}):"
+    return "\n".join([head, *(f"  {name:<{width}}  {value}" for name, value in rows)])

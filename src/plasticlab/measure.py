@@ -1,0 +1,334 @@
+"""Looking inside an ensemble at the end of a task (SPEC §5): the measurements of every run.
+
+:class:`Measurer` measures all K members of an ensemble at once, on the device, and hands back
+``[K]`` / ``[K, L]`` tensors; :func:`to_host` turns a set of them into per-member Python values
+with a single host synchronisation. The engine calls it at every task end (and, optionally,
+every N steps); nothing here runs on the per-step path.
+
+What is measured, per member (definitions in :mod:`plasticlab.metrics`):
+
+- **on a measurement batch** of ``samples`` (default 500) training inputs of the current task,
+  ``problem.sample_inputs(samples, "measure")`` — the same inputs for every measurement of a
+  task, and a stream of its own, so measuring never changes training — one no-grad forward pass
+  with the hidden features gives, per hidden layer: ``srank`` and ``effective_rank`` of the
+  feature matrix (conv layers: ``[n·H·W, C]``, positions as rows, channels as units; one
+  batched SVD per layer for the whole ensemble), the fraction of ``dead`` units (zero for every
+  input and position) and of ReDo-``dormant`` units (score ≤ τ = 0.1), overall and per layer.
+  Features are post-activation and before pooling; with Concat ReLU each of the 2U output
+  features counts as a unit.
+- **on the weights**: ``weight_magnitude``, mean |θ| over every weight and bias of the affine
+  layers (the regularized parameters; LayerNorm's gain and bias are not included), overall and
+  per affine layer (hidden layers then the output layer).
+- **gradient norm** ``grad_norm``: the L2 norm, over all trainable parameters, of the gradient
+  of the *task loss* (mean cross-entropy on the step's batch, before any method's penalty) of
+  the **last optimizer step** before the measurement — the engine takes it from that step's
+  backward pass, so it costs no extra forward/backward (it is the gradient the learner actually
+  followed, on one batch, not a fresh full-batch gradient).
+- **test accuracy** ``task_test_accuracy`` on the finished task's whole held-out test set
+  (problems with test sets only), evaluated in chunks without gradients; where all members
+  share one image set under their own input permutations (Permuted MNIST) the permutation is
+  folded into the first layer's weights, so no permuted copy of the test set is ever made. At
+  K = 8 on one CPU thread this forward pass over 8 × 10,000 images is most of a task end's cost
+  (``benchmarks/measurement_overhead.py``).
+- **forgetting** (opt-in): the row A[j, 0..j] of the accuracy matrix — every task's test set
+  evaluated after task j — from which :func:`plasticlab.metrics.bwt` and
+  :func:`~plasticlab.metrics.one_step_bwt` follow.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+from . import metrics
+from .methods.redo import dormant_mask, unit_activity
+from .nets import EnsembleNet
+from .nets.layers import EnsembleLinear
+from .nets.network import Block
+from .problems.base import Problem, TaskData
+
+DEFAULT_SAMPLES = 500
+"""Inputs of the current task per member on which the feature measurements are made."""
+
+TEST_CHUNK = 1000
+"""Test examples per member per forward pass when evaluating test sets (bounds memory)."""
+
+INTERNALS = ("weight_magnitude", "weight_magnitude_per_layer", "srank", "effective_rank",
+             "dead_fraction", "dead_fraction_per_layer", "dormant_fraction",
+             "dormant_fraction_per_layer")
+"""The names :meth:`Measurer.internals` returns."""
+
+COUNTS = ("srank",)
+"""Metrics whose values are whole numbers (reported as ints)."""
+
+
+def _member_tests(problem: Problem, task: int) -> list[TaskData] | None:
+    """Every member's held-out ``TaskData`` of ``task`` (None without test sets), checked."""
+    if not 0 <= task < problem.tasks:
+        raise ValueError(f"{problem.name}: no task {task} (tasks 0..{problem.tasks - 1})")
+    parts = [problem.member_test(k, seed, task) for k, seed in enumerate(problem.seeds)]
+    if parts[0] is None:
+        return None
+    sizes = {p.x.shape[0] for p in parts}
+    if len(sizes) != 1:
+        raise AssertionError(f"{problem.name}: members disagree on the test-set size {sizes}")
+    return parts
+
+
+def _overrides_test_set(problem: Problem) -> bool:
+    return type(problem).test_set is not Problem.test_set
+
+
+def held_out_batches(problem: Problem, task: int, chunk: int = TEST_CHUNK
+                 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]] | None:
+    """``task``'s held-out test set as chunks of network inputs ``[K, ≤chunk, …]`` and labels
+    ``[K, ≤chunk]``, or None when the problem has no test sets.
+
+    The same examples, permutation and normalisation as ``problem.test_set(task)``, but built
+    chunk by chunk from the members' stored uint8 examples, so a 10,000-image test set of a large
+    ensemble is never materialised as one float tensor (that costs more than evaluating it). A
+    problem that overrides ``test_set`` is evaluated through its own ``test_set``.
+    """
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1, got {chunk}")
+    if _overrides_test_set(problem):
+        data = problem.test_set(task)
+        if data is None:
+            return None
+        x, y = data
+        return ((x[:, i:i + chunk], y[:, i:i + chunk]) for i in range(0, y.shape[1], chunk))
+    parts = _member_tests(problem, task)
+    if parts is None:
+        return None
+    n, device = parts[0].x.shape[0], problem.device
+    labels = torch.stack([p.y for p in parts]).to(device)
+    perm = torch.stack([p.perm for p in parts]).to(device) if parts[0].perm is not None else None
+    shared = all(p.x is parts[0].x for p in parts)  # e.g. Permuted MNIST: one image set
+
+    def chunks() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for i in range(0, n, chunk):
+            y = labels[:, i:i + chunk]
+            if shared and perm is not None:
+                # Normalise the shared images once, then one gather for all members' permutations:
+                # [c, D] → [c, K·D] → a [K, c, D] view (what the network's batched matmul reads).
+                base = problem.normalize(parts[0].x[i:i + chunk].to(device))
+                x = base.index_select(1, perm.flatten()).view(base.shape[0], len(parts), -1)
+                yield x.transpose(0, 1), y
+                continue
+            x = torch.stack([p.x[i:i + chunk] for p in parts]).to(device)
+            if perm is not None:
+                x = torch.gather(x, 2, perm[:, None, :].expand(x.shape[0], x.shape[1], perm.shape[1]))
+            yield problem.normalize(x), y
+
+    return chunks()
+
+
+@torch.no_grad()
+def evaluate_accuracy(net: EnsembleNet, batches) -> torch.Tensor:
+    """Accuracy of every member over all ``(x, y)`` chunks of ``batches``, ``[K]`` float64,
+    accumulated on the device (no host synchronisation)."""
+    correct = None
+    total = 0
+    for x, y in batches:
+        c = metrics.correct_counts(net(x), y)
+        correct = c if correct is None else correct + c
+        total += y.shape[1]
+    if correct is None:
+        raise ValueError("empty test set")
+    return correct.double() / total
+
+
+class _SharedInputLinear(nn.Module):
+    """K linear maps of ONE shared input ``[c, D]`` → ``[K, c, U]``, as a single matmul."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor):
+        super().__init__()
+        self.weight, self.bias = weight, bias  # [K, U, D], [K, U]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        K, U, D = self.weight.shape
+        y = torch.addmm(self.bias.reshape(1, K * U), x, self.weight.reshape(K * U, D).t())
+        return y.view(x.shape[0], K, U).transpose(0, 1).contiguous()
+
+
+@torch.no_grad()
+def _permuted_shared_accuracy(net: EnsembleNet, problem: Problem, parts: list[TaskData],
+                              chunk: int) -> torch.Tensor:
+    """Test accuracy when every member sees the same stored images under its own input
+    permutation (Permuted MNIST) and the first layer is linear.
+
+    The permutation is folded into the first layer instead of applied to the images:
+    x[perm_k] · W_kᵀ = x · (W_k[:, perm_k⁻¹])ᵀ, so all K members read the one normalised image
+    chunk in a single matmul — no per-member copy of the test set is ever made. The other layers
+    run as in :meth:`EnsembleNet.forward`.
+    """
+    device = problem.device
+    first = net.blocks[0]
+    perm = torch.stack([p.perm for p in parts]).to(device)
+    inverse = torch.argsort(perm, dim=1)
+    w = first.affine.weight
+    folded = torch.gather(w, 2, inverse[:, None, :].expand(w.shape)).contiguous()
+    block = Block(_SharedInputLinear(folded, first.affine.bias), first.norm, first.activation,
+                  first.pool, first.flatten)
+    labels = torch.stack([p.y for p in parts]).to(device)
+    correct = torch.zeros(len(parts), dtype=torch.int64, device=device)
+    for i in range(0, labels.shape[1], chunk):
+        _, h = block(problem.normalize(parts[0].x[i:i + chunk].to(device)))
+        for b in net.blocks[1:-1]:
+            _, h = b(h)
+        correct += metrics.correct_counts(net.blocks[-1].pre_activation(h), labels[:, i:i + chunk])
+    return correct.double() / labels.shape[1]
+
+
+def held_out_accuracy(net: EnsembleNet, problem: Problem, task: int, chunk: int = TEST_CHUNK
+                  ) -> torch.Tensor | None:
+    """Every member's accuracy on ``task``'s whole held-out test set, ``[K]`` float64 on the
+    device; None when the problem has no test sets. No gradients, ``chunk`` test examples per
+    member per forward pass.
+
+    Evaluates exactly ``problem.test_set(task)``; when the members share one stored image set
+    under per-member permutations and the network starts with a linear layer, the permutation is
+    folded into that layer's weights (one matmul for the ensemble, no permuted copies) —
+    the same function, computed faster.
+    """
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1, got {chunk}")
+    if not _overrides_test_set(problem) and isinstance(net.blocks[0].affine, EnsembleLinear):
+        parts = _member_tests(problem, task)
+        if parts is None:
+            return None
+        if parts[0].perm is not None and all(p.x is parts[0].x for p in parts):
+            return _permuted_shared_accuracy(net, problem, parts, chunk)
+    batches = held_out_batches(problem, task, chunk)
+    return None if batches is None else evaluate_accuracy(net, batches)
+
+
+@torch.no_grad()
+def network_internals(net: EnsembleNet, x: torch.Tensor,
+                      dormant_threshold: float = metrics.DORMANT_THRESHOLD) -> dict[str, torch.Tensor]:
+    """Every internal measurement of the ensemble on inputs ``x`` ``[K, n, …]``: see the module
+    docstring. Returns float64 device tensors named as :data:`INTERNALS`: ``[K]`` for overall
+    values, ``[K, L]`` per hidden layer, ``[K, A]`` per affine layer. A member whose features
+    are not finite (a diverged run) gets NaN ranks."""
+    _, features = net(x, return_features=True)
+    activity = [unit_activity(f) for f in features]  # E|h_i| [K, U], shared by the unit counts
+    ranks, eranks = [], []
+    for f, a in zip(features, activity, strict=True):
+        phi = metrics.feature_matrix(f)
+        try:
+            sv = metrics.singular_values(phi)  # one batched SVD per layer
+        except torch.linalg.LinAlgError:  # non-finite features of a diverged member
+            sv = metrics.singular_values(torch.nan_to_num(phi, nan=0.0, posinf=0.0, neginf=0.0))
+        # A member with non-finite features (its E|h| is inf/NaN) gets NaN ranks.
+        finite = torch.isfinite(a).all(1)
+        nan = torch.full(finite.shape, float("nan"), dtype=torch.float64, device=phi.device)
+        ranks.append(torch.where(finite, metrics.srank(sv).double(), nan))
+        eranks.append(torch.where(finite, metrics.effective_rank(sv), nan))
+    dead, dead_layers = metrics.unit_fractions([a == 0 for a in activity])
+    dormant, dormant_layers = metrics.unit_fractions([dormant_mask(a, dormant_threshold)
+                                                      for a in activity])
+    layers = [(layer.weight, layer.bias) for layer in net.affine_layers]
+    return {
+        "weight_magnitude": metrics.weight_magnitude(net.regularized_parameters()),
+        "weight_magnitude_per_layer": metrics.layer_weight_magnitude(layers),
+        "srank": torch.stack(ranks, dim=1),
+        "effective_rank": torch.stack(eranks, dim=1),
+        "dead_fraction": dead,
+        "dead_fraction_per_layer": dead_layers,
+        "dormant_fraction": dormant,
+        "dormant_fraction_per_layer": dormant_layers,
+    }
+
+
+class Measurer:
+    """The measurements of one ensemble on one stream.
+
+    ``samples``: measurement-batch size per member; ``forgetting``: also evaluate every earlier
+    task's test set at each task end (the accuracy matrix); ``test_chunk``: test examples per
+    member per forward pass. Results stay on the device until :func:`to_host`.
+    """
+
+    def __init__(self, net: EnsembleNet, problem: Problem, *, samples: int = DEFAULT_SAMPLES,
+                 forgetting: bool = False, dormant_threshold: float = metrics.DORMANT_THRESHOLD,
+                 test_chunk: int = TEST_CHUNK):
+        if samples < 1:
+            raise ValueError(f"measurement samples must be >= 1, got {samples}")
+        if forgetting and not problem.has_test_sets:
+            raise ValueError(f"{problem.name} has no held-out test sets; forgetting (the accuracy "
+                             "matrix) needs them")
+        self.net, self.problem = net, problem
+        self.samples, self.forgetting = int(samples), bool(forgetting)
+        self.dormant_threshold, self.test_chunk = float(dormant_threshold), int(test_chunk)
+        self._inputs: torch.Tensor | None = None
+        self._inputs_task = -1
+
+    def inputs(self) -> torch.Tensor:
+        """The current task's measurement batch ``[K, samples, …]`` (drawn once per task)."""
+        if self._inputs is None or self._inputs_task != self.problem.task:
+            self._inputs = self.problem.sample_inputs(self.samples, "measure")
+            self._inputs_task = self.problem.task
+        return self._inputs
+
+    def internals(self) -> dict[str, torch.Tensor]:
+        """:func:`network_internals` on the current task's measurement batch."""
+        return network_internals(self.net, self.inputs(), self.dormant_threshold)
+
+    def test_accuracy(self, task: int) -> torch.Tensor | None:
+        """Every member's accuracy on ``task``'s whole test set, ``[K]``; None without test sets."""
+        return held_out_accuracy(self.net, self.problem, task, self.test_chunk)
+
+    def task_end(self, task: int, grad_norm: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """All task-end measurements of ``task`` (the stream must still be on it): the
+        internals, ``grad_norm`` as given, ``task_test_accuracy`` (problems with test sets) and,
+        with forgetting, ``accuracy_row`` ``[K, task+1]`` = A[task, 0..task]."""
+        out = self.internals()
+        if grad_norm is not None:
+            out["grad_norm"] = grad_norm
+        if self.forgetting:
+            row = [self.test_accuracy(m) for m in range(task + 1)]
+            out["accuracy_row"] = torch.stack(row, dim=1)
+            out["task_test_accuracy"] = row[-1]
+        elif self.problem.has_test_sets:
+            acc = self.test_accuracy(task)
+            if acc is not None:
+                out["task_test_accuracy"] = acc
+        return out
+
+
+def to_host(values: dict[str, torch.Tensor]) -> list[dict[str, float | int | list]]:
+    """Per-member Python values of ``[K, …]`` tensors, with ONE host synchronisation:
+    ``[{name: value}, …]`` (one dict per member); a ``[K]`` tensor gives a number, a ``[K, L]``
+    tensor a list, ``[K, M, L]`` a list of lists; integer tensors and the :data:`COUNTS`
+    metrics give ints (NaN stays NaN)."""
+    if not values:
+        return []
+    names = list(values)
+    flat = [values[n].reshape(values[n].shape[0], -1) for n in names]
+    K = flat[0].shape[0]
+    rows = torch.cat([f.double() for f in flat], dim=1).tolist()  # the one sync
+    out: list[dict] = [{} for _ in range(K)]
+    start = 0
+    for name, f in zip(names, flat, strict=True):
+        width = f.shape[1]
+        is_int = name in COUNTS or not (f.dtype.is_floating_point or f.dtype.is_complex)
+        shape = tuple(values[name].shape[1:])
+        for k in range(K):
+            v = rows[k][start:start + width]
+            if is_int:
+                v = [int(x) if math.isfinite(x) else x for x in v]
+            out[k][name] = _nest(v, shape)
+        start += width
+    return out
+
+
+def _nest(flat: list, shape: tuple[int, ...]):
+    """A flat row-major list as nested lists of ``shape`` (a number for shape ())."""
+    if not shape:
+        return flat[0]
+    if len(shape) == 1:
+        return flat
+    step = len(flat) // shape[0]
+    return [_nest(flat[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])]
