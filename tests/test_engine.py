@@ -108,3 +108,40 @@ def test_the_engine_loss_is_each_members_own_mean_cross_entropy(data_dir):
     single = build_network("mlp", 1, (784,), 10, generators=[torch_generator(1, "init")])
     F.cross_entropy(single(x[1:]).flatten(0, 1), y[1]).backward()
     torch.testing.assert_close(g_ensemble, single.blocks[0].affine.weight.grad[0])
+
+
+@pytest.mark.parametrize("method,params", [
+    ("l2_init", {"strength": 1e-2}), ("cbp", {"replacement_rate": 0.05, "maturity": 5}),
+    ("shrink_perturb", {"shrink": 0.99, "noise": 1e-2}), ("ewc", {"fisher_samples": 8}),
+])
+def test_a_run_resumed_from_a_task_checkpoint_ends_exactly_as_an_uninterrupted_one(
+        data_dir, tmp_path, method, params):
+    cfg = resolve_config({**SMALL, "tasks": 4, "method": method, "params": params})
+    whole = train_ensemble(cfg, [0, 1], data_dir=data_dir)
+
+    path = tmp_path / "run.ckpt"
+
+    class Crash(Exception):
+        pass
+
+    def crash_after_task_1(task, accs):
+        if task == 1:
+            raise Crash
+
+    with pytest.raises(Crash):
+        train_ensemble(cfg, [0, 1], data_dir=data_dir, checkpoint=path, on_task_end=crash_after_task_1)
+    assert path.exists()
+    resumed = train_ensemble(cfg, [0, 1], data_dir=data_dir, checkpoint=path)
+    for a, b in zip(whole.members, resumed.members, strict=True):
+        assert a.task_online_accuracy == b.task_online_accuracy
+        assert a.task_metrics["weight_magnitude"] == b.task_metrics["weight_magnitude"]
+
+
+def test_a_checkpoint_of_another_run_is_an_error_naming_the_file(data_dir, tmp_path):
+    path = tmp_path / "run.ckpt"
+    cfg = resolve_config({**SMALL, "method": "baseline"})
+    train_ensemble(cfg, [0], data_dir=data_dir, checkpoint=path, measure=False,
+                   on_task_end=lambda t, a: None)
+    other = resolve_config({**SMALL, "method": "baseline", "lr": 1e-4})
+    with pytest.raises(ValueError, match=str(path)):
+        train_ensemble(other, [0], data_dir=data_dir, checkpoint=path)

@@ -20,10 +20,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from . import checkpoint as ckpt
 from . import metrics
 from .experiments.config import RunConfig
 from .measure import DEFAULT_SAMPLES, Measurer, to_host
@@ -131,6 +133,7 @@ def train_ensemble(
     measure_every: int | None = None,
     forgetting: bool = False,
     measure_samples: int = DEFAULT_SAMPLES,
+    checkpoint: str | Path | None = None,
 ) -> EnsembleResult:
     """Train one ensemble: member k is the run ``(config, seeds[k], member_params[k])``.
 
@@ -143,6 +146,11 @@ def train_ensemble(
     step; ``forgetting`` evaluates every earlier task's test set at each task end (the
     accuracy matrix, BWT); ``measure_samples`` inputs of the current task per member are used
     for the feature measurements. None of them changes training.
+
+    ``checkpoint``: a file to save the whole training state to at every task end and to
+    resume from when it exists (:mod:`plasticlab.checkpoint`); a resumed run ends with exactly
+    the results of an uninterrupted one. Progress callbacks are not replayed for tasks done
+    before the resume.
     """
     device = torch.device(device)
     threads_used = configure_threads(device, threads)
@@ -178,10 +186,26 @@ def train_ensemble(
     step_measures: list[list[dict]] = []  # [measurement][member]
     measure_time = 0.0
 
-    start = time.perf_counter()
     accuracies: list[list[float]] = []
+    first_task, wall_before = 0, 0.0
+    fingerprint = ckpt.fingerprint(config.to_dict(), seeds, member_params)
+    state = ckpt.load(checkpoint, fingerprint, device) if checkpoint is not None else None
+    if state is not None:
+        # The method object carries the network and optimizer (and its generators' states).
+        method = state["method"]
+        net, optimizer = method.net, method.optimizer
+        parameters = list(net.parameters())
+        if measurer is not None:
+            measurer = Measurer(net, problem, samples=measure_samples, forgetting=forgetting)
+        accuracies, task_measures = state["accuracies"], state["task_measures"]
+        step_measures, measure_time = state["step_measures"], state["measure_time"]
+        global_step, first_task, wall_before = state["global_step"], state["next_task"], state["wall"]
+        if on_steps is not None:
+            on_steps(first_task * problem.steps_per_task)
+
+    start = time.perf_counter()
     steps, B = problem.steps_per_task, problem.batch_size
-    for task in range(problem.tasks):
+    for task in range(first_task, problem.tasks):
         problem.start_task(task)
         correct = torch.zeros(K, device=device)
         pending: list[tuple[int, dict]] = []  # this task's step measurements, still on the device
@@ -221,9 +245,15 @@ def train_ensemble(
             step_measures.extend(_read_back(pending))
             measure_time += time.perf_counter() - t0
         method.on_task_end(problem)
+        if checkpoint is not None and task < problem.tasks - 1:
+            ckpt.save(checkpoint, {
+                "fingerprint": fingerprint, "method": method, "next_task": task + 1,
+                "global_step": global_step, "accuracies": accuracies,
+                "task_measures": task_measures, "step_measures": step_measures,
+                "measure_time": measure_time, "wall": wall_before + time.perf_counter() - start})
         if on_task_end is not None:
             on_task_end(task, task_acc)
-    wall = time.perf_counter() - start
+    wall = wall_before + time.perf_counter() - start
 
     reported = [t for t in range(problem.tasks) if problem.reported(t)]
     members = [MemberResult(seed=seeds[k], params=per_member[k],

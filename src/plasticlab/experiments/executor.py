@@ -7,7 +7,9 @@ Two executors share one driver loop:
   local Ray instance when neither is set). Ray is an optional extra: ``pip install plasticlab[ray]``.
 
 Either way the driver process is the only writer of the results store: workers train and
-return their :class:`~plasticlab.engine.EnsembleResult`; the driver records it. Jobs are
+return their :class:`~plasticlab.engine.EnsembleResult`; the driver records it. Workers save a
+checkpoint of their ensemble at every task end under ``OUT/checkpoints/`` (on a cluster, OUT
+must be on a shared file system) and resume from it when the sweep is started again. Jobs are
 submitted longest first, and a failing job is recorded as failed without stopping the others.
 """
 
@@ -21,6 +23,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..checkpoint import fingerprint
 from ..engine import EnsembleResult, train_ensemble
 from .config import RunConfig
 from .runner import progress_bar, record_result, record_start
@@ -84,6 +87,10 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
     if not jobs:
         return jobs
     order = sorted(range(len(jobs)), key=lambda i: -job_cost(jobs[i]))
+    for job in jobs:
+        # Task-boundary checkpoints: a killed sweep loses at most one task of each ensemble.
+        key = fingerprint(job.config.to_dict(), job.seeds, job.member_params)
+        job.options.setdefault("checkpoint", str(Path(out) / "checkpoints" / f"{key}.ckpt"))
     with ResultStore(out) as store:
         run_ids = {i: record_start(store, jobs[i].config, jobs[i].seeds, device=device,
                                    member_params=jobs[i].member_params) for i in order}
@@ -92,6 +99,8 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
             job = jobs[i]
             try:
                 job.records = record_result(store, job.config, run_ids[i], get_result())
+                if job.options.get("checkpoint"):
+                    Path(job.options["checkpoint"]).unlink(missing_ok=True)
             except Exception:
                 job.error = traceback.format_exc()
                 for rid in run_ids[i]:
