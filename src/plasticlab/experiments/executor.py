@@ -91,12 +91,22 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
         # Task-boundary checkpoints: a killed sweep loses at most one task of each ensemble.
         key = fingerprint(job.config.to_dict(), job.seeds, job.member_params)
         job.options.setdefault("checkpoint", str(Path(out) / "checkpoints" / f"{key}.ckpt"))
+    workers = workers or default_workers()
+    # A bar per ensemble while they all run at once; beyond that one overall bar in the driver
+    # (runs done / total, member-steps/s, ETA), advanced as ensembles finish.
+    per_job_bars = progress and len(jobs) <= workers and executor == "local"
+    overall = _overall_bar(jobs) if progress and not per_job_bars else None
     with ResultStore(out) as store:
         run_ids = {i: record_start(store, jobs[i].config, jobs[i].seeds, device=device,
                                    member_params=jobs[i].member_params) for i in order}
 
         def finish(i: int, get_result: Callable[[], EnsembleResult]) -> None:
             job = jobs[i]
+            if overall is not None:
+                c = job.config
+                overall.update(c.tasks * c.steps_per_task * len(job.seeds))
+                overall.runs_done += len(job.seeds)
+                overall.set_postfix_str(f"runs {overall.runs_done}/{overall.runs_total}")
             try:
                 job.records = record_result(store, job.config, run_ids[i], get_result())
                 if job.options.get("checkpoint"):
@@ -108,11 +118,28 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
             if on_done is not None:
                 on_done(job)
 
-        if executor == "ray":
-            _run_ray(jobs, order, finish, data_dir, device, ray_address)
-        else:
-            _run_local(jobs, order, finish, data_dir, device, workers or default_workers(), progress)
+        try:
+            if executor == "ray":
+                _run_ray(jobs, order, finish, data_dir, device, ray_address)
+            else:
+                _run_local(jobs, order, finish, data_dir, device, workers, per_job_bars)
+        finally:
+            if overall is not None:
+                overall.close()
     return jobs
+
+
+def _overall_bar(jobs):
+    import sys
+
+    from tqdm.auto import tqdm
+
+    total = sum(j.config.tasks * j.config.steps_per_task * len(j.seeds) for j in jobs)
+    bar = tqdm(total=total, unit="member-step", unit_scale=True, file=sys.stderr,
+               dynamic_ncols=True, desc="sweep")
+    bar.runs_done, bar.runs_total = 0, sum(len(j.seeds) for j in jobs)
+    bar.set_postfix_str(f"runs 0/{bar.runs_total}")
+    return bar
 
 
 def _run_local(jobs, order, finish, data_dir, device, workers, progress) -> None:
