@@ -58,6 +58,7 @@ def build_run_request(args: argparse.Namespace) -> tuple[dict, dict]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from .experiments.loggers import make_loggers
     from .experiments.runner import run_ensemble
     from .problems import get_problem
     from .report import task_table
@@ -78,7 +79,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     records = run_ensemble(config, seeds, out=out, data_dir=ex.get("data_dir"),
                            device=ex.get("device", "cpu"), threads=threads,
                            progress=not args.no_progress, measure=not args.no_measure,
-                           measure_every=args.measure_every, forgetting=args.forgetting)
+                           measure_every=args.measure_every, forgetting=args.forgetting,
+                           loggers=make_loggers(args.tensorboard, args.wandb))
     if args.json:
         json.dump({"runs": records}, sys.stdout, indent=None)
         sys.stdout.write("\n")
@@ -157,6 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--threads", type=int, help="torch threads (default 1 on CPU: fastest here)")
     run.add_argument("--json", action="store_true", help="print only JSON results on stdout")
     run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    from .cli_sweep import add_logging_options
+
+    add_logging_options(run)
     run.add_argument("--forgetting", action="store_true",
                      help="at each task end also test every earlier task: accuracy matrix, BWT, "
                           "one-step BWT (problems with test sets)")

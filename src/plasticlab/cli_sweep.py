@@ -73,9 +73,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if calibration is None:
             print("  (no calibration on this machine yet: run `plasticlab bench` for time estimates)")
         return 0
+    from .experiments.loggers import make_loggers
+
     common = {"out": out, "data_dir": args.data_dir, "device": args.device, "workers": workers,
               "executor": args.executor, "ray_address": args.ray_address,
-              "progress": not args.no_progress, "options": options}
+              "progress": not args.no_progress, "options": options,
+              "loggers": make_loggers(args.tensorboard, args.wandb)}
     jobs = run_plan(grid_plan, **common)
     failed = [j for j in jobs if j.error]
     if eval_seeds is not None:
@@ -131,6 +134,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_logging_options(parser) -> None:
+    """``--tensorboard DIR`` and ``--wandb PROJECT``: optional mirrors of the results store."""
+    parser.add_argument("--tensorboard", metavar="DIR",
+                        help="also log every run to TensorBoard in DIR (needs tensorboard)")
+    parser.add_argument("--wandb", metavar="PROJECT",
+                        help="also log every run to Weights & Biases PROJECT (needs wandb)")
+
+
 def register(sub) -> None:
     """Add the experiment commands to the ``plasticlab`` parser."""
     sw = sub.add_parser("sweep", help="run a sweep file or a preset (grid, protocol, resumable)")
@@ -146,6 +157,7 @@ def register(sub) -> None:
     sw.add_argument("--executor", default="local", choices=EXECUTORS)
     sw.add_argument("--ray-address", dest="ray_address", help="Ray cluster (default $RAY_ADDRESS)")
     sw.add_argument("--dry-run", action="store_true", help="print the plan and a time estimate")
+    add_logging_options(sw)
     sw.add_argument("--no-progress", action="store_true")
     sw.set_defaults(func=cmd_sweep)
 

@@ -75,8 +75,8 @@ def job_cost(job: Job) -> float:
 
 def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str = "cpu",
              workers: int | None = None, progress: bool = True, executor: str = "local",
-             ray_address: str | None = None, on_done: Callable[[Job], None] | None = None
-             ) -> list[Job]:
+             ray_address: str | None = None, on_done: Callable[[Job], None] | None = None,
+             loggers: Sequence = ()) -> list[Job]:
     """Train ``jobs`` with ``executor`` and record every run in ``out``'s store.
 
     Returns the jobs with their ``records`` (or ``error``) filled in.
@@ -109,6 +109,9 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
                 overall.set_postfix_str(f"runs {overall.runs_done}/{overall.runs_total}")
             try:
                 job.records = record_result(store, job.config, run_ids[i], get_result())
+                for logger in loggers:
+                    for record in job.records:
+                        logger.log(record)
                 if job.options.get("checkpoint"):
                     Path(job.options["checkpoint"]).unlink(missing_ok=True)
             except Exception:

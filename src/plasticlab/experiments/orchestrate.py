@@ -58,12 +58,12 @@ def plan(runs: Sequence[Run], out, max_members: int, phase: str = "grid") -> Pla
 
 
 def run_plan(p: Plan, *, out, data_dir=None, device="cpu", workers=None, executor="local",
-             ray_address=None, progress=True, options: dict | None = None) -> list[Job]:
+             ray_address=None, progress=True, options: dict | None = None, loggers=()) -> list[Job]:
     """Train every ensemble of ``p``; returns the jobs (failures recorded, not raised)."""
     jobs = [Job(e.config, e.seeds, e.member_params, label=_label(e), options=dict(options or {}))
             for e in p.ensembles]
     return run_jobs(jobs, out=out, data_dir=data_dir, device=device, workers=workers,
-                    executor=executor, ray_address=ray_address, progress=progress)
+                    executor=executor, ray_address=ray_address, progress=progress, loggers=loggers)
 
 
 def _label(e: Ensemble) -> str:

@@ -141,8 +141,11 @@ def run_ensemble(
     measure: bool = True,
     measure_every: int | None = None,
     forgetting: bool = False,
+    loggers: Sequence = (),
 ) -> list[dict]:
     """Train ``seeds`` as one ensemble in this process and store each run; return the records.
+
+    ``loggers`` (:mod:`plasticlab.experiments.loggers`) mirror each recorded run.
 
     ``measure``, ``measure_every`` and ``forgetting`` are passed to
     :func:`~plasticlab.engine.train_ensemble` (task-end measurements, every-N-steps
@@ -168,4 +171,8 @@ def run_ensemble(
             raise
         finally:
             bar.close()
-        return record_result(store, config, run_ids, result)
+        records = record_result(store, config, run_ids, result)
+    for logger in loggers:
+        for record in records:
+            logger.log(record)
+    return records
