@@ -15,19 +15,39 @@ REPO = Path(__file__).resolve().parents[1]
 torch.set_num_threads(1)
 
 
-def find_real_data() -> Path | None:
-    """$PLASTICLAB_DATA, else ../shared/data beside the repo, else None."""
+def find_real_data_dir() -> tuple[Path | None, str]:
+    """(directory with the real data or None, how it was chosen / why none was found):
+    $PLASTICLAB_DATA, else ../shared/data beside the repo."""
     env = os.environ.get("PLASTICLAB_DATA")
     if env:
-        return Path(env)
+        return Path(env), "$PLASTICLAB_DATA"
     shared = REPO.parent / "shared" / "data"
-    return shared if shared.is_dir() else None
+    if shared.is_dir():
+        return shared, str(shared)
+    return None, f"PLASTICLAB_DATA is not set and {shared} does not exist"
+
+
+HOST_SYNC_METHODS = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__")
+
+
+def count_host_syncs(monkeypatch) -> dict:
+    """Count calls that read a tensor back to the host (a sync on GPUs): ``calls["n"]``."""
+    calls = {"n": 0}
+    for name in HOST_SYNC_METHODS:
+        original = getattr(torch.Tensor, name)
+
+        def counting(self, *a, _original=original, **k):
+            calls["n"] += 1
+            return _original(self, *a, **k)
+
+        monkeypatch.setattr(torch.Tensor, name, counting)
+    return calls
 
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     """The directory holding real MNIST (and the CIFAR-10 subset); skips when there is none."""
-    path = find_real_data()
+    path, _ = find_real_data_dir()
     if path is None or not (path / "mnist").is_dir():
         pytest.skip("real data not found: set PLASTICLAB_DATA or put shared/data beside the repo")
     return path

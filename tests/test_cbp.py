@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import plasticlab.methods
+from conftest import count_host_syncs
 from plasticlab.engine import train_ensemble
 from plasticlab.experiments.config import resolve_config
 from plasticlab.methods import MethodContext
@@ -506,15 +507,7 @@ def test_no_host_synchronisation_in_after_step(monkeypatch):
     cbp = make_cbp(net, replacement_rate=[1e-2, 3e-2, 0.0, 1e-1], maturity=[5, 0, 5, 2], decay=0.99)
     x = torch.randn(4, 16, 784)
     feats = features_of(net, x)
-    calls = {"n": 0}
-    for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__"):
-        original = getattr(torch.Tensor, name)
-
-        def counting(self, *a, _original=original, **k):
-            calls["n"] += 1
-            return _original(self, *a, **k)
-
-        monkeypatch.setattr(torch.Tensor, name, counting)
+    calls = count_host_syncs(monkeypatch)
     for t in range(50):
         cbp.after_step(feats, x, t + 1)
     monkeypatch.undo()

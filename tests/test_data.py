@@ -13,7 +13,6 @@ import dataclasses
 import gzip
 import hashlib
 import io
-import os
 import pickle
 import shutil
 import struct
@@ -26,6 +25,7 @@ import pytest
 
 import plasticlab.data.cifar as cifar_module
 import plasticlab.data.download as download_module
+from conftest import find_real_data_dir
 from plasticlab.data import (
     DataError,
     ImageDataset,
@@ -57,17 +57,6 @@ MNIST_MD5 = {
 
 
 # --------------------------------------------------------------------------- fixtures
-
-
-def find_real_data_dir() -> tuple[Path | None, str]:
-    """Return (directory with real data or None, how it was chosen / why none was found)."""
-    env = os.environ.get("PLASTICLAB_DATA")
-    if env:
-        return Path(env), "$PLASTICLAB_DATA"
-    shared = REPO.parent / "shared" / "data"
-    if shared.is_dir():
-        return shared, str(shared)
-    return None, f"PLASTICLAB_DATA is not set and {shared} does not exist"
 
 
 @pytest.fixture(scope="module")

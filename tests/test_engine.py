@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from conftest import count_host_syncs
 from plasticlab.engine import train_ensemble
 from plasticlab.experiments.config import resolve_config
 from plasticlab.nets import build_network
@@ -75,15 +76,7 @@ def test_training_learns_permuted_mnist(data_dir):
 
 
 def test_no_host_synchronisation_inside_a_task(data_dir, monkeypatch):
-    calls = {"n": 0}
-    for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__"):
-        original = getattr(torch.Tensor, name)
-
-        def counting(self, *a, _original=original, **k):
-            calls["n"] += 1
-            return _original(self, *a, **k)
-
-        monkeypatch.setattr(torch.Tensor, name, counting)
+    calls = count_host_syncs(monkeypatch)
     cfg = config("l2_init", params={"strength": 1e-2})
     problem_calls_per_task = []
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from conftest import count_host_syncs
 from plasticlab.engine import train_ensemble
 from plasticlab.experiments.config import resolve_config
 from plasticlab.measure import (
@@ -263,15 +264,7 @@ def test_grad_norm_is_the_last_steps_task_loss_gradient_without_the_penalty(data
 
 
 def test_measurements_add_no_per_step_host_synchronisation(data_dir, monkeypatch):
-    calls = {"n": 0}
-    for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__"):
-        original = getattr(torch.Tensor, name)
-
-        def counting(self, *a, _original=original, **k):
-            calls["n"] += 1
-            return _original(self, *a, **k)
-
-        monkeypatch.setattr(torch.Tensor, name, counting)
+    calls = count_host_syncs(monkeypatch)
     marks = []
     train_ensemble(config(), [0, 1], data_dir=data_dir, forgetting=True, measure_every=2,
                    on_task_end=lambda task, accs: marks.append(calls["n"]))

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import CIFAR100_TEST_PER_CLASS, CIFAR100_TRAIN_PER_CLASS
+from conftest import CIFAR100_TEST_PER_CLASS, CIFAR100_TRAIN_PER_CLASS, find_real_data_dir
 from plasticlab.data import load_cifar10, load_mnist
 from plasticlab.problems import (
     PROBLEMS,
@@ -44,19 +44,9 @@ MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-image
 # --------------------------------------------------------------------------- data fixtures
 
 
-def _real_data_dir() -> tuple[Path | None, str]:
-    env = os.environ.get("PLASTICLAB_DATA")
-    if env:
-        return Path(env), "$PLASTICLAB_DATA"
-    shared = REPO.parent / "shared" / "data"
-    if shared.is_dir():
-        return shared, str(shared)
-    return None, f"PLASTICLAB_DATA is not set and {shared} does not exist"
-
-
 @pytest.fixture(scope="module")
 def mnist_dir() -> Path:
-    root, how = _real_data_dir()
+    root, how = find_real_data_dir()
     if root is None:
         pytest.skip(f"real MNIST data not found: {how}")
     folder = root / "mnist"
@@ -69,7 +59,7 @@ def mnist_dir() -> Path:
 
 @pytest.fixture(scope="module")
 def cifar10_dir() -> Path:
-    root, how = _real_data_dir()
+    root, how = find_real_data_dir()
     if root is None:
         pytest.skip(f"real CIFAR-10 data not found: {how}")
     folder = root / "cifar10"
