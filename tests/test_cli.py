@@ -201,3 +201,13 @@ def test_random_label_runs_have_no_test_accuracy_and_refuse_forgetting(data_dir,
     assert "task_test_accuracy" not in r and len(r["srank"]) == 2
     assert main(["run", *common, "--out", str(tmp_path / "b"), "--forgetting"]) == 2
     assert "test sets" in capsys.readouterr().err
+
+
+def test_toml_run_file_can_ask_for_forgetting(data_dir, tmp_path, capsys):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(f'problem = "permuted_mnist"\nmethod = "l2_init"\ntasks = 2\nsteps_per_task = 10\n'
+                   f'forgetting = true\ndata_dir = "{data_dir}"\n'
+                   '[problem_params]\nexamples_per_task = 160\n')
+    assert main(["run", str(cfg), "--out", str(tmp_path / "o"), "--json", "--no-progress"]) == 0
+    run = json.loads(capsys.readouterr().out)["runs"][0]
+    assert len(run["accuracy_matrix"]) == 2 and "bwt" in run

@@ -31,7 +31,7 @@ def _load_toml(path: str) -> dict:
 
 
 # Keys a TOML run file may hold besides the config keys of SPEC §8.
-RUN_FILE_KEYS = ("seeds", "data_dir", "out", "device", "threads")
+RUN_FILE_KEYS = ("seeds", "data_dir", "out", "device", "threads", "forgetting", "measure_every")
 
 
 def build_run_request(args: argparse.Namespace) -> tuple[dict, dict]:
@@ -52,7 +52,7 @@ def build_run_request(args: argparse.Namespace) -> tuple[dict, dict]:
             apply_setting(raw, key, value)
     for key in RUN_FILE_KEYS:
         value = getattr(args, key, None)
-        if value is not None:
+        if value is not None and value is not False:  # an unset flag must not undo the file
             execution[key] = value
     return raw, execution
 
@@ -70,6 +70,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     seeds = parse_seeds(",".join(map(str, seeds)) if isinstance(seeds, list) else seeds)
     out = Path(ex.get("out") or "plasticlab-results")
     threads = int(ex["threads"]) if ex.get("threads") is not None else None
+    args.forgetting = args.forgetting or str(ex.get("forgetting", "")).lower() in ("true", "1")
+    if args.measure_every is None and ex.get("measure_every") is not None:
+        args.measure_every = int(ex["measure_every"])
     if args.no_measure and (args.forgetting or args.measure_every is not None):
         raise CLIError("--no-measure cannot be combined with --forgetting or --measure-every")
     if args.measure_every is not None and args.measure_every < 1:
