@@ -43,6 +43,22 @@ def _samples_per_second(problem: str, method: str, members: int, steps: int, dat
     return result.steps_per_second * members * config.batch_size
 
 
+def _task_overhead(problem: str, members: int, data_dir, tasks: int = 3) -> float:
+    """Seconds a task end costs at K = ``members`` (measurements, test accuracy, checkpoint) —
+    what dominates scaled-down runs with short tasks."""
+    import tempfile
+
+    raw = {"problem": problem, "method": "baseline", "tasks": tasks, "steps_per_task": 5,
+           "problem_params": ({"examples_per_task": 2000} if problem == "permuted_mnist"
+                              else {"examples": 1200})}
+    config = resolve_config(raw)
+    seeds = list(range(members))
+    plain = train_ensemble(config, seeds, data_dir=data_dir, measure=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        full = train_ensemble(config, seeds, data_dir=data_dir, checkpoint=Path(tmp) / "c.ckpt")
+    return max(0.0, (full.wall_time - plain.wall_time) / tasks)
+
+
 def calibrate(data_dir=None, members=(1, 4, 8, 16), steps: int = 200, methods: bool = True,
               log=print) -> dict:
     """Measure member-samples/s per architecture and K (Baseline), and each method's cost
@@ -58,6 +74,11 @@ def calibrate(data_dir=None, members=(1, 4, 8, 16), steps: int = 200, methods: b
                                        data_dir)
             out["samples_per_second"][arch][str(k)] = rate
             log(f"  {arch} K={k:<3d} {rate:10.0f} member-samples/s ({problem}, baseline, 1 thread)")
+    out["task_overhead_seconds"] = {}
+    for arch, problem in CALIBRATION_PROBLEMS.items():
+        seconds = _task_overhead(problem, 8, data_dir)
+        out["task_overhead_seconds"][arch] = seconds
+        log(f"  {arch} K=8   {seconds:8.3f} s per task end (measurements + checkpoint)")
     if methods:
         base = out["samples_per_second"]["mlp"].get("8") or _samples_per_second(
             "permuted_mnist", "baseline", 8, steps, data_dir)
@@ -87,7 +108,8 @@ def estimate_seconds(ensembles, calibration: dict, workers: int = 1) -> float:
     """Estimated wall time of ``ensembles`` on ``workers`` processes of this machine.
 
     Each ensemble costs steps × K × batch member-samples at the calibrated rate of its
-    architecture and nearest calibrated K, times its method's relative cost; the total is
+    architecture and nearest calibrated K, times its method's relative cost, plus its tasks ×
+    the calibrated task-end cost (measurements, checkpoint); the total is
     spread over the workers (longest first, so the estimate is the larger of total/workers and
     the longest ensemble).
     """
@@ -98,7 +120,9 @@ def estimate_seconds(ensembles, calibration: dict, workers: int = 1) -> float:
         k = min(rates, key=lambda c: abs(c - len(e.seeds)))
         cost = calibration.get("method_cost", {}).get(e.config.method, 1.0)
         samples = e.steps * len(e.seeds) * e.config.batch_size
-        times.append(samples / rates[k] * cost)
+        # task ends scale roughly with the members measured (calibrated at K = 8)
+        task_end = calibration.get("task_overhead_seconds", {}).get(arch, 0.0) * len(e.seeds) / 8
+        times.append(samples / rates[k] * cost + e.config.tasks * task_end)
     if not times:
         return 0.0
     return max(sum(times) / max(1, workers), max(times))
