@@ -44,6 +44,8 @@ def test_ensembles_are_capped_at_max_members():
 def test_scale_shortens_tasks_and_steps():
     runs = expand(SWEEP, scale=0.1)
     assert {(r.config.tasks, r.config.steps_per_task) for r in runs} == {(2, 62)}
+    # step-counted method parameters shrink with the tasks (ReDo's period of 1 and 2 tasks)
+    assert {r.config.params["period"] for r in runs if r.config.method == "redo"} == {62, 125}
     with pytest.raises(ValueError, match="scale"):
         expand(SWEEP, scale=2)
 

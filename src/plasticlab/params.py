@@ -10,7 +10,8 @@ class Param:
     """A named, typed parameter with a default and a one-line description.
 
     ``per_member`` numeric parameters may differ between the members of one ensemble (they
-    become ``[K]`` tensors); the others must be equal across an ensemble.
+    become ``[K]`` tensors); the others must be equal across an ensemble. ``in_steps``
+    parameters count optimizer steps (ReDo's period), so shortening tasks shortens them too.
     """
 
     name: str
@@ -19,6 +20,7 @@ class Param:
     doc: str
     choices: tuple | None = None
     per_member: bool = False
+    in_steps: bool = False  # a number of steps: a sweep's --scale shortens it with the tasks
 
     def parse(self, value: object, owner: str) -> object:
         """``value`` converted to this parameter's type, or a ValueError naming owner and key."""

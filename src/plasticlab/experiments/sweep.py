@@ -138,6 +138,9 @@ def expand(sweep: dict, scale: float | None = None) -> list[Run]:
                 if scale < 1:
                     config.tasks = max(2, scaled(config.tasks, scale))
                     config.steps_per_task = scaled(config.steps_per_task, scale)
+                    for p in get_method(method).hyperparameters:
+                        if p.in_steps:  # e.g. ReDo's period, given in tasks × steps per task
+                            config.params[p.name] = scaled(config.params[p.name], scale)
                 runs.extend(Run(config, s) for s in seeds)
     return runs
 

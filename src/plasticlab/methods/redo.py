@@ -220,7 +220,8 @@ class UnitRecycler:
 
 # --- the method for the ensemble engine --------------------------------------------------------
 
-PERIOD = Param("period", 625, int, "steps between recycles (SPEC §6 gives it in tasks: × steps_per_task)")
+PERIOD = Param("period", 625, int, "steps between recycles (SPEC §6 gives it in tasks: × steps_per_task)",
+               in_steps=True)
 THRESHOLD = Param("threshold", 0.0, float, "τ: a unit whose normalised score is ≤ τ is dormant "
                   "(0: exactly inactive)", per_member=True)
 REINIT = Param("reinit", "fresh", str, "fresh: redraw from the init distribution; initial: restore θ₀",
