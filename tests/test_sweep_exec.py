@@ -116,7 +116,8 @@ evaluation_seeds = "7-8"
     assert chosen == max(scores, key=lambda k: sum(scores[k]))
     evaluation = [r for r in runs if r["seed"] in (7, 8)]
     assert {r["config"]["params"]["strength"] for r in evaluation} == {chosen}
-    assert "selected" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "selected" in printed and "evaluation on seeds 7..8" in printed and "(n = 2)" in printed
 
 
 def test_dry_run_prints_the_plan_without_running(tmp_path, capsys):

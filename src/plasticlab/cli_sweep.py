@@ -92,12 +92,37 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         eval_plan = plan(evaluation_runs(selection, eval_seeds), out, max_members, phase="evaluation")
         print("  " + _describe(eval_plan, workers, calibration))
         failed += [j for j in run_plan(eval_plan, **common) if j.error]
+        print(evaluation_table(out, selection, eval_seeds))
     with ResultStore(out) as store:
         done = len(store.runs(status="finished"))
     print(f"\n{done} runs finished in {out}; {len(failed)} ensemble(s) failed")
     for job in failed:
         print(f"  FAILED {job.label}: {job.error.strip().splitlines()[-1]}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def evaluation_table(out, selection: dict, seeds) -> str:
+    """The protocol's result: each selected configuration's total average online accuracy
+    over the evaluation seeds, mean ± 95 % CI (SPEC §6)."""
+    from .experiments.protocol import config_key
+    from .report import mean_and_ci
+
+    with ResultStore(out) as store:
+        rows = store.runs(status="finished")
+    lines = [f"\nevaluation on seeds {seeds[0]}..{seeds[-1]} (total average online accuracy, "
+             "mean ± 95% CI):"]
+    for (problem, optimizer, method), entry in sorted(selection.items(),
+                                                      key=lambda kv: -kv[1]["score"]):
+        key = config_key(entry["config"])
+        accs = [r["summary"]["total_online_accuracy"] for r in rows
+                if r["seed"] in seeds and config_key(r["config"]) == key]
+        if accs:
+            mean, ci = mean_and_ci(accs)
+            lines.append(f"  {problem} {optimizer} {method:<16} {100 * mean:6.2f} ± {100 * ci:5.2f} "
+                         f"(n = {len(accs)})")
+        else:
+            lines.append(f"  {problem} {optimizer} {method:<16} no finished evaluation runs")
+    return "\n".join(lines)
 
 
 def cmd_presets(args: argparse.Namespace) -> int:
