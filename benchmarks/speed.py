@@ -1,0 +1,137 @@
+"""Speed of the ensemble engine against a plain PyTorch loop and the machine's own limit.
+
+    python benchmarks/speed.py --data-dir ../shared/data [--csv results/speed.csv]
+
+In one run, on this machine, one torch thread:
+  (a) a plain per-run loop: ``nn.Sequential`` + ``torch.optim.Adam``, the L2 Init penalty in the
+      loss, online accuracy counted per step — the way a single run is usually written;
+  (b) plasticlab's engine at K = 1, 4, 8, 16, 32 members per process, for Baseline, L2 Init,
+      Continual Backprop and ReDo (task-end measurements off: training speed only);
+  (c) the single-core sgemm peak, which bounds each network's forward+backward throughput.
+For the Permuted MNIST MLP and the Random Label CIFAR CNN, batch 16. Prints member-samples/s,
+the ratio to (a), and the fraction of the sgemm bound; writes the table as CSV.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from plasticlab import L2Init
+from plasticlab.engine import train_ensemble
+from plasticlab.experiments.config import resolve_config
+from plasticlab.problems import get_problem
+
+PROBLEMS = {"mlp": ("permuted_mnist", {"examples_per_task": 4000}),
+            "cnn": ("random_label_cifar", {"examples": 1200})}
+METHODS = {"baseline": {}, "l2_init": {"strength": 1e-2},
+           "cbp": {"replacement_rate": 1e-4}, "redo": {"period": 625}}
+
+
+def sgemm_peak(n: int = 1024, repeats: int = 20) -> float:
+    """GFLOP/s of a square float32 matmul on one thread (best of a few)."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        for _ in range(repeats):
+            a @ b
+        best = min(best, (time.perf_counter() - start) / repeats)
+    return 2 * n ** 3 / best / 1e9
+
+
+def flops_per_sample(arch: str) -> float:
+    """Forward+backward FLOPs of one example (≈ 3 × the forward's multiply-adds × 2)."""
+    if arch == "mlp":
+        macs = 784 * 100 + 100 * 100 + 100 * 10
+    else:
+        macs = 28 * 28 * 16 * 75 + 10 * 10 * 16 * 400 + 400 * 100 + 100 * 100 + 100 * 10
+    return 3 * 2 * macs
+
+
+def plain_model(arch: str) -> nn.Module:
+    if arch == "mlp":
+        return nn.Sequential(nn.Linear(784, 100), nn.ReLU(), nn.Linear(100, 100), nn.ReLU(),
+                             nn.Linear(100, 10))
+    return nn.Sequential(nn.Conv2d(3, 16, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(16, 16, 5),
+                         nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(400, 100), nn.ReLU(),
+                         nn.Linear(100, 100), nn.ReLU(), nn.Linear(100, 10))
+
+
+def plain_loop(arch: str, steps: int, data_dir) -> float:
+    """Member-samples/s of the plain single-run loop (a)."""
+    name, params = PROBLEMS[arch]
+    stream = get_problem(name)([0], tasks=1, steps_per_task=steps, data_dir=data_dir, **params)
+    stream.start_task(0)
+    batches = [tuple(t[0] for t in stream.batch(s)) for s in range(steps)]
+    torch.manual_seed(0)
+    model = plain_model(arch)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    reg = L2Init(model, strength=1e-2)
+    correct = 0
+    start = time.perf_counter()
+    for x, y in batches:
+        logits = model(x)
+        correct += (logits.argmax(1) == y).sum().item()
+        loss = nn.functional.cross_entropy(logits, y) + reg()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return steps * 16 / (time.perf_counter() - start)
+
+
+def engine(arch: str, method: str, members: int, steps: int, data_dir) -> float:
+    """Member-samples/s of plasticlab's engine (b), start-up excluded."""
+    name, params = PROBLEMS[arch]
+    config = resolve_config({"problem": name, "method": method, "params": METHODS[method],
+                             "tasks": 1, "steps_per_task": steps, "problem_params": params})
+    result = train_ensemble(config, list(range(members)), data_dir=data_dir, measure=False)
+    return result.steps_per_second * members * config.batch_size
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir")
+    parser.add_argument("--members", default="1,4,8,16,32")
+    parser.add_argument("--mlp-steps", type=int, default=400)
+    parser.add_argument("--cnn-steps", type=int, default=40)
+    parser.add_argument("--csv", default="results/speed.csv")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    members = [int(k) for k in args.members.split(",")]
+    peak = sgemm_peak()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread, device cpu, batch 16; "
+          f"sgemm peak {peak:.1f} GFLOP/s (1024², one core)")
+    rows = []
+    for arch, steps in (("mlp", args.mlp_steps), ("cnn", args.cnn_steps)):
+        bound = peak * 1e9 / flops_per_sample(arch)
+        plain = plain_loop(arch, steps, args.data_dir)
+        print(f"\n{arch}: bound {bound:,.0f} samples/s ({flops_per_sample(arch) / 1e6:.2f} MFLOP per "
+              f"sample fwd+bwd); plain loop (L2 Init, torch.optim.Adam) {plain:,.0f} samples/s")
+        print(f"  {'method':<10}{'K':>4}{'member-samples/s':>18}{'× plain':>9}{'of bound':>10}")
+        rows.append({"arch": arch, "method": "plain_loop_l2_init", "members": 1,
+                     "samples_per_s": plain, "ratio_to_plain": 1.0, "fraction_of_bound": plain / bound})
+        for method in METHODS:
+            for k in members:
+                rate = engine(arch, method, k, steps, args.data_dir)
+                rows.append({"arch": arch, "method": method, "members": k, "samples_per_s": rate,
+                             "ratio_to_plain": rate / plain, "fraction_of_bound": rate / bound})
+                print(f"  {method:<10}{k:>4}{rate:>18,.0f}{rate / plain:>9.2f}{rate / bound:>10.1%}",
+                      flush=True)
+    path = Path(args.csv)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"\nwritten: {path}")
+
+
+if __name__ == "__main__":
+    main()
