@@ -14,11 +14,11 @@ from .experiments.orchestrate import (
     plan,
     protocol_seeds,
     run_plan,
-    sweep_runs,
     write_selection,
 )
 from .experiments.presets import PRESETS, get_preset
 from .experiments.store import ResultStore
+from .experiments.sweep import expand
 
 try:
     import tomllib
@@ -58,7 +58,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     sweep = _load_sweep(args)
     name = sweep.get("name", Path(args.file).stem if args.file else args.preset)
     out = Path(args.out or Path("results") / name)
-    runs = sweep_runs(sweep, args.scale)
+    runs = expand(sweep, args.scale)
     eval_seeds = protocol_seeds(sweep)
     max_members = args.max_members or (256 if str(args.device).startswith("cuda") else 16)
     workers = args.workers or default_workers()
@@ -128,7 +128,7 @@ def evaluation_table(out, selection: dict, seeds) -> str:
 def cmd_presets(args: argparse.Namespace) -> int:
     for name in PRESETS:
         sweep = get_preset(name)
-        runs = sweep_runs(sweep)
+        runs = expand(sweep)
         print(f"{name:<36} {len(runs):5d} runs  {sweep.get('description', '')}")
     return 0
 

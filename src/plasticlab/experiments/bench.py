@@ -32,12 +32,17 @@ def default_path() -> Path:
     return Path(platformdirs.user_cache_dir("plasticlab")) / "bench.json"
 
 
+def _short_config(problem: str, method: str, tasks: int, steps: int):
+    """A short run of ``method`` on ``problem`` with a small per-task data set."""
+    return resolve_config({
+        "problem": problem, "method": method, "tasks": tasks, "steps_per_task": steps,
+        "params": FAST_PARAMS.get(method, {}),
+        "problem_params": ({"examples_per_task": 2000} if problem == "permuted_mnist"
+                           else {"examples": 1200})})
+
+
 def _samples_per_second(problem: str, method: str, members: int, steps: int, data_dir) -> float:
-    raw = {"problem": problem, "method": method, "tasks": 1, "steps_per_task": steps,
-           "params": FAST_PARAMS.get(method, {})}
-    raw["problem_params"] = ({"examples_per_task": 2000} if problem == "permuted_mnist"
-                             else {"examples": 1200})
-    config = resolve_config(raw)
+    config = _short_config(problem, method, 1, steps)
     # Training speed only: task-end measurements (a few % of a full-length task) are left out.
     result = train_ensemble(config, list(range(members)), data_dir=data_dir, measure=False)
     return result.steps_per_second * members * config.batch_size
@@ -48,10 +53,7 @@ def _task_overhead(problem: str, members: int, data_dir, tasks: int = 3) -> floa
     what dominates scaled-down runs with short tasks."""
     import tempfile
 
-    raw = {"problem": problem, "method": "baseline", "tasks": tasks, "steps_per_task": 5,
-           "problem_params": ({"examples_per_task": 2000} if problem == "permuted_mnist"
-                              else {"examples": 1200})}
-    config = resolve_config(raw)
+    config = _short_config(problem, "baseline", tasks, 5)
     seeds = list(range(members))
     plain = train_ensemble(config, seeds, data_dir=data_dir, measure=False)
     with tempfile.TemporaryDirectory() as tmp:

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config import RunConfig, parse_seeds, resolve_config
+from .config import RunConfig, parse_seeds
 from .executor import Job, run_jobs
 from .protocol import select_best
 from .store import ResultStore
-from .sweep import Ensemble, Run, expand, group
+from .sweep import Ensemble, Run, group
 
 SELECTION_FILE = "selection.json"
 
@@ -74,8 +74,7 @@ def evaluation_runs(selection: dict, seeds: Sequence[int]) -> list[Run]:
     """The protocol's second phase: each selected configuration on ``seeds``."""
     runs = []
     for entry in selection.values():
-        raw = {k: v for k, v in entry["config"].items()}
-        config = RunConfig(**raw)
+        config = RunConfig(**entry["config"])
         runs.extend(Run(config, s) for s in seeds)
     return runs
 
@@ -110,10 +109,5 @@ def protocol_seeds(sweep: dict) -> list[int] | None:
     return parse_seeds(",".join(map(str, seeds)) if isinstance(seeds, list) else seeds)
 
 
-def sweep_runs(sweep: dict, scale: float | None = None) -> list[Run]:
-    """The grid runs of ``sweep`` (validated)."""
-    return expand(sweep, scale)
-
-
 __all__ = ["Plan", "evaluation_runs", "grid_selection", "pending_runs", "plan", "protocol_seeds",
-           "resolve_config", "run_plan", "sweep_runs", "write_selection"]
+           "run_plan", "write_selection"]
