@@ -1,4 +1,5 @@
-"""The experiment commands of ``plasticlab``: ``sweep``, ``presets``, ``status``, ``bench``."""
+"""The experiment commands of ``plasticlab``: ``sweep``, ``presets``, ``status``, ``report``,
+``bench``."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from .experiments.orchestrate import (
     plan,
     protocol_seeds,
     run_plan,
+    write_plan,
     write_selection,
 )
 from .experiments.presets import PRESETS, get_preset
@@ -79,17 +81,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
               "executor": args.executor, "ray_address": args.ray_address,
               "progress": not args.no_progress, "options": options,
               "loggers": make_loggers(args.tensorboard, args.wandb)}
+    write_plan(out, runs, name, "grid")
     jobs = run_plan(grid_plan, **common)
     failed = [j for j in jobs if j.error]
     if eval_seeds is not None:
         selection = grid_selection(runs, out)
-        path = write_selection(out, selection, name)
+        path = write_selection(out, selection, name, eval_seeds)
         print(f"\nselected (best total online accuracy over the grid seeds; {path}):")
         for (problem, optimizer, method), entry in sorted(selection.items()):
             cfg = entry["config"]
             print(f"  {problem} {optimizer} {method:<16} lr={cfg['lr']:g} {cfg['params']} "
                   f"score {100 * entry['score']:.2f}% (of {entry['candidates']} configs)")
-        eval_plan = plan(evaluation_runs(selection, eval_seeds), out, max_members, phase="evaluation")
+        eval_runs = evaluation_runs(selection, eval_seeds)
+        write_plan(out, eval_runs, name, "evaluation")
+        eval_plan = plan(eval_runs, out, max_members, phase="evaluation")
         print("  " + _describe(eval_plan, workers, calibration))
         failed += [j for j in run_plan(eval_plan, **common) if j.error]
         print(evaluation_table(out, selection, eval_seeds))
@@ -151,6 +156,24 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report.build import build_report
+    from .report.data import load_results
+
+    formats = tuple(f.strip() for f in args.formats.split(",") if f.strip())
+    unknown = sorted(set(formats) - {"png", "svg", "pdf"})
+    if unknown or "png" not in formats:
+        raise ValueError(f"--formats {args.formats!r}: give png plus any of svg, pdf "
+                         "(the HTML page embeds the PNGs)")
+    page = build_report(args.dir, args.out, formats=formats, max_bins=args.max_bins, reps=args.reps)
+    for warning in load_results(args.dir).warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"report: {page}")
+    print(f"        {page.parent / 'report.md'} (Markdown tables), {page.parent / 'figures'}/ "
+          f"({', '.join(formats)})")
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     print(f"calibrating on this machine (1 torch thread per process; {args.steps} steps each):")
     calibration = bench.calibrate(args.data_dir, steps=args.steps, methods=not args.no_methods)
@@ -192,6 +215,16 @@ def register(sub) -> None:
     st = sub.add_parser("status", help="progress of a results directory")
     st.add_argument("dir")
     st.set_defaults(func=cmd_status)
+
+    rp = sub.add_parser("report", help="figures, tables, an HTML page and Markdown from a results "
+                                       "directory (works on partial results)")
+    rp.add_argument("dir", help="a results directory (--out of run or sweep)")
+    rp.add_argument("--out", help="where to write the report (default DIR/report)")
+    rp.add_argument("--formats", default="png,svg,pdf", help="figure files to write (default png,svg,pdf)")
+    rp.add_argument("--max-bins", dest="max_bins", type=int, default=50,
+                    help="curves with more tasks are averaged in this many bins (default 50)")
+    rp.add_argument("--reps", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    rp.set_defaults(func=cmd_report)
 
     be = sub.add_parser("bench", help="measure this machine's speed (for sweep --dry-run)")
     be.add_argument("--data-dir", dest="data_dir")

@@ -19,6 +19,7 @@ from .store import ResultStore
 from .sweep import Ensemble, Run, group
 
 SELECTION_FILE = "selection.json"
+PLAN_FILE = "plan.json"
 
 
 @dataclass
@@ -79,13 +80,38 @@ def evaluation_runs(selection: dict, seeds: Sequence[int]) -> list[Run]:
     return runs
 
 
-def write_selection(out, selection: dict, sweep_name: str) -> Path:
-    """Record the protocol's choices in ``out/selection.json`` (human-readable, diffable)."""
+def write_plan(out, runs: Sequence[Run], sweep_name: str, phase: str) -> Path:
+    """Record every run a sweep intends to make in ``out/plan.json`` (added to what is there).
+
+    ``plasticlab report`` compares it with the store to say which planned runs have not
+    finished — a sweep that is still running, or one that was stopped.
+    """
+    path = Path(out) / PLAN_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    planned = json.loads(path.read_text()) if path.is_file() else {"sweep": sweep_name, "runs": []}
+    seen = {p["run_id"] for p in planned["runs"]}
+    for r in runs:
+        config = r.config.to_dict()
+        rid = ResultStore.run_id(config, r.seed)
+        if rid not in seen:
+            seen.add(rid)
+            planned["runs"].append({"run_id": rid, "phase": phase, "seed": r.seed, "config": config})
+    path.write_text(json.dumps(planned, indent=1))
+    return path
+
+
+def write_selection(out, selection: dict, sweep_name: str,
+                    evaluation_seeds: Sequence[int] | None = None) -> Path:
+    """Record the protocol's choices in ``out/selection.json`` (human-readable, diffable),
+    with the seeds the selected configurations are evaluated on."""
     rows = [{"problem": p, "optimizer": o, "method": m, "score": e["score"], "seeds": e["seeds"],
              "candidates": e["candidates"], "lr": e["config"]["lr"], "params": e["config"]["params"],
              "config": e["config"]} for (p, o, m), e in sorted(selection.items())]
     path = Path(out) / SELECTION_FILE
-    path.write_text(json.dumps({"sweep": sweep_name, "selected": rows}, indent=2))
+    doc = {"sweep": sweep_name, "selected": rows}
+    if evaluation_seeds is not None:
+        doc["evaluation_seeds"] = list(evaluation_seeds)
+    path.write_text(json.dumps(doc, indent=2))
     return path
 
 
@@ -109,5 +135,5 @@ def protocol_seeds(sweep: dict) -> list[int] | None:
     return parse_seeds(",".join(map(str, seeds)) if isinstance(seeds, list) else seeds)
 
 
-__all__ = ["Plan", "evaluation_runs", "grid_selection", "pending_runs", "plan", "protocol_seeds",
-           "run_plan", "write_selection"]
+__all__ = ["PLAN_FILE", "SELECTION_FILE", "Plan", "evaluation_runs", "grid_selection", "pending_runs", "plan", "protocol_seeds",
+           "run_plan", "write_plan", "write_selection"]

@@ -1,0 +1,400 @@
+"""``plasticlab report``: a results directory → figures, tables, one HTML page, a Markdown summary.
+
+What is shown, per problem × optimizer (a *study*):
+
+1. Average online task accuracy vs task, one line per method with a 95 % bootstrap band across
+   seeds (5+1 CIFAR: hard tasks only; hundreds of tasks are averaged in bins per seed first).
+2. Total average online accuracy per method: mean with a 95 % bootstrap interval, and the
+   interquartile mean (IQM) with a stratified-bootstrap interval, as a figure and a table.
+3. Probability of improvement of L2 Init (or, without it, the best method) over each other
+   method, with its stratified-bootstrap interval.
+4. Network internals at every task end (weight magnitude, srank, effective rank, dead and
+   dormant units, gradient norm, test accuracy) when they were recorded.
+5. Forgetting (when measured): BWT, one-step BWT and total accuracy; the accuracy matrix.
+6. Sweep views: the total accuracy against each swept setting (e.g. λ), through the best
+   configuration, and the selection protocol's choices.
+
+With several problems, an aggregate section gives the IQM across problems (stratified
+bootstrap over seeds within each problem, as rliable does for games).
+
+Which configuration represents a method: the protocol's selection on its evaluation seeds
+when ``selection.json`` is present, otherwise the best by mean total accuracy — the page says
+which, because the second is chosen on the seeds it is shown on.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from . import figures as F
+from . import stats
+from .data import (
+    INTERNALS,
+    PERCENT_METRICS,
+    ConfigRuns,
+    Results,
+    bin_tasks,
+    flat_settings,
+    load_results,
+    method_order,
+    varying_settings,
+)
+from .page import FigureRef, Report, Section, Table, write_html, write_markdown
+
+PROBLEM_TITLES = {
+    "permuted_mnist": "Permuted MNIST", "random_label_mnist": "Random Label MNIST",
+    "random_label_cifar": "Random Label CIFAR", "five_plus_one_cifar": "5+1 CIFAR",
+    "continual_imagenet": "Continual ImageNet",
+}
+REFERENCE_METHOD = "l2_init"
+
+
+def build_report(directory: str | Path, out: str | Path | None = None, *,
+                 formats: Sequence[str] = ("png", "svg", "pdf"), max_bins: int = 50,
+                 reps: int = 2000, seed: int = 0) -> Path:
+    """Write the report of ``directory`` to ``out`` (default ``directory/report``).
+
+    Produces ``index.html`` (self-contained), ``report.md``, ``runs.csv`` and every figure as
+    ``figures/<name>.{png,svg,pdf}``. Returns the path of ``index.html``. Bootstrap intervals use
+    ``reps`` resamples drawn from ``seed`` (the report is reproducible).
+    """
+    results = load_results(directory)
+    out = Path(out) if out is not None else Path(directory) / "report"
+    fig_dir = out / "figures"
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    ctx = _Context(fig_dir, tuple(formats), max_bins, reps, seed)
+    sections = [_study_section(results, problem, optimizer, ctx)
+                for problem, optimizer in results.studies()]
+    aggregate = _aggregate_section(results, ctx)
+    if aggregate is not None:
+        sections.append(aggregate)
+    if not results.configs:
+        sections.append(Section("No finished runs", "The store holds no finished run yet."))
+    from ..experiments.store import ResultStore
+
+    with ResultStore(directory) as store:
+        if results.configs:
+            store.export_csv(out / "runs.csv")
+    counts = results.status_counts
+    header = [f"results: {Path(directory).resolve()}",
+              f"generated {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M UTC} by plasticlab "
+              f"{_version()}",
+              f"runs: {counts['finished']} finished, {counts['running']} unfinished, "
+              f"{counts['failed']} failed",
+              "intervals: 95 % percentile bootstrap across seeds "
+              f"({reps} resamples); IQM intervals: stratified bootstrap (rliable's definitions)"]
+    report = Report(f"plasticlab report — {Path(directory).resolve().name}", sections, header,
+                    warnings=list(results.warnings))
+    write_markdown(report, out / "report.md")
+    return write_html(report, out / "index.html")
+
+
+class _Context:
+    def __init__(self, fig_dir: Path, formats: tuple[str, ...], max_bins: int, reps: int, seed: int):
+        self.fig_dir, self.formats, self.max_bins, self.reps, self.seed = (
+            fig_dir, formats, max_bins, reps, seed)
+
+    def save(self, fig, stem: str, caption: str) -> FigureRef:
+        return FigureRef(stem, caption, F.save_figure(fig, self.fig_dir, stem, self.formats))
+
+    def interval(self, values: np.ndarray) -> stats.Interval:
+        return stats.bootstrap_ci(values, reps=self.reps, seed=self.seed)
+
+
+def _study_title(problem: str, optimizer: str) -> str:
+    return f"{PROBLEM_TITLES.get(problem, problem)} · {optimizer.upper() if optimizer == 'sgd' else 'Adam' if optimizer == 'adam' else optimizer}"
+
+
+def _pct(i: stats.Interval, digits: int = 2) -> str:
+    if math.isnan(i.point):
+        return "—"
+    if i.n < 2:
+        return f"{100 * i.point:.{digits}f}"
+    return f"{100 * i.point:.{digits}f} [{100 * i.lo:.{digits}f}, {100 * i.hi:.{digits}f}]"
+
+
+def _study_section(results: Results, problem: str, optimizer: str, ctx: _Context) -> Section:
+    study = results.studies()[(problem, optimizer)]
+    headline, how = results.headline(problem, optimizer)
+    headline.sort(key=lambda c: method_order(c.method))
+    stem = f"{problem}-{optimizer}"
+    cfg = headline[0].config
+    text = (f"{cfg['tasks']} tasks × {cfg['steps_per_task']} steps, batch {cfg['batch_size']}; "
+            f"{len(study)} configuration(s), {sum(c.n for c in study)} finished run(s). "
+            f"Each method is shown by one configuration" + (f" ({how})." if how else "."))
+    section = Section(_study_title(problem, optimizer), text)
+
+    # 1. online accuracy vs task
+    reported = headline[0].reported
+    bands, note = [], ""
+    for c in headline:
+        x, per_seed, note = bin_tasks(c.online, c.reported, ctx.max_bins)
+        mean, lo, hi = _column_intervals(per_seed, ctx)
+        bands.append(F.Band(c.label, c.method, x, mean, lo, hi, c.n))
+    hard = " (hard tasks only)" if len(reported) < headline[0].online.shape[1] else ""
+    section.figures.append(ctx.save(
+        F.line_figure(bands, xlabel="task", ylabel="average online task accuracy (%)",
+                      title=f"{_study_title(problem, optimizer)}: online accuracy{hard}",
+                      note=note), f"{stem}-online_accuracy",
+        f"Average online task accuracy vs task{hard}; line = mean over seeds, band = 95 % "
+        f"bootstrap interval. {note}".strip()))
+
+    # 2. total accuracy: mean and IQM
+    totals = [(c, ctx.interval(c.total), stats.stratified_bootstrap_ci(
+        c.total, statistic=stats.iqm, reps=ctx.reps, seed=ctx.seed)) for c in headline]
+    section.figures.append(ctx.save(
+        F.interval_figure([F.Estimate(c.label, c.method, i.point, i.lo, i.hi, c.n) for c, i, _ in totals],
+                          xlabel="total average online accuracy (%)",
+                          title=f"{_study_title(problem, optimizer)}: total online accuracy"),
+        f"{stem}-total_accuracy",
+        "Total average online accuracy per method: mean over seeds with a 95 % bootstrap interval."))
+    rows = []
+    for c, mean, iqm in totals:
+        row = [c.label, str(c.n), _pct(mean), _pct(iqm)]
+        if "task_test_accuracy" in c.metrics:
+            last = c.metrics["task_test_accuracy"][:, c.reported[-1]]
+            row.append(_pct(ctx.interval(last)))
+        else:
+            row.append("—")
+        rows.append(row)
+    section.tables.append(Table(
+        "Total average online accuracy (%)",
+        ["method", "n", "mean [95% CI]", "IQM [95% CI]", "test acc., last task"], rows,
+        "mean: percentile bootstrap over seeds; IQM: interquartile mean over seeds with a "
+        "stratified-bootstrap interval; test accuracy on the last reported task's held-out set."))
+
+    # 3. probability of improvement
+    poi = _improvement(headline, ctx)
+    if poi is not None:
+        estimates, table = poi
+        section.figures.append(ctx.save(
+            F.poi_figure(estimates, title=f"{_study_title(problem, optimizer)}: probability of "
+                                          "improvement"),
+            f"{stem}-improvement", "Probability that a run of the first method has a higher total "
+            "online accuracy than a run of the second, P(X > Y) + ½P(X = Y), with a 95 % "
+            "stratified-bootstrap interval; 0.5 = no difference."))
+        section.tables.append(table)
+
+    # 4. internals
+    for name, ylabel in INTERNALS.items():
+        if not all(name in c.metrics for c in headline):
+            continue
+        scale = 100.0 if name in PERCENT_METRICS else 1.0
+        bands = []
+        for c in headline:
+            values = c.metrics[name]
+            if values.ndim == 3:  # per hidden layer: the last one (the features the head reads)
+                values = values[:, :, -1]
+            x, per_seed, note = bin_tasks(values * scale, list(range(values.shape[1])), ctx.max_bins)
+            mean, lo, hi = _column_intervals(per_seed, ctx)
+            bands.append(F.Band(c.label, c.method, x, mean, lo, hi, c.n))
+        section.figures.append(ctx.save(
+            F.line_figure(bands, xlabel="task", ylabel=ylabel, percent=False,
+                          title=f"{_study_title(problem, optimizer)}: {ylabel}", note=note),
+            f"{stem}-{name}", f"{ylabel[0].upper() + ylabel[1:]} at the end of each task; mean and "
+            f"95 % bootstrap band across seeds. {note}".strip()))
+
+    # 5. forgetting
+    forgetting = [c for c in headline if c.accuracy_matrix is not None]
+    if forgetting:
+        section.tables.append(Table(
+            "Forgetting", ["method", "n", "total online acc. (%)", "BWT (pp)", "one-step BWT (pp)"],
+            [[c.label, str(c.n), _pct(ctx.interval(c.total)), _pct(ctx.interval(c.bwt)),
+              _pct(ctx.interval(c.one_step_bwt))] for c in forgetting],
+            "BWT = mean over m < T of A[T, m] − A[m, m]; one-step BWT = mean of A[m+1, m] − A[m, m] "
+            "(A[j, m]: test accuracy on task m after task j); mean [95 % bootstrap CI] in "
+            "percentage points."))
+        for c in forgetting:
+            matrix = np.nanmean(c.accuracy_matrix, axis=0) if c.n else c.accuracy_matrix[0]
+            section.figures.append(ctx.save(
+                F.heatmap_figure(100 * matrix, title=f"{c.label}: accuracy matrix (n={c.n})"),
+                f"{stem}-accuracy_matrix-{_slug(c.label)}",
+                f"{c.label}: test accuracy (%) on task m after training on task j, mean over "
+                f"{c.n} seed(s)."))
+
+    # 6. sweep views and the selection
+    _sweep_views(results, study, headline, section, stem, ctx)
+    return section
+
+
+def _column_intervals(per_seed: np.ndarray, ctx: _Context):
+    mean, lo, hi = stats.bootstrap_ci_columns(per_seed, reps=ctx.reps, seed=ctx.seed)
+    return np.asarray(mean), np.asarray(lo), np.asarray(hi)
+
+
+def _improvement(headline: list[ConfigRuns], ctx: _Context):
+    if len(headline) < 2:
+        return None
+    ref = next((c for c in headline if c.method == REFERENCE_METHOD), None)
+    if ref is None:
+        ref = max(headline, key=lambda c: float(np.mean(c.total)))
+    estimates, rows = [], []
+    for other in headline:
+        if other is ref:
+            continue
+        i = stats.probability_of_improvement_ci(ref.total, other.total, reps=ctx.reps, seed=ctx.seed)
+        label = f"{ref.label} > {other.label}"
+        estimates.append(F.Estimate(label, ref.method, i.point, i.lo, i.hi, min(ref.n, other.n)))
+        rows.append([ref.label, other.label, f"{ref.n} vs {other.n}",
+                     f"{i.point:.2f} [{i.lo:.2f}, {i.hi:.2f}]"])
+    table = Table("Probability of improvement", ["X", "Y", "seeds", "P(X > Y) [95% CI]"], rows,
+                  "P(X > Y) + ½ P(X = Y) over runs' total online accuracy (Mann–Whitney U / nm); "
+                  "stratified-bootstrap interval.")
+    return estimates, table
+
+
+def _slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in ".-" else "_" for ch in text)
+
+
+def _grid_runs(results: Results, configs: list[ConfigRuns]) -> list[ConfigRuns]:
+    """The configurations on their grid seeds only (a protocol's evaluation seeds removed), so
+    every point of a sweep view averages comparable seeds."""
+    eval_seeds = set((results.selection or {}).get("evaluation_seeds") or [])
+    out = []
+    for c in configs:
+        kept = c.only_seeds([s for s in c.seeds if s not in eval_seeds])
+        if kept is not None:
+            out.append(kept)
+    return out
+
+
+def _sweep_views(results: Results, study: list[ConfigRuns], headline: list[ConfigRuns],
+                 section: Section, stem: str, ctx: _Context) -> None:
+    grid = _grid_runs(results, study)
+    by_method: dict[str, list[ConfigRuns]] = {}
+    for c in grid:
+        by_method.setdefault(c.method, []).append(c)
+    swept = {m: [k for k in varying_settings([c.config for c in cs]) if k != "method"]
+             for m, cs in by_method.items() if len(cs) > 1}
+    if not swept:
+        return
+    # Ranking of every configuration on the grid seeds.
+    rows = []
+    for method, configs in sorted(by_method.items(), key=lambda kv: method_order(kv[0])):
+        ranked = sorted(configs, key=lambda c: -float(np.mean(c.total)))
+        for rank, c in enumerate(ranked, 1):
+            mark = "✓" if rank == 1 else ""
+            rows.append([method, str(rank), _settings_text(c, swept.get(method, [])), str(c.n),
+                         _pct(ctx.interval(c.total)), mark])
+    section.tables.append(Table(
+        "Configurations (grid seeds)", ["method", "rank", "settings", "n", "total online acc. (%)",
+                                        "best"], rows,
+        "Every configuration in the directory on its grid seeds (the protocol's evaluation seeds "
+        "excluded), ranked per method by mean total online accuracy — the protocol's selection rule."))
+    # One figure per swept setting: the accuracy along it, through each method's best config.
+    settings = sorted({k for keys in swept.values() for k in keys})
+    for setting in settings:
+        lines = []
+        for method, keys in swept.items():
+            if setting not in keys:
+                continue
+            configs = by_method[method]
+            best = max(configs, key=lambda c: float(np.mean(c.total)))
+            anchor = flat_settings(best.config)
+            others = [k for k in keys if k != setting]
+            along = [c for c in configs
+                     if all(flat_settings(c.config).get(k) == anchor.get(k) for k in others)]
+            points = sorted(((flat_settings(c.config).get(setting), c) for c in along),
+                            key=lambda p: _sort_value(p[0]))
+            if len(points) < 2 or not all(isinstance(v, (int, float)) for v, _ in points):
+                continue
+            intervals = [ctx.interval(c.total) for _, c in points]
+            lines.append(F.SweepLine(
+                method, method, np.array([float(v) for v, _ in points]),
+                np.array([i.point for i in intervals]), np.array([i.lo for i in intervals]),
+                np.array([i.hi for i in intervals]), min(c.n for _, c in points),
+                selected=float(anchor[setting])))
+        if not lines:
+            continue
+        section.figures.append(ctx.save(
+            F.sweep_figure(lines, param=setting, ylabel="total average online accuracy (%)",
+                           title=f"{section.title}: sensitivity to {setting}"),
+            f"{stem}-sweep-{_slug(setting)}",
+            f"Total average online accuracy against {setting} (grid seeds; other swept settings held "
+            f"at each method's best configuration, marked). Mean and 95 % bootstrap interval."))
+    if results.selection:
+        sel_rows = []
+        for entry in results.selection.get("selected", []):
+            if (entry["problem"], entry["optimizer"]) != (study[0].problem, study[0].optimizer):
+                continue
+            shown = next((c for c in headline if c.method == entry["method"]), None)
+            params = " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                              for k, v in sorted(entry["params"].items()))
+            sel_rows.append([entry["method"], f"lr={entry['lr']:g} {params}".strip(),
+                             f"{100 * entry['score']:.2f} (n={entry['seeds']})",
+                             str(entry["candidates"]),
+                             _pct(ctx.interval(shown.total)) + f" (n={shown.n})" if shown else "—"])
+        if sel_rows:
+            seeds = results.selection.get("evaluation_seeds")
+            section.tables.append(Table(
+                "Selection protocol", ["method", "selected", "grid score (%)", "candidates",
+                                       "evaluation (%)"], sel_rows,
+                "Selected by the highest mean total online accuracy on the grid seeds, then run on "
+                + (f"seeds {seeds[0]}–{seeds[-1]}" if seeds else "new seeds") + " (SPEC §6)."))
+
+
+def _sort_value(v):
+    return (0, v) if isinstance(v, (int, float)) else (1, str(v))
+
+
+def _settings_text(c: ConfigRuns, keys: Sequence[str]) -> str:
+    flat = flat_settings(c.config)
+    return " ".join(f"{k}={flat.get(k):g}" if isinstance(flat.get(k), float) else f"{k}={flat.get(k)}"
+                    for k in keys) or "—"
+
+
+def _aggregate_section(results: Results, ctx: _Context) -> Section | None:
+    """IQM across problems per optimizer × method (stratified bootstrap over seeds per problem)."""
+    studies = results.studies()
+    problems_by_opt: dict[str, list[str]] = {}
+    for problem, optimizer in studies:
+        problems_by_opt.setdefault(optimizer, []).append(problem)
+    section = Section("Across problems", "Interquartile mean of total online accuracy over all "
+                      "runs of all problems, with a stratified-bootstrap interval (seeds resampled "
+                      "within each problem), per method shown by its headline configuration.")
+    for optimizer, problems in problems_by_opt.items():
+        if len(problems) < 2:
+            continue
+        per_method: dict[str, list[np.ndarray]] = {}
+        for problem in problems:
+            for c in results.headline(problem, optimizer)[0]:
+                per_method.setdefault(c.method, []).append(c.total)
+        estimates, rows, skipped = [], [], []
+        for method in sorted(per_method, key=method_order):
+            columns = per_method[method]
+            n = min(len(col) for col in columns)
+            if len(columns) < len(problems):
+                skipped.append(f"{method} (on {len(columns)} of {len(problems)} problems)")
+                continue
+            # rliable's stratified bootstrap needs a runs × problems matrix: the first n seeds of each.
+            scores = np.stack([col[:n] for col in columns], axis=1)
+            i = stats.stratified_bootstrap_ci(scores, statistic=stats.iqm, reps=ctx.reps, seed=ctx.seed)
+            estimates.append(F.Estimate(method, method, i.point, i.lo, i.hi, n))
+            rows.append([method, str(n), _pct(i)])
+        if not estimates:
+            continue
+        section.figures.append(ctx.save(
+            F.interval_figure(estimates, xlabel="IQM of total online accuracy (%)",
+                              title=f"All problems · {optimizer}: IQM",
+                              note=f"{len(problems)} problems"),
+            f"all-{optimizer}-iqm", f"IQM over {len(problems)} problems ({optimizer})."))
+        section.tables.append(Table(f"IQM across problems ({optimizer})", ["method", "seeds per problem",
+                                                                            "IQM [95% CI] (%)"], rows,
+                                    "Methods missing on some problems are left out: "
+                                    + (", ".join(skipped) if skipped else "none.")))
+    return section if section.figures else None
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+__all__ = ["build_report"]

@@ -1,0 +1,341 @@
+"""A results directory read back for reporting: runs grouped by configuration, as arrays.
+
+A *configuration* is everything but the seed (problem, optimizer, method, step size, method
+and problem parameters, network, stream lengths). Its finished runs become one
+:class:`ConfigRuns`: one row per seed, per-task curves as ``[seeds, tasks]`` arrays (NaN where
+a value was not recorded), so every statistic downstream is a reduction over axis 0.
+
+Partial results are normal — a sweep may still be running, or a run may have failed — so
+:func:`load_results` never drops anything silently: runs that are unfinished or failed, planned
+runs that have not started (``plan.json``, written by ``plasticlab sweep``) and selected
+configurations without evaluation runs all become :attr:`Results.warnings`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..experiments.orchestrate import PLAN_FILE, SELECTION_FILE
+from ..experiments.protocol import config_key
+from ..experiments.store import DB_NAME, ResultStore
+
+#: Per-task metrics drawn as "internals" figures, in this order, with their axis labels.
+INTERNALS = {
+    "weight_magnitude": "average weight magnitude, mean |θ|",
+    "srank": "feature srank (last hidden layer)",
+    "effective_rank": "effective rank (last hidden layer)",
+    "dead_fraction": "dead units (%)",
+    "dormant_fraction": "dormant units, τ = 0.1 (%)",
+    "grad_norm": "gradient norm (task's last step)",
+    "task_test_accuracy": "test accuracy at task end (%)",
+}
+#: Internals shown in percent.
+PERCENT_METRICS = {"dead_fraction", "dormant_fraction", "task_test_accuracy"}
+
+
+@dataclass
+class ConfigRuns:
+    """The finished runs of one configuration, one row per seed.
+
+    ``online[s, t]`` is seed s's average online accuracy on task t (a fraction); ``total[s]``
+    its total average online accuracy over the reported tasks; ``metrics[name][s, t]`` a
+    task-end measurement (layered metrics such as srank are ``[seeds, tasks, layers]``);
+    ``accuracy_matrix[s, j, m]`` = A[j][m] (NaN above the diagonal) when forgetting was
+    measured, with ``bwt``/``one_step_bwt`` per seed.
+    """
+
+    config: dict
+    label: str
+    seeds: list[int]
+    online: np.ndarray
+    total: np.ndarray
+    reported: list[int]
+    metrics: dict[str, np.ndarray] = field(default_factory=dict)
+    accuracy_matrix: np.ndarray | None = None
+    bwt: np.ndarray | None = None
+    one_step_bwt: np.ndarray | None = None
+
+    @property
+    def problem(self) -> str:
+        return self.config["problem"]
+
+    @property
+    def optimizer(self) -> str:
+        return self.config["optimizer"]
+
+    @property
+    def method(self) -> str:
+        return self.config["method"]
+
+    @property
+    def n(self) -> int:
+        return len(self.seeds)
+
+    def only_seeds(self, seeds: Sequence[int]) -> ConfigRuns | None:
+        """The same configuration restricted to ``seeds`` (None when none of them finished)."""
+        rows = [i for i, s in enumerate(self.seeds) if s in set(seeds)]
+        if not rows:
+            return None
+
+        def take(a):
+            return None if a is None else a[rows]
+
+        return ConfigRuns(self.config, self.label, [self.seeds[i] for i in rows], self.online[rows],
+                          self.total[rows], self.reported,
+                          {k: v[rows] for k, v in self.metrics.items()}, take(self.accuracy_matrix),
+                          take(self.bwt), take(self.one_step_bwt))
+
+
+@dataclass
+class Results:
+    """Everything a report shows about one results directory."""
+
+    directory: Path
+    configs: list[ConfigRuns]
+    status_counts: Counter
+    selection: dict | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def studies(self) -> dict[tuple[str, str], list[ConfigRuns]]:
+        """Configurations grouped by (problem, optimizer): the runs that can be compared."""
+        out: dict[tuple[str, str], list[ConfigRuns]] = {}
+        for c in self.configs:
+            out.setdefault((c.problem, c.optimizer), []).append(c)
+        return out
+
+    def headline(self, problem: str, optimizer: str) -> tuple[list[ConfigRuns], str]:
+        """One configuration per method, and how it was chosen.
+
+        With the selection protocol (``selection.json``), the selected configuration on its
+        evaluation seeds; otherwise the configuration with the highest mean total average
+        online accuracy among those in the directory (say so in the figure: it is chosen on
+        the same seeds it is shown on).
+        """
+        by_method: dict[str, list[ConfigRuns]] = {}
+        for c in self.studies().get((problem, optimizer), []):
+            by_method.setdefault(c.method, []).append(c)
+        chosen, how = [], set()
+        for method, configs in by_method.items():
+            picked = self._selected(problem, optimizer, method, configs)
+            if picked is not None:
+                chosen.append(picked)
+                how.add("selected by the protocol (grid seeds), shown on its evaluation seeds")
+            else:
+                chosen.append(max(configs, key=lambda c: float(np.mean(c.total))))
+                if len(configs) > 1:
+                    how.add("best configuration per method by mean total online accuracy over "
+                            "the seeds shown")
+        return chosen, "; ".join(sorted(how))
+
+    def _selected(self, problem, optimizer, method, configs) -> ConfigRuns | None:
+        if not self.selection:
+            return None
+        for entry in self.selection.get("selected", []):
+            if (entry["problem"], entry["optimizer"], entry["method"]) != (problem, optimizer, method):
+                continue
+            key = config_key(entry["config"])
+            for c in configs:
+                if config_key(c.config) == key:
+                    seeds = self.selection.get("evaluation_seeds")
+                    return c.only_seeds(seeds) if seeds else c
+        return None
+
+
+def method_order(method: str) -> int:
+    """Position of a method in tables and legends: the registry's order (Baseline first)."""
+    from ..methods import METHODS
+
+    names = list(METHODS)
+    return names.index(method) if method in names else len(names)
+
+
+def load_results(directory: str | Path) -> Results:
+    """Read ``directory``'s results store (and ``selection.json``/``plan.json`` if present).
+
+    Raises ValueError when the directory holds no store. Finished runs are grouped by
+    configuration; everything else becomes a warning.
+    """
+    directory = Path(directory)
+    if not (directory / DB_NAME).is_file():
+        raise ValueError(f"{directory} holds no results store ({DB_NAME}); give the --out directory "
+                         "of a `plasticlab run` or `plasticlab sweep`")
+    warnings: list[str] = []
+    with ResultStore(directory) as store:
+        rows = store.runs()
+        finished = [r for r in rows if r["status"] == "finished"]
+        per_run = {r["run_id"]: store.task_metrics(r["run_id"]) for r in finished}
+    counts = Counter(r["status"] for r in rows)
+    groups: dict[str, list[dict]] = {}
+    for r in finished:
+        groups.setdefault(config_key(r["config"]), []).append(r)
+    labels = _labels([g[0]["config"] for g in groups.values()])
+    configs = [_config_runs(g, per_run, labels[key]) for key, g in groups.items()]
+    configs.sort(key=lambda c: (c.problem, c.optimizer, method_order(c.method), c.label))
+
+    def run_text(r):
+        return f"{labels.get(config_key(r['config'])) or _describe(r['config'])} seed {r['seed']}"
+
+    if counts["running"]:
+        unfinished = [run_text(r) for r in rows if r["status"] == "running"]
+        warnings.append(f"{counts['running']} run(s) unfinished (still running, or killed: re-run "
+                        f"the sweep to finish them): {_some(unfinished)}")
+    if counts["failed"]:
+        failed = [f"{run_text(r)} ({(r['error'] or '').strip().splitlines()[-1:] or ['?']})"
+                  for r in rows if r["status"] == "failed"]
+        warnings.append(f"{counts['failed']} run(s) failed: {_some(failed)}")
+    known = {r["run_id"] for r in rows}
+    plan_path = directory / PLAN_FILE
+    if plan_path.is_file():
+        planned = json.loads(plan_path.read_text()).get("runs", [])
+        missing = [p for p in planned if p["run_id"] not in known]
+        if missing:
+            texts = [f"{_describe(p['config'])} seed {p['seed']}" for p in missing]
+            warnings.append(f"{len(missing)} of {len(planned)} planned run(s) not started yet: "
+                            f"{_some(texts)}")
+    selection = None
+    sel_path = directory / SELECTION_FILE
+    if sel_path.is_file():
+        selection = json.loads(sel_path.read_text())
+    results = Results(directory, configs, counts, selection, warnings)
+    for (problem, optimizer), study in results.studies().items():
+        ns = {c.n for c in study}
+        if len(ns) > 1:
+            few = [f"{c.label} (n={c.n})" for c in study if c.n < max(ns)]
+            warnings.append(f"{problem} {optimizer}: configurations have different numbers of "
+                            f"finished seeds ({min(ns)}–{max(ns)}): {_some(few)}")
+    if selection:
+        for entry in selection.get("selected", []):
+            study = results.studies().get((entry["problem"], entry["optimizer"]), [])
+            configs_m = [c for c in study if c.method == entry["method"]]
+            if results._selected(entry["problem"], entry["optimizer"], entry["method"], configs_m) is None:
+                warnings.append(f"{entry['problem']} {entry['optimizer']} {entry['method']}: the "
+                                "selected configuration has no finished evaluation runs yet "
+                                "(showing the best grid configuration instead)")
+    return results
+
+
+def _some(items: Sequence[str], limit: int = 8) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def _describe(config: dict) -> str:
+    params = " ".join(f"{k}={_fmt(v)}" for k, v in sorted(config.get("params", {}).items()))
+    return f"{config['method']} {config['problem']} {config['optimizer']} lr={_fmt(config['lr'])}" + (
+        f" {params}" if params else "")
+
+
+def _fmt(v) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def flat_settings(config: dict) -> dict[str, object]:
+    """A config's settings as one flat mapping (``params`` and ``problem_params`` inlined)."""
+    out = {k: v for k, v in config.items() if k not in ("params", "problem_params", "seed")}
+    out.update(config.get("params", {}))
+    out.update({f"problem.{k}": v for k, v in config.get("problem_params", {}).items()})
+    return out
+
+
+def varying_settings(configs: Sequence[dict]) -> list[str]:
+    """The settings (flat names) whose values differ among ``configs``."""
+    flats = [flat_settings(c) for c in configs]
+    keys = sorted({k for f in flats for k in f})
+    return [k for k in keys if len({json.dumps(f.get(k), sort_keys=True) for f in flats}) > 1]
+
+
+def _labels(configs: Sequence[dict]) -> dict[str, str]:
+    """A short label per configuration: the method, plus the settings that tell it apart from
+    the other configurations of the same method on the same problem and optimizer."""
+    by_group: dict[tuple, list[dict]] = {}
+    for c in configs:
+        by_group.setdefault((c["problem"], c["optimizer"], c["method"]), []).append(c)
+    labels = {}
+    for (_, _, method), group in by_group.items():
+        keys = [k for k in varying_settings(group) if k not in ("problem", "optimizer", "method")]
+        for c in group:
+            flat = flat_settings(c)
+            labels[config_key(c)] = " ".join([method, *(f"{k}={_fmt(flat.get(k))}" for k in keys)])
+    return labels
+
+
+def _config_runs(runs: list[dict], per_run: dict[str, dict], label: str) -> ConfigRuns:
+    from ..problems import get_problem
+
+    runs = sorted(runs, key=lambda r: r["seed"])
+    config = runs[0]["config"]
+    metrics = [per_run[r["run_id"]] for r in runs]
+    tasks = max(len(m.get("online_accuracy", [])) for m in metrics)
+    try:
+        problem = get_problem(config["problem"])
+        reported = [t for t in range(tasks) if problem.reported(t)]
+    except ValueError:  # a problem this version does not know: count every task
+        reported = list(range(tasks))
+    online = _stack([m.get("online_accuracy", []) for m in metrics], tasks)
+    total = np.array([(r["summary"] or {}).get("total_online_accuracy", math.nan) for r in runs],
+                     dtype=float)
+    measured = {}
+    for name in INTERNALS:
+        values = [m.get(name) for m in metrics]
+        if all(v is not None for v in values):
+            measured[name] = _stack(values, tasks)
+    matrix = bwt = one_step = None
+    if all("accuracy_matrix" in m for m in metrics):
+        matrix = np.full((len(runs), tasks, tasks), np.nan)
+        for s, m in enumerate(metrics):
+            for j, row in enumerate(m["accuracy_matrix"]):
+                if row is not None:
+                    matrix[s, j, :len(row)] = [np.nan if v is None else v for v in row]
+        bwt = np.array([_num((r["summary"] or {}).get("bwt")) for r in runs])
+        one_step = np.array([_num((r["summary"] or {}).get("one_step_bwt")) for r in runs])
+    return ConfigRuns(config, label, [r["seed"] for r in runs], online, total, reported, measured,
+                      matrix, bwt, one_step)
+
+
+def _num(x) -> float:
+    return math.nan if x is None else float(x)
+
+
+def _stack(per_seed: Sequence[Sequence], tasks: int) -> np.ndarray:
+    """Per-seed per-task values → [seeds, tasks] (or [seeds, tasks, layers]); NaN if missing."""
+    layers = max((len(v) for seq in per_seed for v in seq if isinstance(v, list)), default=0)
+    shape = (len(per_seed), tasks, layers) if layers else (len(per_seed), tasks)
+    out = np.full(shape, np.nan)
+    for s, seq in enumerate(per_seed):
+        for t, v in enumerate(seq):
+            if v is None:
+                continue
+            if layers:
+                out[s, t, :len(v)] = [np.nan if x is None else x for x in v]
+            else:
+                out[s, t] = v
+    return out
+
+
+def bin_tasks(values: np.ndarray, tasks: Sequence[int], max_bins: int = 50
+              ) -> tuple[np.ndarray, np.ndarray, str]:
+    """Average ``values[:, tasks]`` over consecutive bins of tasks, per seed.
+
+    Returns the bin centres (task numbers), the per-seed bin means ``[seeds, bins]`` and a note
+    describing the binning ("" when every task is its own point). Binning per seed before any
+    statistic keeps the interval an interval across seeds of the binned quantity.
+    """
+    tasks = list(tasks)
+    if len(tasks) <= max_bins:
+        return np.asarray(tasks, dtype=float), values[:, tasks], ""
+    size = math.ceil(len(tasks) / max_bins)
+    chunks = [tasks[i:i + size] for i in range(0, len(tasks), size)]
+    centres = np.array([float(np.mean(c)) for c in chunks])
+    binned = np.stack([np.nanmean(values[:, c], axis=1) for c in chunks], axis=1)
+    return centres, binned, f"each point the mean of {size} consecutive tasks"
+
+
+__all__ = ["INTERNALS", "PERCENT_METRICS", "ConfigRuns", "Results",
+           "bin_tasks", "flat_settings", "load_results", "method_order", "varying_settings"]
