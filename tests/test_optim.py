@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import pytest
 import torch
 import torch.nn.functional as F
@@ -327,3 +328,49 @@ def test_fused_adam_kernel_matches_the_simple_loop_for_1000_steps():
         step_with(simple, b, g)
     for x, y in zip(a, b, strict=True):
         torch.testing.assert_close(x, y, rtol=1e-6, atol=1e-6)
+
+
+def _dense_count_adam_step(p, g, m, v, steps, lr, betas=(0.9, 0.999), eps=1e-8):
+    """The simple form: Adam with one step count per element, bias-corrected per element."""
+    b1, b2 = betas
+    steps += 1
+    m.mul_(b1).add_(g, alpha=1 - b1)
+    v.mul_(b2).addcmul_(g, g, value=1 - b2)
+    bc1 = -torch.expm1(steps * math.log(b1))
+    bc2 = -torch.expm1(steps * math.log(b2))
+    p -= lr * (m / bc1) / (v.sqrt() / bc2.sqrt() + eps)
+
+
+def test_adam_factored_restart_counts_equal_dense_per_element_counts_under_row_column_and_dense_resets():
+    # Continual Backprop restarts whole units: rows (incoming) and columns (outgoing) of a weight.
+    # Adam keeps those counts factored; any mix of row, column and arbitrary masks must give the
+    # per-element counts and updates of the simple dense form.
+    gen = torch.Generator().manual_seed(7)
+    K, U, n = 3, 5, 7
+    p = torch.randn(K, U, n, generator=gen, dtype=torch.float64)
+    ref = p.clone()
+    opt = Adam([p], lr=1e-2)
+    m, v = torch.zeros_like(ref), torch.zeros_like(ref)
+    steps = torch.zeros_like(ref)
+    for step in range(60):
+        kind = step % 4
+        if step > 3 and kind != 3:
+            if kind == 0:  # rows: units' incoming weights
+                mask = (torch.rand(K, U, 1, generator=gen) < 0.3).expand(K, U, n)
+            elif kind == 1:  # columns: the previous layer's units' outgoing weights
+                mask = (torch.rand(K, 1, n, generator=gen) < 0.3).expand(K, U, n)
+            else:  # an arbitrary mask
+                mask = torch.rand(K, U, n, generator=gen) < 0.1
+            opt.reset(0, mask)
+            dense = mask.expand_as(ref)
+            m.masked_fill_(dense, 0)
+            v.masked_fill_(dense, 0)
+            steps.masked_fill_(dense, 0)
+            assert torch.equal(opt.element_steps[0], steps)
+        g = torch.randn(K, U, n, generator=gen, dtype=torch.float64)
+        p.grad = g.clone()
+        opt.step()
+        _dense_count_adam_step(ref, g, m, v, steps, lr=1e-2)
+        torch.testing.assert_close(p, ref, rtol=1e-12, atol=1e-14)
+    assert len(opt.restart_counts[0]) == 3  # one count tensor per pattern, not per element
+    assert [tuple(c.shape) for c in opt.restart_counts[0]] == [(K, U, 1), (K, 1, n), (K, U, n)]

@@ -33,8 +33,11 @@ class Adam:
         # Steps taken by each tensor (like torch.optim.Adam, a tensor without a gradient in a
         # step is skipped and its count does not advance).
         self.step_counts = [0] * len(self.params)
-        # Per-element step counts, created for a tensor on its first reset.
-        self.element_steps: list[torch.Tensor | None] = [None] * len(self.params)
+        # Per-element step counts, created for a tensor on its first reset, kept factored: a list
+        # of count tensors broadcastable to the parameter, one per restart pattern (a row of
+        # units' incoming weights, a column of outgoing weights …); an element's count is the
+        # minimum over them (the steps since the latest restart that covered it).
+        self.restart_counts: list[list[torch.Tensor] | None] = [None] * len(self.params)
         self.fused = fused and hasattr(torch, "_fused_adam_")
         self._fused_steps: list[torch.Tensor | None] = [None] * len(self.params)
 
@@ -47,7 +50,7 @@ class Adam:
     def step(self) -> None:
         """One Adam update of every parameter from its ``.grad``."""
         fused = [i for i, p in enumerate(self.params)
-                 if p.grad is not None and self.element_steps[i] is None]
+                 if p.grad is not None and self.restart_counts[i] is None]
         if self.fused and fused:
             self._fused_step(fused)
         for i, p in enumerate(self.params):
@@ -86,22 +89,40 @@ class Adam:
         m, v = self.exp_avg[i], self.exp_avg_sq[i]
         m.lerp_(g, 1 - beta1)
         v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-        steps = self.element_steps[i]
-        if steps is None:
+        counts = self.restart_counts[i]
+        if counts is None:
             bc1 = 1 - beta1 ** t
             bc2_sqrt = (1 - beta2 ** t) ** 0.5
             denom = (v.sqrt() / bc2_sqrt).add_(self.eps)
             p.addcdiv_(m, denom, value=-self.lr / bc1)
         else:
-            steps.add_(1)
-            # Per-element bias corrections 1 − βᵗ = −expm1(t·ln β), elementwise in the
-            # parameter's dtype: accurate to rounding even for small t (where 1 − exp(·) would
-            # cancel), and a few cheap passes instead of gathers from a table or float64 pows
-            # (both measured several times slower on the paper's first layer).
-            bc1 = torch.expm1(steps * math.log(beta1)).neg_()
-            bc2_sqrt = torch.expm1(steps * math.log(beta2)).neg_().sqrt_()
+            # Per-element bias corrections 1 − βᵗ = −expm1(t·ln β), accurate to rounding even
+            # for small t (where 1 − exp(·) would cancel). Computed on the factored counts (a
+            # few hundred values, not every element) and combined with a minimum — 1 − βᵗ grows
+            # with t, so the minimum over patterns is the correction of the element's count.
+            bc1 = bc2_sqrt = None
+            for c in counts:
+                c.add_(1)
+                b1 = torch.expm1(c * math.log(beta1)).neg_()
+                b2 = torch.expm1(c * math.log(beta2)).neg_().sqrt_()
+                bc1 = b1 if bc1 is None else torch.minimum(bc1, b1)
+                bc2_sqrt = b2 if bc2_sqrt is None else torch.minimum(bc2_sqrt, b2)
             denom = (v.sqrt() / bc2_sqrt).add_(self.eps)
             p.addcdiv_(m / bc1, denom, value=-self.lr)
+
+    @property
+    def element_steps(self) -> list[torch.Tensor | None]:
+        """Each tensor's per-element step counts (None until its first restart), materialised."""
+        out = []
+        for p, counts in zip(self.params, self.restart_counts, strict=True):
+            if counts is None:
+                out.append(None)
+                continue
+            full = counts[0].expand_as(p)
+            for c in counts[1:]:
+                full = torch.minimum(full, c)
+            out.append(full.clone())
+        return out
 
     @torch.no_grad()
     def reset(self, index: int, mask: torch.Tensor, restart_count: bool = True) -> None:
@@ -118,16 +139,26 @@ class Adam:
         self.exp_avg_sq[index].masked_fill_(mask, 0.0)
         if not restart_count:
             return
-        if self.element_steps[index] is None:
-            self.element_steps[index] = torch.full_like(p, float(self.step_counts[index]))
-        self.element_steps[index].masked_fill_(mask, 0.0)
+        # The dims the mask varies along (expanded dims have stride 0): restarting whole units
+        # gives a [K, U, 1] or [K, 1, U] pattern, kept as a count tensor of that shape.
+        shape = tuple(1 if stride == 0 else size for stride, size in zip(mask.stride(), mask.shape))
+        pattern = mask[tuple(slice(0, 1) if n == 1 else slice(None) for n in shape)]
+        counts = self.restart_counts[index]
+        if counts is None:
+            counts = self.restart_counts[index] = []
+        match = next((c for c in counts if tuple(c.shape) == shape), None)
+        if match is None:
+            match = torch.full(shape, float(self.step_counts[index]), dtype=p.dtype, device=p.device)
+            counts.append(match)
+        match.masked_fill_(pattern, 0.0)
 
     def state_dict(self) -> dict:
         """Everything needed to continue training exactly (for checkpoints)."""
         return {"lr": self.lr, "betas": self.betas, "eps": self.eps, "step_counts": list(self.step_counts),
                 "exp_avg": [m.clone() for m in self.exp_avg],
                 "exp_avg_sq": [v.clone() for v in self.exp_avg_sq],
-                "element_steps": [None if s is None else s.clone() for s in self.element_steps]}
+                "restart_counts": [None if c is None else [t.clone() for t in c]
+                                   for c in self.restart_counts]}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`'s output."""
@@ -136,5 +167,6 @@ class Adam:
         for dst, src in zip(self.exp_avg + self.exp_avg_sq, state["exp_avg"] + state["exp_avg_sq"],
                             strict=True):
             dst.copy_(src)
-        self.element_steps = [None if s is None else s.clone() for s in state["element_steps"]]
+        self.restart_counts = [None if c is None else [t.clone() for t in c]
+                               for c in state["restart_counts"]]
         self._fused_steps = [None] * len(self.params)

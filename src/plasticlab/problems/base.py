@@ -70,7 +70,7 @@ class Problem:
         self.data_dir = data_dir
         self.device = torch.device(device)
         self.task = -1
-        self._x = self._y = self._plan = self._perm = None
+        self._x = self._y = self._plan = self._rows = None
         self._members = torch.arange(self.members, device=self.device)[:, None]
         self.load()
 
@@ -116,11 +116,22 @@ class Problem:
         if n < self.batch_size:
             raise ValueError(f"{self.name}: task {task} has {n} examples, fewer than batch_size "
                              f"{self.batch_size}")
-        self._x = torch.stack([p.x for p in parts]).to(self.device)
+        # The input permutation is applied once per task, not per batch: every example is seen
+        # about once an epoch either way, and one bulk gather is ~10× cheaper than 625 small ones.
+        self._x = torch.empty((len(parts), *parts[0].x.shape), dtype=parts[0].x.dtype)
+        for k, p in enumerate(parts):
+            if p.perm is None:
+                self._x[k].copy_(p.x)
+            else:  # gather with an expanded index: 4× faster than index_select on dim 1 here
+                torch.gather(p.x, 1, p.perm[None].expand_as(p.x), out=self._x[k])
+        self._x = self._x.to(self.device)
         self._y = torch.stack([p.y for p in parts]).to(self.device)
-        self._perm = self._stack_perms(parts, self.batch_size)
         plans = [self._batch_plan(seed, task, n) for seed in self.seeds]
         self._plan = torch.from_numpy(np.stack(plans)).to(self.device)
+        # Rows of the flattened [K·n, …] examples for each step, contiguous per step, so a batch
+        # is one index_select (advanced indexing over two dims is several times slower).
+        offsets = torch.arange(self.members, device=self.device)[:, None, None] * n
+        self._rows = (self._plan + offsets).transpose(0, 1).reshape(self.steps_per_task, -1).contiguous()
         self.task = task
 
     def _batch_plan(self, seed: int, task: int, n: int) -> np.ndarray:
@@ -143,11 +154,10 @@ class Problem:
         """Step ``step`` of the current task: inputs ``[K, B, …]`` (float) and labels ``[K, B]``."""
         if self._plan is None:
             raise RuntimeError(f"{self.name}: call start_task(task) before batch(step)")
-        pos = self._plan[:, step]
-        x = self._x[self._members, pos]
-        if self._perm is not None:
-            x = torch.gather(x, 2, self._perm)
-        return self.normalize(x), self._y[self._members, pos]
+        rows = self._rows[step]
+        K, B = self.members, self.batch_size
+        x = self._x.view(-1, *self._x.shape[2:]).index_select(0, rows).view(K, B, *self._x.shape[2:])
+        return self.normalize(x), self._y.view(-1).index_select(0, rows).view(K, B)
 
     def sample_inputs(self, n: int, key: str) -> torch.Tensor:
         """``n`` training inputs of the current task per member, ``[K, n, …]`` network inputs,
@@ -159,11 +169,7 @@ class Problem:
         pos = np.stack([np_rng(seed, self.name, "sample", key, self.task).permutation(size)[:n]
                         for seed in self.seeds])
         pos = torch.from_numpy(pos).to(self.device)
-        x = self._x[self._members, pos]
-        if self._perm is not None:
-            perm = self._perm[:, :1, :].expand(self.members, pos.shape[1], self._perm.shape[2])
-            x = torch.gather(x, 2, perm)
-        return self.normalize(x)
+        return self.normalize(self._x[self._members, pos])
 
     def test_set(self, task: int | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The held-out test set of ``task`` (default: the current one) as network inputs

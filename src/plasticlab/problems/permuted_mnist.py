@@ -51,7 +51,7 @@ class PermutedMNIST(Problem):
 
     def member_task(self, member, seed, task):
         perm, subset = self._draw(seed, task)
-        return TaskData(self.x_train[subset], self.y_train[subset], perm)
+        return TaskData(self.x_train.index_select(0, subset), self.y_train[subset], perm)
 
     def member_test(self, member, seed, task):
         perm, _ = self._draw(seed, task)

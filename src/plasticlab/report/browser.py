@@ -103,7 +103,8 @@ class PageCheck:
     def __str__(self) -> str:
         lines = [f"{self.url}", f"  title: {self.title!r}",
                  f"  images loaded: {self.images_loaded}/{self.images}",
-                 f"  console errors: {len(self.console_errors)}, uncaught exceptions: {len(self.exceptions)}, "
+                 f"  console errors: {len(self.console_errors)}, "
+                 f"uncaught exceptions: {len(self.exceptions)}, "
                  f"failed requests: {len(self.failed_requests)}, external requests: "
                  f"{len(self.external_requests)}",
                  f"  checked in {self.seconds:.1f} s"]
@@ -184,11 +185,12 @@ def _remote_object_text(arg: dict) -> str:
 
 def _exception_text(details: dict) -> str:
     exc = details.get("exception") or {}
-    text = exc.get("description") or details.get("text") or "exception"
+    text = (exc.get("description") or details.get("text") or "exception").strip()
+    text = text.splitlines()[0] if text else "exception"
     where = details.get("url") or ""
     if where:
         text += f" ({where}:{details.get('lineNumber', 0) + 1})"
-    return text.splitlines()[0] if text else text
+    return text
 
 
 _IMAGES_JS = """(() => Array.from(document.images).map(img => ({
@@ -210,7 +212,7 @@ def check_page(path: str | os.PathLike, *, timeout: float = 30, settle: float = 
     """
     page = Path(path).resolve()
     if not page.is_file():
-        raise FileNotFoundError(page)
+        raise FileNotFoundError(f"no such file: {page}")
     exe = chromium or find_chromium()
     if exe is None:
         raise BrowserError(f"no Chromium found: {INSTALL_HINT}")
@@ -289,6 +291,8 @@ def check_page(path: str | os.PathLike, *, timeout: float = 30, settle: float = 
         else:
             if not loaded:
                 raise BrowserError(f"{url} did not finish loading within {timeout:.0f} s")
+            result.failed_requests += [f"{requests[r]} (still pending after {timeout:.0f} s)"
+                                       for r in pending]
         for where in requests.values():
             scheme = where.split(":", 1)[0].lower()
             if scheme not in ("file", "data", "blob", "about") and where not in result.external_requests:

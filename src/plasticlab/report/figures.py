@@ -333,7 +333,7 @@ def interval_figure(estimates: Sequence[Estimate], *, xlabel: str, title: str = 
         if not estimates:
             _no_data(ax)
         ax.set_yticks(ys, [e.label for e in estimates])
-        ax.set_ylim(len(estimates) - 0.5, -0.5)
+        ax.set_ylim(max(len(estimates), 1) - 0.5, -0.5)
         ax.grid(axis="y", visible=False)
         ax.tick_params(axis="y", length=0)
         if xlim is not None:

@@ -1,0 +1,301 @@
+"""Statistics of ``plasticlab report``: bootstrap intervals, IQM and probability of improvement.
+
+Continual-learning results come from a handful of seeds per method (3–10 typically), each seed
+giving one score (e.g. the total average online accuracy, a fraction in [0, 1]) or one curve
+(accuracy per task). With so few runs a point estimate alone says little, and the usual
+``mean ± 1.96·s/√n`` is a poor interval: it assumes the mean is normally distributed and uses the
+normal quantile where, with n = 3, even Student's t would need 4.30 instead of 1.96. It can also
+run outside [0, 1]. This module follows Agarwal et al. (2021), "Deep reinforcement learning at the
+edge of the statistical precipice" (NeurIPS), and its library *rliable*:
+
+* **Percentile bootstrap** (:func:`bootstrap_ci`, :func:`bootstrap_ci_columns`): resample the
+  seeds with replacement, recompute the statistic, and take the ``(1 ± confidence)/2`` quantiles of
+  the replicates. No normality assumption, works for any statistic (mean, median, IQM,
+  probability of improvement) and stays inside the range of the data. With very few seeds it is
+  still optimistic (a bootstrap cannot know about values it never saw), so read the intervals as
+  a description of the spread of the seeds, not as a guarantee.
+* **Interquartile mean** (:func:`iqm`): the mean of the middle 50 % of all scores. One diverged
+  seed moves the mean a lot and the IQM hardly at all, while the IQM uses far more of the data
+  than the median and so has a smaller variance.
+* **Stratified bootstrap** (:func:`stratified_bootstrap_ci`): with a [runs × tasks] score matrix,
+  resample the runs independently within each task (column), so every task keeps its number of
+  runs and the set of tasks is held fixed: the interval reflects the uncertainty from the seeds.
+* **Probability of improvement** (:func:`probability_of_improvement`): the probability that a
+  random run of method X scores higher than a random run of method Y on the same task (ties count
+  one half), averaged over tasks. 0.5 means the methods cannot be told apart, 1 that every run of
+  X beats every run of Y. It says how *often* X wins, not by how much, so report it next to the
+  scores; an improvement is "statistically meaningful" in the paper's sense when the lower bound
+  of its interval is above 0.5.
+
+Definitions that follow rliable 1.2.0 exactly: :func:`iqm` is ``rliable.metrics.aggregate_iqm``
+(``scipy.stats.trim_mean(x, 0.25, axis=None)``); :func:`probability_of_improvement` is
+``rliable.metrics.probability_of_improvement`` (the Mann–Whitney U statistic over ``n·m`` per
+task, averaged over tasks); :func:`stratified_bootstrap_ci` and
+:func:`probability_of_improvement_ci` are ``rliable.library.get_interval_estimates(...,
+method="percentile", task_bootstrap=False)`` with its ``StratifiedBootstrap`` and
+``StratifiedIndependentBootstrap``, the quantiles being NumPy's linearly interpolated percentiles
+as in ``arch``'s ``conf_int``. The random numbers differ (rliable draws from NumPy's global
+generator; here every function takes a ``seed`` for ``numpy.random.default_rng``), so the bounds
+agree up to Monte-Carlo error, which for a bound is about ``1.5 % × (hi − lo)`` at the default
+2000 replicates (rliable's default is 50 000).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "Interval",
+    "bootstrap_ci",
+    "bootstrap_ci_columns",
+    "iqm",
+    "probability_of_improvement",
+    "probability_of_improvement_ci",
+    "stratified_bootstrap_ci",
+]
+
+# Upper bound on the elements of one batch of bootstrap replicates held in memory at once.
+_BATCH_ELEMENTS = 1 << 22
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with a confidence interval ``[lo, hi]``, from ``n`` runs (seeds)."""
+
+    point: float
+    lo: float
+    hi: float
+    n: int
+
+    @property
+    def half_width(self) -> float:
+        """``max(point − lo, hi − point)``: the larger distance of a bound from the point."""
+        return max(self.point - self.lo, self.hi - self.point)
+
+    def format(self, scale: float = 100, digits: int = 2) -> str:
+        """``"point [lo, hi]"`` with every number multiplied by ``scale``, e.g. ``"82.52 [82.31, 82.70]"``."""
+        p, lo, hi = (f"{scale * v:.{digits}f}" for v in (self.point, self.lo, self.hi))
+        return f"{p} [{lo}, {hi}]"
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation helpers
+
+
+def _as_array(values, what: str) -> np.ndarray:
+    arr = np.asarray(values, dtype=float)
+    if arr.size == 0:
+        raise ValueError(f"{what} is empty: need at least one value")
+    nans = int(np.isnan(arr).sum())
+    if nans:
+        raise ValueError(f"{what} contains {nans} NaN value{'s' if nans != 1 else ''} (of {arr.size})")
+    return arr
+
+
+def _as_matrix(scores, what: str) -> np.ndarray:
+    """A [runs × tasks] float matrix; a 1-D input is a single task (one column)."""
+    arr = _as_array(scores, what)
+    if arr.ndim == 1:
+        arr = arr[:, None]
+    if arr.ndim != 2:
+        raise ValueError(f"{what} must be 1-D (runs) or 2-D (runs × tasks), got shape {arr.shape}")
+    return arr
+
+
+def _check(confidence: float, reps: int) -> float:
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if int(reps) != reps or reps < 1:
+        raise ValueError(f"reps must be a positive integer, got {reps}")
+    return (1.0 - confidence) / 2.0
+
+
+def _percentile_bounds(replicates: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """The ``alpha`` and ``1 − alpha`` quantiles along axis 0 (linear interpolation, as arch)."""
+    lo, hi = np.quantile(replicates, [alpha, 1.0 - alpha], axis=0)
+    return lo, hi
+
+
+# ---------------------------------------------------------------------------------------------
+# Plain (i.i.d.) percentile bootstrap over seeds
+
+
+def bootstrap_ci(values, *, statistic: Callable = np.mean, confidence: float = 0.95, reps: int = 2000,
+                 seed: int = 0) -> Interval:
+    """Percentile-bootstrap interval of ``statistic`` over the 1-D ``values`` (one per seed).
+
+    ``point = statistic(values)``; for ``b = 1..reps`` draw ``values*_b`` as ``n`` values sampled
+    with replacement and compute ``θ*_b = statistic(values*_b)``; then ``lo`` and ``hi`` are the
+    ``(1 − confidence)/2`` and ``(1 + confidence)/2`` quantiles of the ``θ*_b``. ``statistic``
+    is called once on a ``[reps × n]`` array with ``axis=1`` when it accepts that (NumPy
+    reductions do), else once per replicate. With ``n = 1`` the interval is ``[point, point]``.
+    Raises ``ValueError`` on empty input or NaN values.
+    """
+    x = _as_array(values, "values")
+    if x.ndim != 1:
+        raise ValueError(f"values must be 1-D (one value per seed), got shape {x.shape}")
+    alpha = _check(confidence, reps)
+    n = x.size
+    point = float(statistic(x))
+    if n == 1:
+        return Interval(point, point, point, 1)
+    idx = np.random.default_rng(seed).integers(0, n, size=(reps, n))
+    samples = x[idx]
+    replicates = None
+    try:
+        replicates = np.asarray(statistic(samples, axis=1), dtype=float)
+    except TypeError:
+        pass
+    if replicates is None or replicates.shape != (reps,):
+        replicates = np.array([statistic(s) for s in samples], dtype=float)
+    lo, hi = _percentile_bounds(replicates, alpha)
+    return Interval(point, float(lo), float(hi), n)
+
+
+def bootstrap_ci_columns(values, *, confidence: float = 0.95, reps: int = 2000,
+                         seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-column mean and percentile-bootstrap interval of a [seeds × T] array (bands on curves).
+
+    Returns ``(mean, lo, hi)``, arrays of length ``T``: ``mean[t]`` is the mean over seeds of
+    column ``t`` and ``[lo[t], hi[t]]`` its percentile-bootstrap interval. One resampling of the
+    seed indices is shared by all columns (a replicate is a set of seeds, as when rerunning whole
+    runs), drawn exactly as :func:`bootstrap_ci` draws it, so column ``t`` equals
+    ``bootstrap_ci(values[:, t], confidence=confidence, reps=reps, seed=seed)`` up to rounding.
+    Computed as ``counts @ values / n`` with ``counts[b, s]`` the number of times seed ``s`` is in
+    replicate ``b``. A 1-D input is a single column. Raises ``ValueError`` on empty input or NaN.
+    """
+    x = _as_matrix(values, "values")
+    alpha = _check(confidence, reps)
+    n, _ = x.shape
+    mean = x.mean(axis=0)
+    if n == 1:
+        return mean, mean.copy(), mean.copy()
+    idx = np.random.default_rng(seed).integers(0, n, size=(reps, n))
+    flat = (idx + n * np.arange(reps)[:, None]).ravel()
+    counts = np.bincount(flat, minlength=reps * n).reshape(reps, n).astype(float)
+    replicates = counts @ x / n
+    lo, hi = _percentile_bounds(replicates, alpha)
+    return mean, lo, hi
+
+
+# ---------------------------------------------------------------------------------------------
+# Interquartile mean and stratified bootstrap (rliable)
+
+
+def iqm(scores) -> float:
+    """Interquartile mean of all scores (flattened): the mean of the middle 50 %.
+
+    With the ``N`` scores sorted, ``x_(1) ≤ … ≤ x_(N)`` and ``k = ⌊0.25·N⌋``,
+    ``IQM = mean(x_(k+1), …, x_(N−k))``: exactly ``scipy.stats.trim_mean(scores, 0.25, axis=None)``,
+    which is ``rliable.metrics.aggregate_iqm``. Raises ``ValueError`` on empty input or NaN.
+    """
+    x = np.sort(_as_array(scores, "scores"), axis=None)
+    k = int(0.25 * x.size)
+    return float(np.mean(x[k:x.size - k]))
+
+
+def _iqm_batched(samples: np.ndarray) -> np.ndarray:
+    """:func:`iqm` of each ``samples[b]`` (any trailing shape), vectorised over ``b``."""
+    flat = np.sort(samples.reshape(samples.shape[0], -1), axis=1)
+    k = int(0.25 * flat.shape[1])
+    return flat[:, k:flat.shape[1] - k].mean(axis=1)
+
+
+def _batches(reps: int, per_rep: int):
+    size = max(1, _BATCH_ELEMENTS // max(per_rep, 1))
+    for start in range(0, reps, size):
+        yield min(size, reps - start)
+
+
+def _stratified_resample(rng: np.random.Generator, x: np.ndarray, count: int) -> np.ndarray:
+    """``count`` stratified resamples of the [runs × tasks] ``x``: runs drawn per task column."""
+    n, tasks = x.shape
+    idx = rng.integers(0, n, size=(count, n, tasks))
+    return x[idx, np.arange(tasks)]
+
+
+def stratified_bootstrap_ci(scores, statistic: Callable = iqm, *, confidence: float = 0.95,
+                            reps: int = 2000, seed: int = 0) -> Interval:
+    """Stratified percentile-bootstrap interval of an aggregate ``statistic`` of a [runs × tasks] matrix.
+
+    ``point = statistic(scores)``. Each replicate ``scores*_b`` has, in every task column ``t``,
+    ``runs`` values drawn with replacement from that column only (``scores*_b[i, t] =
+    scores[r_bit, t]``, ``r_bit`` uniform); ``lo`` and ``hi`` are the ``(1 ∓ confidence)/2``
+    quantiles of ``statistic(scores*_b)``. This is rliable's ``StratifiedBootstrap`` with
+    ``get_interval_estimates(..., method="percentile", task_bootstrap=False)``. ``statistic``
+    takes a [runs × tasks] matrix and returns a scalar; :func:`iqm` (the default) is vectorised,
+    other statistics are called once per replicate. A 1-D input is a single task. ``n`` of the
+    result is the number of runs.
+    """
+    x = _as_matrix(scores, "scores")
+    alpha = _check(confidence, reps)
+    rng = np.random.default_rng(seed)
+    point = float(statistic(x))
+    parts = []
+    for count in _batches(reps, x.size):
+        samples = _stratified_resample(rng, x, count)
+        if statistic is iqm:
+            parts.append(_iqm_batched(samples))
+        else:
+            parts.append(np.array([statistic(s) for s in samples], dtype=float))
+    lo, hi = _percentile_bounds(np.concatenate(parts), alpha)
+    return Interval(point, float(lo), float(hi), x.shape[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# Probability of improvement (rliable)
+
+
+def _poi_batched(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Probability of improvement of ``x[b]`` [n × tasks] over ``y[b]`` [m × tasks], for each ``b``."""
+    xb, yb = x[:, :, None, :], y[:, None, :, :]  # broadcast to [batch, n, m, tasks]
+    wins = (xb > yb).sum(axis=(1, 2)) + 0.5 * (xb == yb).sum(axis=(1, 2))
+    return (wins / (x.shape[1] * y.shape[1])).mean(axis=1)
+
+
+def _poi_inputs(x, y) -> tuple[np.ndarray, np.ndarray]:
+    x = _as_matrix(x, "x")
+    y = _as_matrix(y, "y")
+    if x.shape[1] != y.shape[1]:
+        raise ValueError(f"x and y must have the same number of tasks (columns), got {x.shape[1]} "
+                         f"and {y.shape[1]}")
+    return x, y
+
+
+def probability_of_improvement(x, y) -> float:
+    """Average probability of improvement of X over Y: ``(1/T) Σ_t [P(X_t > Y_t) + ½ P(X_t = Y_t)]``.
+
+    ``x`` is [n × T] (n runs of method X on T tasks), ``y`` is [m × T]. For task ``t``,
+    ``P(X_t > Y_t) + ½ P(X_t = Y_t) = (1/(n·m)) Σ_i Σ_j (1[x_it > y_jt] + ½·1[x_it = y_jt])``,
+    the Mann–Whitney U statistic of X over ``n·m``; this is
+    ``rliable.metrics.probability_of_improvement``. 1-D inputs are a single task. Returns a
+    value in [0, 1]; 0.5 for identical samples.
+    """
+    x, y = _poi_inputs(x, y)
+    return float(_poi_batched(x[None], y[None])[0])
+
+
+def probability_of_improvement_ci(x, y, *, confidence: float = 0.95, reps: int = 2000,
+                                  seed: int = 0) -> Interval:
+    """:func:`probability_of_improvement` of X over Y with a stratified percentile-bootstrap interval.
+
+    Each replicate resamples the runs of ``x`` and, independently, the runs of ``y``, within each
+    task column (rliable's ``StratifiedIndependentBootstrap``, as used by
+    ``get_interval_estimates({"X,Y": [x, y]}, metrics.probability_of_improvement)``); ``lo`` and
+    ``hi`` are the ``(1 ∓ confidence)/2`` quantiles of the replicated probabilities. ``n`` of the
+    result is the smaller of the two numbers of runs.
+    """
+    x, y = _poi_inputs(x, y)
+    alpha = _check(confidence, reps)
+    rng = np.random.default_rng(seed)
+    point = probability_of_improvement(x, y)
+    parts = []
+    for count in _batches(reps, x.shape[0] * y.shape[0] * x.shape[1]):
+        xs = _stratified_resample(rng, x, count)
+        ys = _stratified_resample(rng, y, count)
+        parts.append(_poi_batched(xs, ys))
+    lo, hi = _percentile_bounds(np.concatenate(parts), alpha)
+    return Interval(point, float(lo), float(hi), min(x.shape[0], y.shape[0]))
