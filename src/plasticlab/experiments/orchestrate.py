@@ -135,5 +135,5 @@ def protocol_seeds(sweep: dict) -> list[int] | None:
     return parse_seeds(",".join(map(str, seeds)) if isinstance(seeds, list) else seeds)
 
 
-__all__ = ["PLAN_FILE", "SELECTION_FILE", "Plan", "evaluation_runs", "grid_selection", "pending_runs", "plan", "protocol_seeds",
-           "run_plan", "write_plan", "write_selection"]
+__all__ = ["PLAN_FILE", "SELECTION_FILE", "Plan", "evaluation_runs", "grid_selection", "pending_runs",
+           "plan", "protocol_seeds", "run_plan", "write_plan", "write_selection"]

@@ -141,7 +141,8 @@ class Adam:
             return
         # The dims the mask varies along (expanded dims have stride 0): restarting whole units
         # gives a [K, U, 1] or [K, 1, U] pattern, kept as a count tensor of that shape.
-        shape = tuple(1 if stride == 0 else size for stride, size in zip(mask.stride(), mask.shape))
+        shape = tuple(1 if stride == 0 else size
+                      for stride, size in zip(mask.stride(), mask.shape, strict=True))
         pattern = mask[tuple(slice(0, 1) if n == 1 else slice(None) for n in shape)]
         counts = self.restart_counts[index]
         if counts is None:

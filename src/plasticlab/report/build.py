@@ -106,8 +106,11 @@ class _Context:
         return stats.bootstrap_ci(values, reps=self.reps, seed=self.seed)
 
 
+OPTIMIZER_TITLES = {"adam": "Adam", "sgd": "SGD"}
+
+
 def _study_title(problem: str, optimizer: str) -> str:
-    return f"{PROBLEM_TITLES.get(problem, problem)} · {optimizer.upper() if optimizer == 'sgd' else 'Adam' if optimizer == 'adam' else optimizer}"
+    return f"{PROBLEM_TITLES.get(problem, problem)} · {OPTIMIZER_TITLES.get(optimizer, optimizer)}"
 
 
 def _pct(i: stats.Interval, digits: int = 2) -> str:

@@ -108,7 +108,7 @@ def _as_matrix(scores, what: str) -> np.ndarray:
 def _check(confidence: float, reps: int) -> float:
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    if int(reps) != reps or reps < 1:
+    if isinstance(reps, bool) or not isinstance(reps, (int, np.integer)) or reps < 1:
         raise ValueError(f"reps must be a positive integer, got {reps}")
     return (1.0 - confidence) / 2.0
 
