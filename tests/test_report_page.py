@@ -98,7 +98,7 @@ def test_html_escapes_text_and_has_tables_toc_and_warnings(report_dir):
     # table of contents: every section, figure and table, each link pointing at an existing id
     toc = re.search(r'<nav class="toc".*?</nav>', page, re.DOTALL).group(0)
     anchors = re.findall(r'href="#([^"]+)"', toc)
-    assert anchors == ["section-1", "figure-1", "figure-2", "table-1", "section-2", "figure-3", "table-2"]
+    assert anchors == ["section-1", "table-1", "figure-1", "figure-2", "section-2", "table-2", "figure-3"]
     for anchor in anchors:
         assert f'id="{anchor}"' in page
     warnings = re.search(r'<div class="warnings".*?</div>', page, re.DOTALL).group(0)

@@ -118,6 +118,12 @@ evaluation_seeds = "7-8"
     assert {r["config"]["params"]["strength"] for r in evaluation} == {chosen}
     printed = capsys.readouterr().out
     assert "selected" in printed and "evaluation on seeds 7..8" in printed and "(n = 2)" in printed
+    # what the report reads: the evaluation seeds, and every planned run (grid and evaluation)
+    assert json.loads((out / "selection.json").read_text())["evaluation_seeds"] == [7, 8]
+    planned = json.loads((out / "plan.json").read_text())["runs"]
+    assert sorted((p["phase"], p["seed"]) for p in planned) == [
+        ("evaluation", 7), ("evaluation", 8), ("grid", 0), ("grid", 0), ("grid", 1), ("grid", 1)]
+    assert {p["run_id"] for p in planned} == set(finished_runs(out))
 
 
 def test_dry_run_prints_the_plan_without_running(tmp_path, capsys):

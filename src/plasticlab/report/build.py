@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -141,7 +142,7 @@ def _study_section(results: Results, problem: str, optimizer: str, ctx: _Context
         bands.append(F.Band(c.label, c.method, x, mean, lo, hi, c.n))
     hard = " (hard tasks only)" if len(reported) < headline[0].online.shape[1] else ""
     section.figures.append(ctx.save(
-        F.line_figure(bands, xlabel="task", ylabel="average online task accuracy (%)",
+        F.line_figure(bands, xlabel="task", ylabel="average online task accuracy",
                       title=f"{_study_title(problem, optimizer)}: online accuracy{hard}",
                       note=note), f"{stem}-online_accuracy",
         f"Average online task accuracy vs task{hard}; line = mean over seeds, band = 95 % "
@@ -152,7 +153,7 @@ def _study_section(results: Results, problem: str, optimizer: str, ctx: _Context
         c.total, statistic=stats.iqm, reps=ctx.reps, seed=ctx.seed)) for c in headline]
     section.figures.append(ctx.save(
         F.interval_figure([F.Estimate(c.label, c.method, i.point, i.lo, i.hi, c.n) for c, i, _ in totals],
-                          xlabel="total average online accuracy (%)",
+                          xlabel="total average online accuracy",
                           title=f"{_study_title(problem, optimizer)}: total online accuracy"),
         f"{stem}-total_accuracy",
         "Total average online accuracy per method: mean over seeds with a 95 % bootstrap interval."))
@@ -187,17 +188,16 @@ def _study_section(results: Results, problem: str, optimizer: str, ctx: _Context
     for name, ylabel in INTERNALS.items():
         if not all(name in c.metrics for c in headline):
             continue
-        scale = 100.0 if name in PERCENT_METRICS else 1.0
         bands = []
         for c in headline:
             values = c.metrics[name]
             if values.ndim == 3:  # per hidden layer: the last one (the features the head reads)
                 values = values[:, :, -1]
-            x, per_seed, note = bin_tasks(values * scale, list(range(values.shape[1])), ctx.max_bins)
+            x, per_seed, note = bin_tasks(values, list(range(values.shape[1])), ctx.max_bins)
             mean, lo, hi = _column_intervals(per_seed, ctx)
             bands.append(F.Band(c.label, c.method, x, mean, lo, hi, c.n))
         section.figures.append(ctx.save(
-            F.line_figure(bands, xlabel="task", ylabel=ylabel, percent=False,
+            F.line_figure(bands, xlabel="task", ylabel=ylabel, percent=name in PERCENT_METRICS,
                           title=f"{_study_title(problem, optimizer)}: {ylabel}", note=note),
             f"{stem}-{name}", f"{ylabel[0].upper() + ylabel[1:]} at the end of each task; mean and "
             f"95 % bootstrap band across seeds. {note}".strip()))
@@ -213,9 +213,11 @@ def _study_section(results: Results, problem: str, optimizer: str, ctx: _Context
             "(A[j, m]: test accuracy on task m after task j); mean [95 % bootstrap CI] in "
             "percentage points."))
         for c in forgetting:
-            matrix = np.nanmean(c.accuracy_matrix, axis=0) if c.n else c.accuracy_matrix[0]
+            with warnings.catch_warnings():  # above the diagonal every seed is NaN: stays NaN
+                warnings.simplefilter("ignore", RuntimeWarning)
+                matrix = np.nanmean(c.accuracy_matrix, axis=0)
             section.figures.append(ctx.save(
-                F.heatmap_figure(100 * matrix, title=f"{c.label}: accuracy matrix (n={c.n})"),
+                F.heatmap_figure(matrix, title=f"{c.label}: accuracy matrix (n={c.n})"),
                 f"{stem}-accuracy_matrix-{_slug(c.label)}",
                 f"{c.label}: test accuracy (%) on task m after training on task j, mean over "
                 f"{c.n} seed(s)."))
@@ -316,7 +318,7 @@ def _sweep_views(results: Results, study: list[ConfigRuns], headline: list[Confi
         if not lines:
             continue
         section.figures.append(ctx.save(
-            F.sweep_figure(lines, param=setting, ylabel="total average online accuracy (%)",
+            F.sweep_figure(lines, param=setting, ylabel="total average online accuracy",
                            title=f"{section.title}: sensitivity to {setting}"),
             f"{stem}-sweep-{_slug(setting)}",
             f"Total average online accuracy against {setting} (grid seeds; other swept settings held "
@@ -383,7 +385,7 @@ def _aggregate_section(results: Results, ctx: _Context) -> Section | None:
         if not estimates:
             continue
         section.figures.append(ctx.save(
-            F.interval_figure(estimates, xlabel="IQM of total online accuracy (%)",
+            F.interval_figure(estimates, xlabel="IQM of total online accuracy",
                               title=f"All problems · {optimizer}: IQM",
                               note=f"{len(problems)} problems"),
             f"all-{optimizer}-iqm", f"IQM over {len(problems)} problems ({optimizer})."))

@@ -31,12 +31,12 @@ INTERNALS = {
     "weight_magnitude": "average weight magnitude, mean |θ|",
     "srank": "feature srank (last hidden layer)",
     "effective_rank": "effective rank (last hidden layer)",
-    "dead_fraction": "dead units (%)",
-    "dormant_fraction": "dormant units, τ = 0.1 (%)",
+    "dead_fraction": "dead units",
+    "dormant_fraction": "dormant units, τ = 0.1",
     "grad_norm": "gradient norm (task's last step)",
-    "task_test_accuracy": "test accuracy at task end (%)",
+    "task_test_accuracy": "test accuracy at task end",
 }
-#: Internals shown in percent.
+#: Internals that are fractions, drawn in percent.
 PERCENT_METRICS = {"dead_fraction", "dormant_fraction", "task_test_accuracy"}
 
 
@@ -204,10 +204,13 @@ def load_results(directory: str | Path) -> Results:
     if sel_path.is_file():
         selection = json.loads(sel_path.read_text())
     results = Results(directory, configs, counts, selection, warnings)
+    eval_seeds = set((selection or {}).get("evaluation_seeds") or [])
     for (problem, optimizer), study in results.studies().items():
-        ns = {c.n for c in study}
+        # A protocol's winners also have evaluation seeds: compare the grid seeds only.
+        n_grid = {c.label: sum(s not in eval_seeds for s in c.seeds) for c in study}
+        ns = set(n_grid.values()) - {0}
         if len(ns) > 1:
-            few = [f"{c.label} (n={c.n})" for c in study if c.n < max(ns)]
+            few = [f"{label} (n={n})" for label, n in n_grid.items() if 0 < n < max(ns)]
             warnings.append(f"{problem} {optimizer}: configurations have different numbers of "
                             f"finished seeds ({min(ns)}–{max(ns)}): {_some(few)}")
     if selection:

@@ -271,15 +271,16 @@ def write_html(report: Report, path: str | Path) -> Path:
         parts = [f'<section id="{sec_id}">', f"<h2>{_esc(section.title)}</h2>"]
         if section.text:
             parts.append(_text_html(section.text))
+        # Tables first: a section's numbers at a glance, then the figures behind them.
+        for table in section.tables:
+            tab_no += 1
+            parts.append(_table_html(table, tab_no, f"table-{tab_no}"))
+            entries.append(f'<li><a href="#table-{tab_no}">Table {tab_no}</a>: {_esc(table.title)}</li>')
         for ref in section.figures:
             fig_no += 1
             parts.append(_figure_html(ref, fig_no, f"figure-{fig_no}", base))
             entries.append(f'<li><a href="#figure-{fig_no}">Figure {fig_no}</a>: '
                            f"{_inline_html(ref.caption)}</li>")
-        for table in section.tables:
-            tab_no += 1
-            parts.append(_table_html(table, tab_no, f"table-{tab_no}"))
-            entries.append(f'<li><a href="#table-{tab_no}">Table {tab_no}</a>: {_esc(table.title)}</li>')
         parts.append("</section>")
         body.append("\n".join(parts))
         sub = f"<ol>{''.join(entries)}</ol>" if entries else ""
@@ -361,6 +362,11 @@ def write_markdown(report: Report, path: str | Path) -> Path:
         out += [f"## {section.title}", ""]
         if section.text:
             out += [section.text.strip(), ""]
+        for table in section.tables:
+            tab_no += 1
+            out += [f"**Table {tab_no}.** {table.title}", "", _md_table(table), ""]
+            if table.note:
+                out += [f"*{table.note.strip()}*", ""]
         for ref in section.figures:
             fig_no += 1
             caption = f"Figure {fig_no}. {ref.caption}"
@@ -372,10 +378,5 @@ def write_markdown(report: Report, path: str | Path) -> Path:
             if image is None:
                 extra += " — no image file"
             out += [f"*Figure {fig_no}.* {ref.caption}{extra}", ""]
-        for table in section.tables:
-            tab_no += 1
-            out += [f"**Table {tab_no}.** {table.title}", "", _md_table(table), ""]
-            if table.note:
-                out += [f"*{table.note.strip()}*", ""]
     path.write_text("\n".join(out).rstrip("\n") + "\n", encoding="utf-8", newline="\n")
     return path

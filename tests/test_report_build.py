@@ -1,0 +1,201 @@
+"""``plasticlab report``: a results directory → figures, tables, HTML and Markdown.
+
+A small synthetic store with known numbers stands in for a sweep, so every figure type is
+rendered and the tables can be checked digit by digit.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from plasticlab.cli import main
+from plasticlab.experiments.config import resolve_config
+from plasticlab.experiments.store import ResultStore
+from plasticlab.report.browser import check_page, find_chromium
+from plasticlab.report.build import build_report
+from plasticlab.report.data import bin_tasks, load_results
+
+TASKS = 12
+SEEDS = (0, 1, 2)
+# (method, params) → online accuracy of seed s on task t
+CURVES = {
+    ("baseline", ()): lambda s, t: 0.80 - 0.01 * t + 0.001 * s,
+    ("l2_init", (("strength", 1e-2),)): lambda s, t: 0.85 + 0.002 * s,
+    ("l2_init", (("strength", 1e-3),)): lambda s, t: 0.82 + 0.002 * s,
+}
+
+
+def _config(method: str, params: dict, problem: str = "permuted_mnist") -> dict:
+    return resolve_config({"problem": problem, "method": method, "params": params,
+                           "tasks": TASKS, "steps_per_task": 10}).to_dict()
+
+
+def _finish(store: ResultStore, config: dict, seed: int, curve) -> str:
+    rid = ResultStore.run_id(config, seed)
+    store.start_run(rid, config, {"seed": seed})
+    online = [curve(seed, t) for t in range(TASKS)]
+    matrix = [[curve(seed, m) - 0.01 * (j - m) for m in range(j + 1)] for j in range(TASKS)]
+    bwt = float(np.mean([matrix[-1][m] - matrix[m][m] for m in range(TASKS - 1)]))
+    store.finish_run(
+        rid, {"total_online_accuracy": float(np.mean(online)), "bwt": bwt, "one_step_bwt": -0.01},
+        {"online_accuracy": online,
+         "weight_magnitude": [0.05 + 0.001 * t for t in range(TASKS)],
+         "srank": [[40.0 + t, 30.0 - t] for t in range(TASKS)],
+         "effective_rank": [[50.0, 45.0] for _ in range(TASKS)],
+         "dead_fraction": [0.01 * t for t in range(TASKS)],
+         "dormant_fraction": [0.02 for _ in range(TASKS)],
+         "grad_norm": [1.0 for _ in range(TASKS)],
+         "task_test_accuracy": [curve(seed, t) - 0.02 for t in range(TASKS)],
+         "accuracy_matrix": matrix})
+    return rid
+
+
+@pytest.fixture
+def results_dir(tmp_path):
+    out = tmp_path / "sweep"
+    with ResultStore(out) as store:
+        for (method, params), curve in CURVES.items():
+            for seed in SEEDS:
+                _finish(store, _config(method, dict(params)), seed, curve)
+        # a run still going and a failed one: partial results must be reported, not hidden
+        running = _config("l2", {"strength": 1e-2})
+        store.start_run(ResultStore.run_id(running, 0), running, {})
+        store.start_run(ResultStore.run_id(running, 1), running, {})
+        store.fail_run(ResultStore.run_id(running, 1), "Traceback ...\nRuntimeError: diverged")
+    planned = _config("cbp", {})
+    (out / "plan.json").write_text(json.dumps({"sweep": "t", "runs": [
+        {"run_id": ResultStore.run_id(planned, 5), "phase": "grid", "seed": 5, "config": planned}]}))
+    return out
+
+
+def expected_total(method, params) -> float:
+    curve = CURVES[(method, params)]
+    return float(np.mean([np.mean([curve(s, t) for t in range(TASKS)]) for s in SEEDS]))
+
+
+def test_report_writes_every_figure_type_and_the_page(results_dir, tmp_path):
+    out = tmp_path / "report"
+    page = build_report(results_dir, out, formats=("png", "svg"), reps=300)
+    assert page == out / "index.html"
+    stems = ["online_accuracy", "total_accuracy", "improvement", "weight_magnitude", "srank",
+             "effective_rank", "dead_fraction", "dormant_fraction", "grad_norm", "task_test_accuracy",
+             "accuracy_matrix-baseline", "accuracy_matrix-l2_init_strength_0.01", "sweep-strength"]
+    for stem in stems:
+        for fmt, magic in (("png", b"\x89PNG"), ("svg", b"<svg")):
+            path = out / "figures" / f"permuted_mnist-adam-{stem}.{fmt}"
+            assert path.is_file() and path.stat().st_size > 1000, path
+            assert magic in path.read_bytes()[:400], path
+    html = page.read_text()
+    assert html.count("<img") == len(stems)
+    assert (out / "report.md").is_file() and (out / "runs.csv").is_file()
+
+
+def _row(markdown: str, first_cell: str) -> list[str]:
+    for line in markdown.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells and cells[0] == first_cell:
+            return cells
+    raise AssertionError(f"no table row starting with {first_cell!r}")
+
+
+def test_tables_hold_the_expected_numbers(results_dir, tmp_path):
+    build_report(results_dir, tmp_path / "r", formats=("png",), reps=300)
+    md = (tmp_path / "r" / "report.md").read_text()
+    # the best L2 Init configuration represents the method; the other is in the ranking only
+    base = _row(md, "baseline")
+    l2i = _row(md, "l2_init strength=0.01")
+    assert base[1] == "3" and base[2].startswith(f"{100 * expected_total('baseline', ()):.2f} [")
+    assert l2i[2].startswith(f"{100 * expected_total('l2_init', (('strength', 1e-2),)):.2f} [")
+    # IQM of three seeds (nothing trimmed from 3) is their mean
+    assert l2i[3].startswith(f"{100 * expected_total('l2_init', (('strength', 1e-2),)):.2f} [")
+    # test accuracy on the last task: curve − 0.02 at task 11, seeds 0..2
+    assert base[4].startswith(f"{100 * np.mean([0.80 - 0.11 + 0.001 * s - 0.02 for s in SEEDS]):.2f}")
+    # L2 Init beats the Baseline in every pair of runs: P(X > Y) = 1
+    poi = _row(md, "l2_init strength=0.01")  # first table row with that label is the totals table
+    assert poi
+    assert re.search(r"\| l2_init strength=0\.01 \| baseline \| 3 vs 3 \| 1\.00 \[1\.00, 1\.00\] \|", md)
+    # forgetting table: BWT = mean over m < 11 of −0.01·(11 − m) = −0.06 → −6.00 pp
+    forgetting = [line for line in md.splitlines() if line.startswith("| baseline | 3 |")]
+    assert any("-6.00 [-6.00, -6.00]" in line and "-1.00 [-1.00, -1.00]" in line for line in forgetting)
+    # the ranking of configurations on the grid: strength 0.01 first
+    assert re.search(r"\| l2_init \| 1 \| strength=0\.01 \| 3 \| 85\.20 \[", md)
+    assert re.search(r"\| l2_init \| 2 \| strength=0\.001 \| 3 \| 82\.20 \[", md)
+
+
+def test_partial_results_are_reported_as_warnings(results_dir, tmp_path):
+    results = load_results(results_dir)
+    text = " ".join(results.warnings)
+    assert "1 run(s) unfinished" in text and "l2" in text
+    assert "1 run(s) failed" in text and "RuntimeError: diverged" in text
+    assert "1 of 1 planned run(s) not started yet" in text and "cbp" in text
+    build_report(results_dir, tmp_path / "r", formats=("png",), reps=100)
+    html = (tmp_path / "r" / "index.html").read_text()
+    assert "1 run(s) failed" in html and "planned run(s) not started" in html
+
+
+def test_protocol_selection_is_shown_on_its_evaluation_seeds(results_dir, tmp_path):
+    config = _config("l2_init", {"strength": 1e-3})
+    with ResultStore(results_dir) as store:
+        for seed in (100, 101):  # the protocol picked strength 1e-3 and evaluated it on 100, 101
+            _finish(store, config, seed, lambda s, t: 0.5)
+    (results_dir / "selection.json").write_text(json.dumps({
+        "sweep": "t", "evaluation_seeds": [100, 101], "selected": [{
+            "problem": "permuted_mnist", "optimizer": "adam", "method": "l2_init", "score": 0.822,
+            "seeds": 3, "candidates": 2, "lr": config["lr"], "params": config["params"],
+            "config": config}]}))
+    results = load_results(results_dir)
+    headline, how = results.headline("permuted_mnist", "adam")
+    chosen = next(c for c in headline if c.method == "l2_init")
+    assert chosen.seeds == [100, 101] and np.allclose(chosen.total, 0.5)
+    assert "protocol" in how
+    build_report(results_dir, tmp_path / "r", formats=("png",), reps=100)
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert re.search(r"\| l2_init \| lr=0\.001 strength=0\.001 \| 82\.20 \(n=3\) \| 2 \| 50\.00 ", md)
+    # the sweep view averages grid seeds only: strength 1e-3 is still 82.20 there
+    assert re.search(r"\| l2_init \| 2 \| strength=0\.001 \| 3 \| 82\.20 \[", md)
+
+
+def test_hundreds_of_tasks_are_binned_per_seed_before_the_statistics():
+    values = np.arange(2 * 500, dtype=float).reshape(2, 500)
+    x, binned, note = bin_tasks(values, list(range(500)), max_bins=50)
+    assert binned.shape == (2, 50) and len(x) == 50
+    assert x[0] == 4.5 and binned[1, 0] == np.mean(values[1, :10])
+    assert "10 consecutive tasks" in note
+    x, same, note = bin_tasks(values, list(range(0, 40, 2)), max_bins=50)
+    assert note == "" and np.array_equal(same, values[:, 0:40:2]) and x[1] == 2
+
+
+def test_five_plus_one_cifar_reports_hard_tasks_only(tmp_path):
+    with ResultStore(tmp_path) as store:
+        _finish(store, _config("baseline", {}, problem="five_plus_one_cifar"), 0,
+                lambda s, t: 0.5 if t % 2 == 0 else 0.9)
+    (config,) = load_results(tmp_path).configs
+    assert config.reported == list(range(0, TASKS, 2))
+    build_report(tmp_path, tmp_path / "r", formats=("png",), reps=50)
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "hard tasks only" in md
+
+
+def test_report_command_writes_the_page_and_rejects_a_directory_without_a_store(results_dir, tmp_path,
+                                                                                capsys):
+    assert main(["report", str(results_dir), "--out", str(tmp_path / "r"), "--formats", "png",
+                 "--reps", "100"]) == 0
+    captured = capsys.readouterr()
+    assert str(tmp_path / "r" / "index.html") in captured.out
+    assert "planned run(s) not started" in captured.err
+    assert main(["report", str(tmp_path / "empty")]) == 2
+    assert "holds no results store" in capsys.readouterr().err
+    assert main(["report", str(results_dir), "--formats", "svg"]) == 2
+
+
+@pytest.mark.skipif(find_chromium() is None,
+                    reason="no Chromium: `apt-get install chromium` (or set $PLASTICLAB_CHROMIUM)")
+def test_report_page_loads_in_a_real_browser_without_errors(results_dir, tmp_path):
+    page = build_report(results_dir, tmp_path / "r", formats=("png",), reps=100)
+    check = check_page(page)
+    assert check.ok, str(check)
+    assert check.images == check.images_loaded == 13
