@@ -41,6 +41,41 @@ def test_ensembles_are_capped_at_max_members():
     assert sum(len(e.seeds) for e in ensembles) == len(expand({**SWEEP, "seeds": "0-9"}))
 
 
+def test_oversized_groups_split_into_equal_parts_not_a_remainder():
+    runs = expand({**SWEEP, "methods": ["baseline"], "seeds": "0-16", "grid": {}})
+    assert len(runs) == 17
+    assert sorted(len(e.seeds) for e in group(runs, max_members=16)) == [8, 9]
+
+
+def test_fewer_ensembles_than_workers_are_halved_so_every_core_has_one():
+    runs = expand({**SWEEP, "methods": ["baseline"], "seeds": "0-9", "grid": {}})
+    assert [len(e.seeds) for e in group(runs, max_members=16)] == [10]
+    halves = group(runs, max_members=16, workers=2)
+    assert sorted(len(e.seeds) for e in halves) == [5, 5]
+    assert sorted(s for e in halves for s in e.seeds) == list(range(10))
+    assert len(group(runs[:1], max_members=16, workers=2)) == 1  # one run cannot be split
+
+
+def test_max_members_can_depend_on_the_configuration():
+    runs = expand({**SWEEP, "seeds": "0-9"})
+    ensembles = group(runs, max_members=lambda c: 2 if c.method == "l2_init" else 16)
+    assert max(len(e.seeds) for e in ensembles if e.config.method == "l2_init") == 2
+    assert max(len(e.seeds) for e in ensembles if e.config.method == "baseline") == 10
+
+
+def test_calibrated_ensemble_size_is_the_fastest_k_per_architecture():
+    from plasticlab.experiments.bench import members_for
+
+    calibration = {"samples_per_second": {"mlp": {"1": 5e3, "8": 3e4, "16": 2.5e4},
+                                          "cnn": {"1": 1e3, "4": 2e3, "16": 1.5e3}}}
+    choose = members_for("cpu", calibration)
+    sweep = {"problems": ["permuted_mnist", "random_label_cifar"], "method": "baseline"}
+    runs = {r.config.problem: r.config for r in expand(sweep)}
+    assert choose(runs["permuted_mnist"]) == 8 and choose(runs["random_label_cifar"]) == 4
+    assert members_for("cpu", None)(runs["permuted_mnist"]) == 16
+    assert members_for("cuda", calibration)(runs["permuted_mnist"]) == 256
+
+
 def test_scale_shortens_tasks_and_steps():
     runs = expand(SWEEP, scale=0.1)
     assert {(r.config.tasks, r.config.steps_per_task) for r in runs} == {(2, 62)}

@@ -62,10 +62,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     out = Path(args.out or Path("results") / name)
     runs = expand(sweep, args.scale)
     eval_seeds = protocol_seeds(sweep)
-    max_members = args.max_members or (256 if str(args.device).startswith("cuda") else 16)
     workers = args.workers or default_workers()
-    grid_plan = plan(runs, out, max_members)
     calibration = bench.load()
+    max_members = args.max_members or bench.members_for(args.device, calibration)
+    grid_plan = plan(runs, out, max_members, workers=workers)
     options = {"forgetting": True} if sweep.get("forgetting") else {}
     print(f"sweep {name}" + (f" (scale {args.scale:g})" if args.scale else "") + f" → {out}")
     print("  " + _describe(grid_plan, workers, calibration))
@@ -94,7 +94,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                   f"score {100 * entry['score']:.2f}% (of {entry['candidates']} configs)")
         eval_runs = evaluation_runs(selection, eval_seeds)
         write_plan(out, eval_runs, name, "evaluation")
-        eval_plan = plan(eval_runs, out, max_members, phase="evaluation")
+        eval_plan = plan(eval_runs, out, max_members, phase="evaluation", workers=workers)
         print("  " + _describe(eval_plan, workers, calibration))
         failed += [j for j in run_plan(eval_plan, **common) if j.error]
         print(evaluation_table(out, selection, eval_seeds))
@@ -201,7 +201,8 @@ def register(sub) -> None:
     sw.add_argument("--device", default="cpu")
     sw.add_argument("--workers", type=int, help="worker processes (default: one per core)")
     sw.add_argument("--max-members", dest="max_members", type=int,
-                    help="largest ensemble (default 16 on CPU, 256 on CUDA)")
+                    help="largest ensemble (default: the fastest K of `plasticlab bench` per "
+                         "architecture, else 16 on CPU; 256 on CUDA)")
     sw.add_argument("--executor", default="local", choices=EXECUTORS)
     sw.add_argument("--ray-address", dest="ray_address", help="Ray cluster (default $RAY_ADDRESS)")
     sw.add_argument("--dry-run", action="store_true", help="print the plan and a time estimate")

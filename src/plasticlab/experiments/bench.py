@@ -106,6 +106,29 @@ def load(path: Path | None = None) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+DEFAULT_MEMBERS = {"cpu": 16, "cuda": 256}
+
+
+def members_for(device: str, calibration: dict | None):
+    """The ensemble size to use per configuration: ``config → K``.
+
+    On CPU, the K with the highest member-samples/s in this machine's calibration for the
+    configuration's architecture (``plasticlab bench``), else 16; on CUDA 256 (large ensembles
+    are what a GPU is for; the calibration is CPU-only).
+    """
+    if not str(device).startswith("cpu"):
+        return lambda config: DEFAULT_MEMBERS["cuda"]
+    best = {}
+    for arch, rates in ((calibration or {}).get("samples_per_second") or {}).items():
+        if rates:
+            best[arch] = int(max(rates, key=lambda k: rates[k]))
+
+    def choose(config) -> int:
+        return best.get(ARCH.get(config.problem, "mlp"), DEFAULT_MEMBERS["cpu"])
+
+    return choose
+
+
 def estimate_seconds(ensembles, calibration: dict, workers: int = 1) -> float:
     """Estimated wall time of ``ensembles`` on ``workers`` processes of this machine.
 

@@ -52,10 +52,10 @@ def pending_runs(runs: Sequence[Run], out: str | Path) -> tuple[list[Run], int]:
     return todo, len(runs) - len(todo)
 
 
-def plan(runs: Sequence[Run], out, max_members: int, phase: str = "grid") -> Plan:
-    """Group the unfinished runs of ``runs`` into ensembles."""
+def plan(runs: Sequence[Run], out, max_members, phase: str = "grid", workers: int = 1) -> Plan:
+    """Group the unfinished runs of ``runs`` into ensembles (see :func:`sweep.group`)."""
     todo, finished = pending_runs(runs, out)
-    return Plan(group(todo, max_members), len(runs), finished, phase)
+    return Plan(group(todo, max_members, workers), len(runs), finished, phase)
 
 
 def run_plan(p: Plan, *, out, data_dir=None, device="cpu", workers=None, executor="local",

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..methods import get_method
@@ -158,17 +159,42 @@ def _group_key(config: RunConfig) -> str:
     return json.dumps(d, sort_keys=True)
 
 
-def group(runs: list[Run], max_members: int = 16) -> list[Ensemble]:
-    """Group runs into ensembles of at most ``max_members`` (see the module docstring)."""
-    if max_members < 1:
-        raise ValueError(f"max_members must be >= 1, got {max_members}")
+def group(runs: list[Run], max_members: int | Callable[[RunConfig], int] = 16,
+          workers: int = 1) -> list[Ensemble]:
+    """Group runs into ensembles of at most ``max_members`` (see the module docstring).
+
+    ``max_members`` may depend on the configuration (the best K differs between the MLP and
+    the CNN). A group larger than that is split into equal parts, not into full ones and a
+    remainder. With fewer ensembles than ``workers``, the largest are halved until every
+    worker has one (or nothing is left to halve): a lone 10-seed evaluation then runs as two
+    ensembles of 5 on two cores instead of one of 10 on one.
+    """
+    limit = max_members if callable(max_members) else (lambda _config: max_members)
     groups: dict[str, list[Run]] = {}
     for run in runs:
         groups.setdefault(_group_key(run.config), []).append(run)
-    ensembles = []
+    chunks: list[list[Run]] = []
     for members in groups.values():
-        for start in range(0, len(members), max_members):
-            chunk = members[start:start + max_members]
-            ensembles.append(Ensemble(chunk[0].config, [r.seed for r in chunk],
-                                      [dict(r.config.params) for r in chunk]))
-    return ensembles
+        k = int(limit(members[0].config))
+        if k < 1:
+            raise ValueError(f"max_members must be >= 1, got {k}")
+        chunks.extend(_split(members, -(-len(members) // k)))
+    while len(chunks) < workers:
+        largest = max(chunks, key=len, default=[])
+        if len(largest) < 2:
+            break
+        chunks.remove(largest)
+        chunks.extend(_split(largest, 2))
+    return [Ensemble(c[0].config, [r.seed for r in c], [dict(r.config.params) for r in c])
+            for c in chunks]
+
+
+def _split(members: list[Run], parts: int) -> list[list[Run]]:
+    """``members`` in ``parts`` consecutive pieces whose sizes differ by at most one."""
+    size, extra = divmod(len(members), parts)
+    out, start = [], 0
+    for i in range(parts):
+        end = start + size + (i < extra)
+        out.append(members[start:end])
+        start = end
+    return out
