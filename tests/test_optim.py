@@ -375,3 +375,18 @@ def test_adam_factored_restart_counts_equal_dense_per_element_counts_under_row_c
         torch.testing.assert_close(p, ref, rtol=1e-12, atol=1e-14)
     assert len(opt.restart_counts[0]) == 3  # one count tensor per pattern, not per element
     assert [tuple(c.shape) for c in opt.restart_counts[0]] == [(K, U, 1), (K, 1, n), (K, U, n)]
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_adam_weight_decay_matches_torch_optim_adam(fused):
+    gen = torch.Generator().manual_seed(11)
+    ours = [torch.randn(3, 20, 7, generator=gen, dtype=torch.float64)]
+    ref = [ours[0].clone().requires_grad_()]
+    opt, torch_opt = Adam(ours, lr=1e-2, weight_decay=0.1, fused=fused), torch.optim.Adam(
+        ref, lr=1e-2, weight_decay=0.1)
+    for _ in range(50):
+        g = torch.randn(3, 20, 7, generator=gen, dtype=torch.float64)
+        ours[0].grad, ref[0].grad = g.clone(), g.clone()
+        opt.step()
+        torch_opt.step()
+    torch.testing.assert_close(ours[0], ref[0].detach(), rtol=1e-12, atol=1e-12)

@@ -23,11 +23,16 @@ class Adam:
     """Adam over a list of tensors whose gradients are in ``.grad``."""
 
     def __init__(self, params: Sequence[torch.Tensor], lr: float,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, fused: bool = True):
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, fused: bool = True,
+                 weight_decay: float = 0.0):
         if not lr > 0:
             raise ValueError(f"Adam step size lr must be > 0, got {lr}")
+        if not weight_decay >= 0:
+            raise ValueError(f"Adam weight_decay must be >= 0, got {weight_decay}")
         self.params = list(params)
         self.lr, self.betas, self.eps = float(lr), betas, eps
+        # g ← g + wd·θ before the moments, as torch.optim.Adam's weight_decay (L2, not AdamW).
+        self.weight_decay = float(weight_decay)
         self.exp_avg = [torch.zeros_like(p) for p in self.params]
         self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
         # Steps taken by each tensor (like torch.optim.Adam, a tensor without a gradient in a
@@ -71,7 +76,7 @@ class Adam:
             [self.params[i] for i in indices], [self.params[i].grad for i in indices],
             [self.exp_avg[i] for i in indices], [self.exp_avg_sq[i] for i in indices], [],
             steps, lr=self.lr, beta1=beta1, beta2=beta2,
-            weight_decay=0.0, eps=self.eps, amsgrad=False, maximize=False)
+            weight_decay=self.weight_decay, eps=self.eps, amsgrad=False, maximize=False)
 
     def _step_tensor(self, i: int) -> torch.Tensor:
         # A device copy of step_counts[i] for the kernel, advanced together with it, so the two
@@ -83,7 +88,7 @@ class Adam:
 
     def _single_step(self, i: int, p: torch.Tensor) -> None:
         beta1, beta2 = self.betas
-        g = p.grad
+        g = p.grad if not self.weight_decay else p.grad.add(p, alpha=self.weight_decay)
         self.step_counts[i] += 1
         t = self.step_counts[i]
         m, v = self.exp_avg[i], self.exp_avg_sq[i]
@@ -155,7 +160,8 @@ class Adam:
 
     def state_dict(self) -> dict:
         """Everything needed to continue training exactly (for checkpoints)."""
-        return {"lr": self.lr, "betas": self.betas, "eps": self.eps, "step_counts": list(self.step_counts),
+        return {"lr": self.lr, "betas": self.betas, "eps": self.eps, "weight_decay": self.weight_decay,
+                "step_counts": list(self.step_counts),
                 "exp_avg": [m.clone() for m in self.exp_avg],
                 "exp_avg_sq": [v.clone() for v in self.exp_avg_sq],
                 "restart_counts": [None if c is None else [t.clone() for t in c]
@@ -164,6 +170,7 @@ class Adam:
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`'s output."""
         self.lr, self.betas, self.eps = state["lr"], tuple(state["betas"]), state["eps"]
+        self.weight_decay = state.get("weight_decay", 0.0)
         self.step_counts = list(state["step_counts"])
         for dst, src in zip(self.exp_avg + self.exp_avg_sq, state["exp_avg"] + state["exp_avg_sq"],
                             strict=True):
