@@ -199,3 +199,21 @@ def test_report_page_loads_in_a_real_browser_without_errors(results_dir, tmp_pat
     check = check_page(page)
     assert check.ok, str(check)
     assert check.images == check.images_loaded == 13
+
+
+def test_several_problems_get_an_iqm_across_problems(tmp_path):
+    with ResultStore(tmp_path) as store:
+        for problem in ("permuted_mnist", "random_label_mnist"):
+            for (method, params), curve in CURVES.items():
+                if params and params[0][1] == 1e-3:
+                    continue
+                for seed in SEEDS:
+                    _finish(store, _config(method, dict(params), problem=problem), seed, curve)
+    build_report(tmp_path, tmp_path / "r", formats=("png",), reps=200)
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "## Across problems" in md
+    assert (tmp_path / "r" / "figures" / "all-adam-iqm.png").is_file()
+    # 3 seeds × 2 problems = 6 scores per method; the IQM drops the lowest and highest 1
+    base = sorted(np.mean([CURVES[("baseline", ())](s, t) for t in range(TASKS)]) for s in SEEDS) * 2
+    iqm = np.mean(sorted(base)[1:5])
+    assert re.search(rf"\| baseline \| 3 \| {100 * iqm:.2f} \[", md)
