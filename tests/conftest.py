@@ -101,3 +101,12 @@ def imagenet_dir(tmp_path_factory) -> Path:
         images[:, 0, 0, 2] = np.arange(700) % 256
         np.save(folder / f"{c}.npy", images)
     return root
+
+
+@pytest.fixture(autouse=True)
+def no_machine_calibration(tmp_path, monkeypatch):
+    """Tests plan sweeps as on a machine without a `plasticlab bench` calibration: this
+    machine's saved one (user cache) must not change how a test's runs are grouped."""
+    from plasticlab.experiments import bench
+
+    monkeypatch.setattr(bench, "default_path", lambda: tmp_path / "no-calibration" / "bench.json")

@@ -74,6 +74,24 @@ def test_calibrated_ensemble_size_is_the_fastest_k_per_architecture():
     assert choose(runs["permuted_mnist"]) == 8 and choose(runs["random_label_cifar"]) == 4
     assert members_for("cpu", None)(runs["permuted_mnist"]) == 16
     assert members_for("cuda", calibration)(runs["permuted_mnist"]) == 256
+    # a sweep on two workers takes the K that is fastest with both training at once
+    calibration["samples_per_second_all_workers"] = {"mlp": {"1": 9e3, "8": 4e4, "16": 5e4}}
+    assert members_for("cpu", calibration, workers=2)(runs["permuted_mnist"]) == 16
+    assert members_for("cpu", calibration, workers=1)(runs["permuted_mnist"]) == 8
+
+
+def test_calibration_measures_each_k_alone_and_with_every_worker_at_once(data_dir):
+    from plasticlab.experiments.bench import calibrate, estimate_seconds
+
+    lines = []
+    cal = calibrate(data_dir, members=(1, 2), steps=8, methods=False, workers=2, log=lines.append)
+    for table in ("samples_per_second", "samples_per_second_all_workers"):
+        assert set(cal[table]) == {"mlp", "cnn"}
+        assert all(set(rates) == {"1", "2"} and min(rates.values()) > 0 for rates in cal[table].values())
+    assert cal["workers"] == 2 and "2 workers at once" in lines[0]
+    ensembles = group(expand({"problem": "permuted_mnist", "method": "baseline", "seeds": "0-3",
+                              "tasks": 2, "steps_per_task": 50}), max_members=2)
+    assert estimate_seconds(ensembles, cal, workers=2) > 0
 
 
 def test_scale_shortens_tasks_and_steps():

@@ -64,7 +64,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     eval_seeds = protocol_seeds(sweep)
     workers = args.workers or default_workers()
     calibration = bench.load()
-    max_members = args.max_members or bench.members_for(args.device, calibration)
+    max_members = args.max_members or bench.members_for(args.device, calibration, workers)
     grid_plan = plan(runs, out, max_members, workers=workers)
     options = {"forgetting": True} if sweep.get("forgetting") else {}
     print(f"sweep {name}" + (f" (scale {args.scale:g})" if args.scale else "") + f" → {out}")
@@ -176,7 +176,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     print(f"calibrating on this machine (1 torch thread per process; {args.steps} steps each):")
-    calibration = bench.calibrate(args.data_dir, steps=args.steps, methods=not args.no_methods)
+    calibration = bench.calibrate(args.data_dir, steps=args.steps, methods=not args.no_methods,
+                                  workers=args.workers)
     path = bench.save(calibration, Path(args.save) if args.save else None)
     print(f"saved to {path} ({calibration['seconds']:.0f} s)")
     return 0
@@ -232,4 +233,6 @@ def register(sub) -> None:
     be.add_argument("--steps", type=int, default=200)
     be.add_argument("--no-methods", action="store_true", help="skip the per-method costs")
     be.add_argument("--save", help="where to write the calibration (default: user cache)")
+    be.add_argument("--workers", type=int,
+                    help="also measure this many processes at once (default: one per core)")
     be.set_defaults(func=cmd_bench)

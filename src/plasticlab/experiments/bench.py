@@ -62,20 +62,42 @@ def _task_overhead(problem: str, members: int, data_dir, tasks: int = 3) -> floa
 
 
 def calibrate(data_dir=None, members=(1, 4, 8, 16), steps: int = 200, methods: bool = True,
-              log=print) -> dict:
+              log=print, workers: int | None = None) -> dict:
     """Measure member-samples/s per architecture and K (Baseline), and each method's cost
-    relative to the Baseline (MLP, K = 8). One torch thread, as the engine uses."""
+    relative to the Baseline (MLP, K = 8). One torch thread, as the engine uses.
+
+    With ``workers`` > 1 (default: one per core, as sweeps run), each K is also measured with
+    that many processes training at once — the whole machine's rate, which is what a sweep
+    gets: the processes share one memory system, so the best K for several workers can differ
+    from the best for one.
+    """
+    from .executor import default_workers
+
+    workers = default_workers() if workers is None else int(workers)
     start = time.perf_counter()
     out = {"torch": torch.__version__, "machine": platform.machine(),
-           "processor": platform.processor(), "threads": 1, "steps": steps,
-           "samples_per_second": {}, "method_cost": {}}
-    for arch, problem in CALIBRATION_PROBLEMS.items():
-        out["samples_per_second"][arch] = {}
-        for k in members:
-            rate = _samples_per_second(problem, "baseline", k, steps if arch == "mlp" else steps // 4,
-                                       data_dir)
-            out["samples_per_second"][arch][str(k)] = rate
-            log(f"  {arch} K={k:<3d} {rate:10.0f} member-samples/s ({problem}, baseline, 1 thread)")
+           "processor": platform.processor(), "threads": 1, "steps": steps, "workers": workers,
+           "samples_per_second": {}, "samples_per_second_all_workers": {}, "method_cost": {}}
+    pool = _pool(workers) if workers > 1 else None
+    try:
+        for arch, problem in CALIBRATION_PROBLEMS.items():
+            out["samples_per_second"][arch] = {}
+            out["samples_per_second_all_workers"][arch] = {}
+            arch_steps = steps if arch == "mlp" else max(1, steps // 4)
+            for k in members:
+                rate = _samples_per_second(problem, "baseline", k, arch_steps, data_dir)
+                out["samples_per_second"][arch][str(k)] = rate
+                line = f"  {arch} K={k:<3d} {rate:10.0f} member-samples/s ({problem}, baseline, 1 thread)"
+                if pool is not None:
+                    together = sum(f.result() for f in [
+                        pool.submit(_samples_per_second, problem, "baseline", k, arch_steps, data_dir)
+                        for _ in range(workers)])
+                    out["samples_per_second_all_workers"][arch][str(k)] = together
+                    line += f"; {workers} workers at once: {together:10.0f}"
+                log(line)
+    finally:
+        if pool is not None:
+            pool.shutdown()
     out["task_overhead_seconds"] = {}
     for arch, problem in CALIBRATION_PROBLEMS.items():
         seconds = _task_overhead(problem, 8, data_dir)
@@ -90,6 +112,18 @@ def calibrate(data_dir=None, members=(1, 4, 8, 16), steps: int = 200, methods: b
             log(f"  {name:<18} {base / rate:5.2f}× the Baseline's time per step (MLP, K=8)")
     out["seconds"] = time.perf_counter() - start
     return out
+
+
+def _pool(workers: int):
+    """Worker processes like the sweep executor's (spawned), warmed up so that their start-up
+    (importing torch, loading data) is not timed."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    for f in [pool.submit(time.sleep, 0.5) for _ in range(workers)]:
+        f.result()
+    return pool
 
 
 def save(calibration: dict, path: Path | None = None) -> Path:
@@ -109,19 +143,21 @@ def load(path: Path | None = None) -> dict | None:
 DEFAULT_MEMBERS = {"cpu": 16, "cuda": 256}
 
 
-def members_for(device: str, calibration: dict | None):
+def members_for(device: str, calibration: dict | None, workers: int = 1):
     """The ensemble size to use per configuration: ``config → K``.
 
     On CPU, the K with the highest member-samples/s in this machine's calibration for the
-    configuration's architecture (``plasticlab bench``), else 16; on CUDA 256 (large ensembles
-    are what a GPU is for; the calibration is CPU-only).
+    configuration's architecture (``plasticlab bench``) — measured with all workers at once
+    when the sweep runs several and the calibration has that —, else 16; on CUDA 256 (large
+    ensembles are what a GPU is for; the calibration is CPU-only).
     """
     if not str(device).startswith("cpu"):
         return lambda config: DEFAULT_MEMBERS["cuda"]
-    best = {}
-    for arch, rates in ((calibration or {}).get("samples_per_second") or {}).items():
-        if rates:
-            best[arch] = int(max(rates, key=lambda k: rates[k]))
+    calibration = calibration or {}
+    table = calibration.get("samples_per_second") or {}
+    if workers > 1 and calibration.get("samples_per_second_all_workers"):
+        table = calibration["samples_per_second_all_workers"]
+    best = {arch: int(max(rates, key=lambda k: rates[k])) for arch, rates in table.items() if rates}
 
     def choose(config) -> int:
         return best.get(ARCH.get(config.problem, "mlp"), DEFAULT_MEMBERS["cpu"])
@@ -139,9 +175,15 @@ def estimate_seconds(ensembles, calibration: dict, workers: int = 1) -> float:
     the longest ensemble).
     """
     times = []
+    # Several workers share the machine: their own rate each is the all-workers rate / workers.
+    concurrent = workers > 1 and bool(calibration.get("samples_per_second_all_workers"))
     for e in ensembles:
         arch = ARCH.get(e.config.problem, "mlp")
-        rates = {int(k): v for k, v in calibration["samples_per_second"][arch].items()}
+        if concurrent:
+            rates = {int(k): v / calibration.get("workers", workers)
+                     for k, v in calibration["samples_per_second_all_workers"][arch].items()}
+        else:
+            rates = {int(k): v for k, v in calibration["samples_per_second"][arch].items()}
         k = min(rates, key=lambda c: abs(c - len(e.seeds)))
         cost = calibration.get("method_cost", {}).get(e.config.method, 1.0)
         samples = e.steps * len(e.seeds) * e.config.batch_size
