@@ -92,9 +92,17 @@ class Adam:
         self.step_counts[i] += 1
         t = self.step_counts[i]
         m, v = self.exp_avg[i], self.exp_avg_sq[i]
-        m.lerp_(g, 1 - beta1)
-        v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
         counts = self.restart_counts[i]
+        if self.fused and counts is not None:
+            # The moments in one fused pass instead of three: the kernel with α = 0 updates
+            # m and v and leaves θ as it is (its bias correction multiplies α, so the step
+            # count it is given does not matter).
+            torch._fused_adam_([p], [p.grad], [m], [v], [], [self._moment_step(p)], lr=0.0,
+                               beta1=beta1, beta2=beta2, weight_decay=self.weight_decay,
+                               eps=self.eps, amsgrad=False, maximize=False)
+        else:
+            m.lerp_(g, 1 - beta1)
+            v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
         if counts is None:
             bc1 = 1 - beta1 ** t
             bc2_sqrt = (1 - beta2 ** t) ** 0.5
@@ -112,8 +120,14 @@ class Adam:
                 b2 = torch.expm1(c * math.log(beta2)).neg_().sqrt_()
                 bc1 = b1 if bc1 is None else torch.minimum(bc1, b1)
                 bc2_sqrt = b2 if bc2_sqrt is None else torch.minimum(bc2_sqrt, b2)
-            denom = (v.sqrt() / bc2_sqrt).add_(self.eps)
-            p.addcdiv_(m / bc1, denom, value=-self.lr)
+            # θ ← θ − α · m / (bc1 · (√v / √bc2 + ε)): one temporary, four passes.
+            denom = v.sqrt().div_(bc2_sqrt).add_(self.eps).mul_(bc1)
+            p.addcdiv_(m, denom, value=-self.lr)
+
+    def _moment_step(self, p: torch.Tensor) -> torch.Tensor:
+        if getattr(self, "_unit_step", None) is None or self._unit_step.device != p.device:
+            self._unit_step = torch.ones((), device=p.device)
+        return self._unit_step
 
     @property
     def element_steps(self) -> list[torch.Tensor | None]:
