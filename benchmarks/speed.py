@@ -117,9 +117,9 @@ def cli_run(data_dir, members: int = 8, tasks: int = 8, measure: bool = True) ->
     return members * tasks * 625 * 16 / seconds
 
 
-def best(repeats: int, measure, *args, **kwargs) -> float:
-    """The highest rate of ``repeats`` calls of ``measure``."""
-    return max(measure(*args, **kwargs) for _ in range(repeats))
+def best(repeats: int, fn, *args, **kwargs) -> float:
+    """The highest rate of ``repeats`` calls of ``fn``."""
+    return max(fn(*args, **kwargs) for _ in range(repeats))
 
 
 def main() -> None:
