@@ -54,14 +54,55 @@ class Adam:
     @torch.no_grad()
     def step(self) -> None:
         """One Adam update of every parameter from its ``.grad``."""
-        fused = [i for i, p in enumerate(self.params)
-                 if p.grad is not None and self.restart_counts[i] is None]
-        if self.fused and fused:
+        active = [i for i, p in enumerate(self.params) if p.grad is not None]
+        if not self.fused:
+            for i in active:
+                self._single_step(i, self.params[i])
+            return
+        fused = [i for i in active if self.restart_counts[i] is None]
+        restarted = [i for i in active if self.restart_counts[i] is not None]
+        if fused:
             self._fused_step(fused)
-        for i, p in enumerate(self.params):
-            if p.grad is None or (self.fused and i in fused):
-                continue
-            self._single_step(i, p)
+        if restarted:
+            self._restarted_step(restarted)
+
+    def _restarted_step(self, indices: list[int]) -> None:
+        # The tensors with restarted elements, all at once: the moments in one fused call (with
+        # α = 0 it leaves θ as it is; its bias correction multiplies α, so the step count it
+        # reads does not matter), then the per-element bias-corrected update as foreach ops.
+        beta1, beta2 = self.betas
+        params = [self.params[i] for i in indices]
+        ms, vs = [self.exp_avg[i] for i in indices], [self.exp_avg_sq[i] for i in indices]
+        torch._fused_adam_(params, [p.grad for p in params], ms, vs, [],
+                           [self._moment_step(params[0])] * len(params), lr=0.0, beta1=beta1,
+                           beta2=beta2, weight_decay=self.weight_decay, eps=self.eps, amsgrad=False,
+                           maximize=False)
+        bc1, bc2_sqrt = zip(*(self._corrections(i) for i in indices), strict=True)
+        # θ ← θ − α · m / (bc1 · (√v / √bc2 + ε))
+        denom = torch._foreach_sqrt(vs)
+        torch._foreach_div_(denom, list(bc2_sqrt))
+        torch._foreach_add_(denom, self.eps)
+        torch._foreach_mul_(denom, list(bc1))
+        torch._foreach_addcdiv_(params, ms, denom, value=-self.lr)
+
+    def _corrections(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Advance tensor i's step counts by one and return its per-element bias corrections
+        (1 − β₁ᵗ, √(1 − β₂ᵗ)), broadcastable to the parameter.
+
+        1 − βᵗ = −expm1(t·ln β) is accurate to rounding even for small t (where 1 − exp(·)
+        would cancel). It is computed on the factored counts (a few hundred values, not every
+        element) and combined with a minimum: 1 − βᵗ grows with t, so the minimum over the
+        patterns is the correction of the element's own count."""
+        beta1, beta2 = self.betas
+        self.step_counts[i] += 1
+        bc1 = bc2_sqrt = None
+        for c in self.restart_counts[i]:
+            c.add_(1)
+            b1 = torch.expm1(c * math.log(beta1)).neg_()
+            b2 = torch.expm1(c * math.log(beta2)).neg_().sqrt_()
+            bc1 = b1 if bc1 is None else torch.minimum(bc1, b1)
+            bc2_sqrt = b2 if bc2_sqrt is None else torch.minimum(bc2_sqrt, b2)
+        return bc1, bc2_sqrt
 
     def _fused_step(self, indices: list[int]) -> None:
         # torch's fused Adam kernel: one pass over each tensor instead of ~7 (measured 6x faster
@@ -87,42 +128,23 @@ class Adam:
         return self._fused_steps[i]
 
     def _single_step(self, i: int, p: torch.Tensor) -> None:
+        # The simple form (fused=False), one tensor at a time.
         beta1, beta2 = self.betas
         g = p.grad if not self.weight_decay else p.grad.add(p, alpha=self.weight_decay)
-        self.step_counts[i] += 1
-        t = self.step_counts[i]
         m, v = self.exp_avg[i], self.exp_avg_sq[i]
-        counts = self.restart_counts[i]
-        if self.fused and counts is not None:
-            # The moments in one fused pass instead of three: the kernel with α = 0 updates
-            # m and v and leaves θ as it is (its bias correction multiplies α, so the step
-            # count it is given does not matter).
-            torch._fused_adam_([p], [p.grad], [m], [v], [], [self._moment_step(p)], lr=0.0,
-                               beta1=beta1, beta2=beta2, weight_decay=self.weight_decay,
-                               eps=self.eps, amsgrad=False, maximize=False)
-        else:
-            m.lerp_(g, 1 - beta1)
-            v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-        if counts is None:
+        m.lerp_(g, 1 - beta1)
+        v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+        if self.restart_counts[i] is None:
+            self.step_counts[i] += 1
+            t = self.step_counts[i]
             bc1 = 1 - beta1 ** t
             bc2_sqrt = (1 - beta2 ** t) ** 0.5
             denom = (v.sqrt() / bc2_sqrt).add_(self.eps)
             p.addcdiv_(m, denom, value=-self.lr / bc1)
         else:
-            # Per-element bias corrections 1 − βᵗ = −expm1(t·ln β), accurate to rounding even
-            # for small t (where 1 − exp(·) would cancel). Computed on the factored counts (a
-            # few hundred values, not every element) and combined with a minimum — 1 − βᵗ grows
-            # with t, so the minimum over patterns is the correction of the element's count.
-            bc1 = bc2_sqrt = None
-            for c in counts:
-                c.add_(1)
-                b1 = torch.expm1(c * math.log(beta1)).neg_()
-                b2 = torch.expm1(c * math.log(beta2)).neg_().sqrt_()
-                bc1 = b1 if bc1 is None else torch.minimum(bc1, b1)
-                bc2_sqrt = b2 if bc2_sqrt is None else torch.minimum(bc2_sqrt, b2)
-            # θ ← θ − α · m / (bc1 · (√v / √bc2 + ε)): one temporary, four passes.
-            denom = v.sqrt().div_(bc2_sqrt).add_(self.eps).mul_(bc1)
-            p.addcdiv_(m, denom, value=-self.lr)
+            bc1, bc2_sqrt = self._corrections(i)
+            denom = (v.sqrt() / bc2_sqrt).add_(self.eps)
+            p.addcdiv_(m / bc1, denom, value=-self.lr)
 
     def _moment_step(self, p: torch.Tensor) -> torch.Tensor:
         if getattr(self, "_unit_step", None) is None or self._unit_step.device != p.device:
