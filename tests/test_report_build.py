@@ -217,3 +217,23 @@ def test_several_problems_get_an_iqm_across_problems(tmp_path):
     base = sorted(np.mean([CURVES[("baseline", ())](s, t) for t in range(TASKS)]) for s in SEEDS) * 2
     iqm = np.mean(sorted(base)[1:5])
     assert re.search(rf"\| baseline \| 3 \| {100 * iqm:.2f} \[", md)
+
+
+def test_every_n_steps_measurements_are_drawn_against_the_step(tmp_path):
+    config = _config("l2_init", {"strength": 1e-2})
+    with ResultStore(tmp_path) as store:
+        for seed in SEEDS:
+            rid = ResultStore.run_id(config, seed)
+            store.start_run(rid, config, {"seed": seed})
+            steps = list(range(5, 5 * 121, 5))  # 120 measurements: binned to 50 points
+            store.finish_run(rid, {"total_online_accuracy": 0.8},
+                             {"online_accuracy": [0.8] * TASKS, "steps.step": steps,
+                              "steps.weight_magnitude": [0.01 * s for s in steps],
+                              "steps.srank": [[10.0, 20.0] for _ in steps]})
+    (c,) = load_results(tmp_path).configs
+    assert c.steps[0] == 5 and c.step_metrics["srank"].shape == (3, 120, 2)
+    build_report(tmp_path, tmp_path / "r", formats=("png",), reps=100)
+    for name in ("weight_magnitude", "srank"):
+        path = tmp_path / "r" / "figures" / f"permuted_mnist-adam-steps-{name}.png"
+        assert path.is_file() and path.stat().st_size > 1000
+    assert "measured every N steps" in (tmp_path / "r" / "report.md").read_text()

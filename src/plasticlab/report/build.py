@@ -202,6 +202,29 @@ def _study_section(results: Results, problem: str, optimizer: str, ctx: _Context
             f"{stem}-{name}", f"{ylabel[0].upper() + ylabel[1:]} at the end of each task; mean and "
             f"95 % bootstrap band across seeds. {note}".strip()))
 
+    # 4b. every-N-steps measurements (--measure-every), against the global step
+    for name, ylabel in INTERNALS.items():
+        runs = [c for c in headline if name in c.step_metrics]
+        if not runs:
+            continue
+        bands = []
+        for c in runs:
+            values = c.step_metrics[name]
+            if values.ndim == 3:
+                values = values[:, :, -1]
+            index = list(range(values.shape[1]))
+            _, per_seed, note = bin_tasks(values, index, ctx.max_bins)
+            _, x, _ = bin_tasks(c.steps[None, :], index, ctx.max_bins)  # each bin's mean step
+            mean, lo, hi = _column_intervals(per_seed, ctx)
+            bands.append(F.Band(c.label, c.method, x[0], mean, lo, hi, c.n))
+        note = note.replace("tasks", "measurements")
+        section.figures.append(ctx.save(
+            F.line_figure(bands, xlabel="step", ylabel=ylabel, percent=name in PERCENT_METRICS,
+                          title=f"{_study_title(problem, optimizer)}: {ylabel}, every N steps",
+                          note=note), f"{stem}-steps-{name}",
+            f"{ylabel[0].upper() + ylabel[1:]} measured every N steps (`--measure-every`); mean and "
+            f"95 % bootstrap band across seeds. {note}".strip()))
+
     # 5. forgetting
     forgetting = [c for c in headline if c.accuracy_matrix is not None]
     if forgetting:

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..experiments.orchestrate import PLAN_FILE, SELECTION_FILE
 from ..experiments.protocol import config_key
+from ..experiments.runner import STEP_PREFIX
 from ..experiments.store import DB_NAME, ResultStore
 
 #: Per-task metrics drawn as "internals" figures, in this order, with their axis labels.
@@ -61,6 +62,10 @@ class ConfigRuns:
     accuracy_matrix: np.ndarray | None = None
     bwt: np.ndarray | None = None
     one_step_bwt: np.ndarray | None = None
+    #: every-N-steps measurements (``--measure-every``): the global steps and, per metric,
+    #: ``[seeds, measurements]`` (or ``[…, layers]``)
+    steps: np.ndarray | None = None
+    step_metrics: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def problem(self) -> str:
@@ -90,7 +95,8 @@ class ConfigRuns:
         return ConfigRuns(self.config, self.label, [self.seeds[i] for i in rows], self.online[rows],
                           self.total[rows], self.reported,
                           {k: v[rows] for k, v in self.metrics.items()}, take(self.accuracy_matrix),
-                          take(self.bwt), take(self.one_step_bwt))
+                          take(self.bwt), take(self.one_step_bwt), self.steps,
+                          {k: v[rows] for k, v in self.step_metrics.items()})
 
 
 @dataclass
@@ -298,8 +304,16 @@ def _config_runs(runs: list[dict], per_run: dict[str, dict], label: str) -> Conf
                     matrix[s, j, :len(row)] = [np.nan if v is None else v for v in row]
         bwt = np.array([_num((r["summary"] or {}).get("bwt")) for r in runs])
         one_step = np.array([_num((r["summary"] or {}).get("one_step_bwt")) for r in runs])
+    steps, step_metrics = None, {}
+    step_lists = [m.get(STEP_PREFIX + "step") for m in metrics]
+    if all(step_lists) and len({len(s) for s in step_lists}) == 1:
+        steps = np.asarray(step_lists[0], dtype=float)
+        for name in INTERNALS:
+            values = [m.get(STEP_PREFIX + name) for m in metrics]
+            if all(v is not None for v in values):
+                step_metrics[name] = _stack(values, len(steps))
     return ConfigRuns(config, label, [r["seed"] for r in runs], online, total, reported, measured,
-                      matrix, bwt, one_step)
+                      matrix, bwt, one_step, steps, step_metrics)
 
 
 def _num(x) -> float:
