@@ -237,3 +237,29 @@ def test_every_n_steps_measurements_are_drawn_against_the_step(tmp_path):
         path = tmp_path / "r" / "figures" / f"permuted_mnist-adam-steps-{name}.png"
         assert path.is_file() and path.stat().st_size > 1000
     assert "measured every N steps" in (tmp_path / "r" / "report.md").read_text()
+
+
+def test_lambda_sensitivity_draws_one_line_per_step_size(tmp_path):
+    # the paper's λ-sensitivity study: λ swept at two step sizes → one λ curve per α
+    with ResultStore(tmp_path) as store:
+        for lr in (1e-3, 1e-4):
+            for lam in (1e-4, 1e-3, 1e-2):
+                config = resolve_config({"problem": "permuted_mnist", "method": "l2_init", "lr": lr,
+                                         "params": {"strength": lam}, "tasks": TASKS,
+                                         "steps_per_task": 10}).to_dict()
+                for seed in SEEDS:
+                    _finish(store, config, seed, lambda s, t, lr=lr, lam=lam: 0.5 + lam + lr + 0.001 * s)
+    from plasticlab.report.build import _Context, _sweep_lines
+
+    configs = load_results(tmp_path).configs
+    ctx = _Context(tmp_path, ("png",), 50, 100, 0)
+    lines = _sweep_lines("l2_init", configs, ["lr", "strength"], "strength", ctx)
+    assert [line.label for line in lines] == ["l2_init lr=0.0001", "l2_init lr=0.001"]
+    assert all(list(line.x) == [1e-4, 1e-3, 1e-2] for line in lines)
+    # the best configuration (λ = 1e-2, α = 1e-3) is marked on its own line only
+    assert [line.selected for line in lines] == [None, 1e-2]
+    np.testing.assert_allclose(lines[1].mean, [0.5 + lam + 1e-3 + 0.001 for lam in (1e-4, 1e-3, 1e-2)])
+    # along α: one line per λ (3 values)
+    assert len(_sweep_lines("l2_init", configs, ["lr", "strength"], "lr", ctx)) == 3
+    build_report(tmp_path, tmp_path / "r", formats=("png",), reps=100)
+    assert (tmp_path / "r" / "figures" / "permuted_mnist-adam-sweep-strength.png").is_file()

@@ -320,32 +320,17 @@ def _sweep_views(results: Results, study: list[ConfigRuns], headline: list[Confi
     for setting in settings:
         lines = []
         for method, keys in swept.items():
-            if setting not in keys:
-                continue
-            configs = by_method[method]
-            best = max(configs, key=lambda c: float(np.mean(c.total)))
-            anchor = flat_settings(best.config)
-            others = [k for k in keys if k != setting]
-            along = [c for c in configs
-                     if all(flat_settings(c.config).get(k) == anchor.get(k) for k in others)]
-            points = sorted(((flat_settings(c.config).get(setting), c) for c in along),
-                            key=lambda p: _sort_value(p[0]))
-            if len(points) < 2 or not all(isinstance(v, (int, float)) for v, _ in points):
-                continue
-            intervals = [ctx.interval(c.total) for _, c in points]
-            lines.append(F.SweepLine(
-                method, method, np.array([float(v) for v, _ in points]),
-                np.array([i.point for i in intervals]), np.array([i.lo for i in intervals]),
-                np.array([i.hi for i in intervals]), min(c.n for _, c in points),
-                selected=float(anchor[setting])))
+            if setting in keys:
+                lines.extend(_sweep_lines(method, by_method[method], keys, setting, ctx))
         if not lines:
             continue
         section.figures.append(ctx.save(
             F.sweep_figure(lines, param=setting, ylabel="total average online accuracy",
                            title=f"{section.title}: sensitivity to {setting}"),
             f"{stem}-sweep-{_slug(setting)}",
-            f"Total average online accuracy against {setting} (grid seeds; other swept settings held "
-            f"at each method's best configuration, marked). Mean and 95 % bootstrap interval."))
+            f"Total average online accuracy against {setting} on the grid seeds: one line per value "
+            f"of the method's other swept setting when there is one with few values, else through "
+            f"the method's best configuration (marked). Mean and 95 % bootstrap interval."))
     if results.selection:
         sel_rows = []
         for entry in results.selection.get("selected", []):
@@ -365,6 +350,54 @@ def _sweep_views(results: Results, study: list[ConfigRuns], headline: list[Confi
                                        "evaluation (%)"], sel_rows,
                 "Selected by the highest mean total online accuracy on the grid seeds, then run on "
                 + (f"seeds {seeds[0]}–{seeds[-1]}" if seeds else "new seeds") + " (SPEC §6)."))
+
+
+MAX_SWEEP_LINES = 4
+
+
+def _sweep_lines(method: str, configs: list[ConfigRuns], keys: Sequence[str], setting: str,
+                 ctx: _Context) -> list:
+    """The accuracy of ``method`` along ``setting``: with exactly one other swept setting of at
+    most ``MAX_SWEEP_LINES`` values (λ sensitivity at two step sizes), one line per value of
+    it; otherwise one line through the best configuration, the other settings held there.
+    The best configuration's point is marked."""
+    best = max(configs, key=lambda c: float(np.mean(c.total)))
+    anchor = flat_settings(best.config)
+    others = [k for k in keys if k != setting]
+    groups: dict[str, list[ConfigRuns]] = {}
+    if len(others) == 1 and len({_key(flat_settings(c.config).get(others[0])) for c in configs}) \
+            <= MAX_SWEEP_LINES:
+        other = others[0]
+        for c in configs:
+            groups.setdefault(_key(flat_settings(c.config).get(other)), []).append(c)
+        labels = {k: f"{method} {other}={_value_text(g[0].config, other)}" for k, g in groups.items()}
+    else:
+        groups[""] = [c for c in configs
+                      if all(flat_settings(c.config).get(k) == anchor.get(k) for k in others)]
+        labels = {"": method}
+    lines = []
+    for key, group in sorted(groups.items(), key=lambda kv: _sort_value(
+            flat_settings(kv[1][0].config).get(others[0]) if len(groups) > 1 else 0)):
+        points = sorted(((flat_settings(c.config).get(setting), c) for c in group),
+                        key=lambda p: _sort_value(p[0]))
+        if len(points) < 2 or not all(isinstance(v, (int, float)) for v, _ in points):
+            continue
+        intervals = [ctx.interval(c.total) for _, c in points]
+        lines.append(F.SweepLine(
+            labels[key], method, np.array([float(v) for v, _ in points]),
+            np.array([i.point for i in intervals]), np.array([i.lo for i in intervals]),
+            np.array([i.hi for i in intervals]), min(c.n for _, c in points),
+            selected=float(anchor[setting]) if any(c is best for _, c in points) else None))
+    return lines
+
+
+def _key(value) -> str:
+    return repr(value)
+
+
+def _value_text(config: dict, key: str) -> str:
+    value = flat_settings(config).get(key)
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _sort_value(v):

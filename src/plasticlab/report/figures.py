@@ -250,11 +250,16 @@ def _integer_ticks(ax, x: np.ndarray) -> None:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
-def _draw_band(ax, band: Band, scale: float, *, always_markers: bool = False):
+LINESTYLES = ("-", "--", ":", "-.")
+"""Line styles that tell apart several lines of one method (e.g. λ curves at two step sizes)."""
+
+
+def _draw_band(ax, band: Band, scale: float, *, always_markers: bool = False, linestyle: str = "-"):
     style = method_style(_method_of(band.label, band.method))
     x = band.x
     show_markers = always_markers or len(x) <= MARKER_MAX_POINTS
     (line,) = ax.plot(x, band.mean * scale, color=style.color, lw=style.linewidth, zorder=style.zorder,
+                      ls=linestyle,
                       marker=style.marker if show_markers else None,
                       ms=4.5 if style.zorder > 5 else 3.5, label=f"{band.label} ({_n_text(band.n)})")
     if band.lo is not None and band.hi is not None and np.any(np.isfinite(band.lo) & np.isfinite(band.hi)):
@@ -389,8 +394,12 @@ def sweep_figure(lines: Sequence[SweepLine], *, param: str, ylabel: str, title: 
             ax.set_xscale("log")
         handles = []
         any_selected = False
+        per_method: dict[str, int] = {}
         for line in lines:
-            handle, style = _draw_band(ax, line, scale, always_markers=True)
+            method = _method_of(line.label, line.method)
+            occurrence = per_method[method] = per_method.get(method, -1) + 1
+            handle, style = _draw_band(ax, line, scale, always_markers=True,
+                                       linestyle=LINESTYLES[occurrence % len(LINESTYLES)])
             handles.append(handle)
             if line.selected is None:
                 continue
