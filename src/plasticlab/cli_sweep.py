@@ -71,6 +71,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print("  " + _describe(grid_plan, workers, calibration))
     if eval_seeds is not None:
         print(f"  then the protocol: the best configuration per method on seeds {eval_seeds}")
+    if options.get("forgetting") and calibration is not None:
+        print("  (the estimate leaves out forgetting: every task end also tests all earlier tasks, "
+              "which grows with the number of tasks)")
     if args.dry_run:
         if calibration is None:
             print("  (no calibration on this machine yet: run `plasticlab bench` for time estimates)")
