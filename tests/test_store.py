@@ -11,6 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from plasticlab.experiments.manifest import build_manifest
@@ -137,7 +138,6 @@ def test_finish_round_trips_metrics_including_list_valued_ones(tmp_path):
 
 
 def test_finish_accepts_numpy_values_and_missing_tasks(tmp_path):
-    np = pytest.importorskip("numpy")
     with ResultStore(tmp_path) as store:
         run_id = _started(store)
         metrics = {
@@ -351,7 +351,6 @@ def filled_store(tmp_path):
 
 
 def test_runs_dataframe_has_flattened_config_and_summary_columns(filled_store):
-    pytest.importorskip("pandas")
     df = filled_store.to_dataframe()
     assert len(df) == 3
     assert list(df.columns) == [
@@ -379,7 +378,6 @@ def test_runs_dataframe_has_flattened_config_and_summary_columns(filled_store):
 
 
 def test_summary_key_clashing_with_a_config_column_is_prefixed(tmp_path):
-    pytest.importorskip("pandas")
     with ResultStore(tmp_path) as store:
         run_id = _started(store)
         store.finish_run(run_id, {"lr": 0.5, "status": "x"}, {})
@@ -391,7 +389,6 @@ def test_summary_key_clashing_with_a_config_column_is_prefixed(tmp_path):
 
 
 def test_tasks_dataframe_is_long_format(filled_store):
-    pytest.importorskip("pandas")
     df = filled_store.to_dataframe("tasks")
     assert list(df.columns) == ["run_id", "seed", "problem", "method", "task", "metric", "value"]
     # 2 finished runs x 2 metrics x 3 tasks; the failed run has no metrics.
@@ -405,7 +402,6 @@ def test_tasks_dataframe_is_long_format(filled_store):
 
 
 def test_empty_store_exports_empty_frames_with_columns(tmp_path):
-    pytest.importorskip("pandas")
     with ResultStore(tmp_path) as store:
         assert store.to_dataframe().empty
         assert "run_id" in store.to_dataframe().columns
@@ -415,7 +411,6 @@ def test_empty_store_exports_empty_frames_with_columns(tmp_path):
 
 
 def test_csv_export_writes_runs_and_tasks(filled_store, tmp_path):
-    pytest.importorskip("pandas")
     runs_csv = filled_store.export_csv(tmp_path / "csv" / "runs.csv")
     assert runs_csv == tmp_path / "csv" / "runs.csv"
     with runs_csv.open(newline="") as f:
