@@ -263,3 +263,14 @@ def test_lambda_sensitivity_draws_one_line_per_step_size(tmp_path):
     assert len(_sweep_lines("l2_init", configs, ["lr", "strength"], "lr", ctx)) == 3
     build_report(tmp_path, tmp_path / "r", formats=("png",), reps=100)
     assert (tmp_path / "r" / "figures" / "permuted_mnist-adam-sweep-strength.png").is_file()
+
+
+def test_report_is_written_without_pandas_and_says_runs_csv_is_missing(results_dir, tmp_path,
+                                                                       monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pandas", None)  # `import pandas` now raises ImportError
+    page = build_report(results_dir, tmp_path / "r", formats=("png",), reps=100)
+    assert page.is_file() and not (tmp_path / "r" / "runs.csv").exists()
+    assert "runs.csv not written" in (tmp_path / "r" / "report.md").read_text()
+    assert "pip install pandas" in page.read_text()

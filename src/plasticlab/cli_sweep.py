@@ -168,8 +168,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     if unknown or "png" not in formats:
         raise ValueError(f"--formats {args.formats!r}: give png plus any of svg, pdf "
                          "(the HTML page embeds the PNGs)")
-    page = build_report(args.dir, args.out, formats=formats, max_bins=args.max_bins, reps=args.reps)
-    for warning in load_results(args.dir).warnings:
+    results = load_results(args.dir)
+    page = build_report(args.dir, args.out, formats=formats, max_bins=args.max_bins, reps=args.reps,
+                        results=results)
+    for warning in results.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     print(f"report: {page}")
     print(f"        {page.parent / 'report.md'} (Markdown tables), {page.parent / 'figures'}/ "

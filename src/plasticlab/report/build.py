@@ -57,14 +57,16 @@ REFERENCE_METHOD = "l2_init"
 
 def build_report(directory: str | Path, out: str | Path | None = None, *,
                  formats: Sequence[str] = ("png", "svg", "pdf"), max_bins: int = 50,
-                 reps: int = 2000, seed: int = 0) -> Path:
+                 reps: int = 2000, seed: int = 0, results: Results | None = None) -> Path:
     """Write the report of ``directory`` to ``out`` (default ``directory/report``).
 
-    Produces ``index.html`` (self-contained), ``report.md``, ``runs.csv`` and every figure as
+    Produces ``index.html`` (self-contained), ``report.md``, ``runs.csv`` (when pandas is
+    installed; the page says when it is not) and every figure as
     ``figures/<name>.{png,svg,pdf}``. Returns the path of ``index.html``. Bootstrap intervals use
-    ``reps`` resamples drawn from ``seed`` (the report is reproducible).
+    ``reps`` resamples drawn from ``seed`` (the report is reproducible). ``results``: the
+    directory already read with :func:`load_results` (read here otherwise).
     """
-    results = load_results(directory)
+    results = load_results(directory) if results is None else results
     out = Path(out) if out is not None else Path(directory) / "report"
     fig_dir = out / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
@@ -76,11 +78,6 @@ def build_report(directory: str | Path, out: str | Path | None = None, *,
         sections.append(aggregate)
     if not results.configs:
         sections.append(Section("No finished runs", "The store holds no finished run yet."))
-    from ..experiments.store import ResultStore
-
-    with ResultStore(directory) as store:
-        if results.configs:
-            store.export_csv(out / "runs.csv")
     counts = results.status_counts
     header = [f"results: {Path(directory).resolve()}",
               f"generated {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M UTC} by plasticlab "
@@ -89,10 +86,24 @@ def build_report(directory: str | Path, out: str | Path | None = None, *,
               f"{counts['failed']} failed",
               "intervals: 95 % percentile bootstrap across seeds "
               f"({reps} resamples); IQM intervals: stratified bootstrap (rliable's definitions)"]
+    if results.configs:
+        header.append(_export_runs(directory, out / "runs.csv"))
     report = Report(f"plasticlab report — {Path(directory).resolve().name}", sections, header,
                     warnings=list(results.warnings))
     write_markdown(report, out / "report.md")
     return write_html(report, out / "index.html")
+
+
+def _export_runs(directory, path: Path) -> str:
+    """Write every run as CSV (the store's pandas export); the header line saying so."""
+    from ..experiments.store import ResultStore
+
+    try:
+        with ResultStore(directory) as store:
+            store.export_csv(path)
+    except ImportError as e:  # pandas is optional for plasticlab, and only needed here
+        return f"runs.csv not written: {e}"
+    return f"every run's config and summary: {path.name}"
 
 
 class _Context:
