@@ -307,16 +307,21 @@ def _independent_utilities(w_in, w_out, batches, d, kind, conv=None):
     return u
 
 
-@pytest.mark.parametrize("kind", ["adaptable_contribution", "contribution"])
-def test_utility_matches_an_independent_computation_for_linear_units(kind):
-    net = mlp(1, sizes=(6, 10, 3))
-    cbp = make_cbp(net, replacement_rate=0.0, decay=0.8, utility=kind)
-    batches = [torch.randn(1, 5, 6) for _ in range(3)]
+def _first_layer_features_after_steps(cbp, net, batches):
+    """Run CBP's after-step on each batch; return member 0's first-layer features of each."""
     feats = []
     for t, x in enumerate(batches):
         f = features_of(net, x)
         feats.append(f[0][0])
         cbp.after_step(f, x, t + 1)
+    return feats
+
+
+@pytest.mark.parametrize("kind", ["adaptable_contribution", "contribution"])
+def test_utility_matches_an_independent_computation_for_linear_units(kind):
+    net = mlp(1, sizes=(6, 10, 3))
+    cbp = make_cbp(net, replacement_rate=0.0, decay=0.8, utility=kind)
+    feats = _first_layer_features_after_steps(cbp, net, [torch.randn(1, 5, 6) for _ in range(3)])
     expected = _independent_utilities(net.blocks[0].affine.weight[0].detach(),
                                       net.blocks[1].affine.weight[0].detach(), feats, 0.8, kind)
     torch.testing.assert_close(cbp.core.stats[0].utility[0].double(), expected, rtol=1e-5, atol=1e-7)
@@ -327,12 +332,7 @@ def test_utility_matches_an_independent_computation_for_linear_units(kind):
 def test_utility_of_conv_units_averages_over_batch_and_space(kind, conv_to_conv):
     net = convnet(1, conv_to_conv)
     cbp = make_cbp(net, replacement_rate=0.0, decay=0.9, utility=kind)
-    batches = [torch.randn(1, 3, 2, 7, 7) for _ in range(2)]
-    feats = []
-    for t, x in enumerate(batches):
-        f = features_of(net, x)
-        feats.append(f[0][0])
-        cbp.after_step(f, x, t + 1)
+    feats = _first_layer_features_after_steps(cbp, net, [torch.randn(1, 3, 2, 7, 7) for _ in range(2)])
     expected = _independent_utilities(net.blocks[0].affine.weight[0].detach(),
                                       net.blocks[1].affine.weight[0].detach(), feats, 0.9, kind,
                                       conv=(25, conv_to_conv))

@@ -172,12 +172,17 @@ def test_report_page_loads_cleanly_in_chromium(report_dir):
     assert check.ok and check.problems == []
 
 
+def _bare_page(path, body: str):
+    """A minimal HTML page with ``body``: the negative controls of the browser check."""
+    path.write_text('<!DOCTYPE html><html><head><meta charset="utf-8"><title>t</title></head>'
+                    f"<body>{body}</body></html>", encoding="utf-8")
+    return path
+
+
 @needs_chromium
 def test_checker_reports_broken_image(tmp_path):
-    page = tmp_path / "broken.html"
-    page.write_text('<!DOCTYPE html><html><head><meta charset="utf-8"><title>b</title></head>'
-                    '<body><img src="missing.png" alt="gone"></body></html>', encoding="utf-8")
-    check = check_page(page, timeout=30)
+    check = check_page(_bare_page(tmp_path / "broken.html", '<img src="missing.png" alt="gone">'),
+                       timeout=30)
     assert not check.ok
     assert check.images == 1 and check.images_loaded == 0
     assert any("missing.png" in url for url in check.broken_images)
@@ -186,10 +191,8 @@ def test_checker_reports_broken_image(tmp_path):
 
 @needs_chromium
 def test_checker_reports_uncaught_exception(tmp_path):
-    page = tmp_path / "throws.html"
-    page.write_text('<!DOCTYPE html><html><head><meta charset="utf-8"><title>t</title></head>'
-                    '<body><p>hi</p><script>throw new Error("x")</script></body></html>', encoding="utf-8")
-    check = check_page(page, timeout=30)
+    check = check_page(_bare_page(tmp_path / "throws.html",
+                                  '<p>hi</p><script>throw new Error("x")</script>'), timeout=30)
     assert not check.ok
     assert any("Error: x" in message for message in check.exceptions), check
     assert check.images == 0

@@ -159,13 +159,15 @@ class L2Init(_InitTarget):
     weights that keeps the network plastic.
     """
 
+    _pull: list[torch.Tensor] | None = None  # λθ₀ per parameter, from the first add_grad_
+
     @torch.no_grad()
     def add_grad_(self) -> None:
         """Add λ(θ − θ₀) to each ``.grad`` as λθ − (λθ₀): two in-place passes, no temporary
         θ − θ₀ (measured about twice as fast as λ·(θ − θ₀) with a temporary or a buffer; the
         two agree to the rounding of λθ). λθ₀ is computed on the first call, so ``strength``
         and ``initial`` are fixed from then."""
-        if getattr(self, "_pull", None) is None:
+        if self._pull is None:
             self._pull = [self._strength_for(t) * t for t in self.initial]
         for p, pull in zip(self.params, self._pull, strict=True):
             if p.grad is None:

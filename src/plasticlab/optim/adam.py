@@ -45,6 +45,8 @@ class Adam:
         self.restart_counts: list[list[torch.Tensor] | None] = [None] * len(self.params)
         self.fused = fused and hasattr(torch, "_fused_adam_")
         self._fused_steps: list[torch.Tensor | None] = [None] * len(self.params)
+        # The step count handed to the α = 0 moment update after restarts (its value is unused).
+        self._unit_step = torch.ones((), device=self.params[0].device) if self.params else None
 
     def zero_grad(self) -> None:
         """Drop every parameter's gradient."""
@@ -74,7 +76,7 @@ class Adam:
         params = [self.params[i] for i in indices]
         ms, vs = [self.exp_avg[i] for i in indices], [self.exp_avg_sq[i] for i in indices]
         torch._fused_adam_(params, [p.grad for p in params], ms, vs, [],
-                           [self._moment_step(params[0])] * len(params), lr=0.0, beta1=beta1,
+                           [self._unit_step] * len(params), lr=0.0, beta1=beta1,
                            beta2=beta2, weight_decay=self.weight_decay, eps=self.eps, amsgrad=False,
                            maximize=False)
         bc1, bc2_sqrt = zip(*(self._corrections(i) for i in indices), strict=True)
@@ -146,10 +148,6 @@ class Adam:
             denom = (v.sqrt() / bc2_sqrt).add_(self.eps)
             p.addcdiv_(m / bc1, denom, value=-self.lr)
 
-    def _moment_step(self, p: torch.Tensor) -> torch.Tensor:
-        if getattr(self, "_unit_step", None) is None or self._unit_step.device != p.device:
-            self._unit_step = torch.ones((), device=p.device)
-        return self._unit_step
 
     @property
     def element_steps(self) -> list[torch.Tensor | None]:

@@ -110,12 +110,17 @@ class _Context:
     def __init__(self, fig_dir: Path, formats: tuple[str, ...], max_bins: int, reps: int, seed: int):
         self.fig_dir, self.formats, self.max_bins, self.reps, self.seed = (
             fig_dir, formats, max_bins, reps, seed)
+        self._intervals: dict[bytes, stats.Interval] = {}
 
     def save(self, fig, stem: str, caption: str) -> FigureRef:
         return FigureRef(stem, caption, F.save_figure(fig, self.fig_dir, stem, self.formats))
 
     def interval(self, values: np.ndarray) -> stats.Interval:
-        return stats.bootstrap_ci(values, reps=self.reps, seed=self.seed)
+        # The same totals appear in several tables: bootstrap each set of values once.
+        key = np.asarray(values, dtype=float).tobytes()
+        if key not in self._intervals:
+            self._intervals[key] = stats.bootstrap_ci(values, reps=self.reps, seed=self.seed)
+        return self._intervals[key]
 
 
 OPTIMIZER_TITLES = {"adam": "Adam", "sgd": "SGD"}
@@ -146,11 +151,9 @@ def _study_section(results: Results, problem: str, optimizer: str, ctx: _Context
 
     # 1. online accuracy vs task
     reported = headline[0].reported
-    bands, note = [], ""
-    for c in headline:
-        x, per_seed, note = bin_tasks(c.online, c.reported, ctx.max_bins)
-        mean, lo, hi = _column_intervals(per_seed, ctx)
-        bands.append(F.Band(c.label, c.method, x, mean, lo, hi, c.n))
+    bands, notes = zip(*(_band(c, c.online, np.arange(c.online.shape[1]), ctx, c.reported)
+                         for c in headline), strict=True)
+    note = notes[0]
     hard = " (hard tasks only)" if len(reported) < headline[0].online.shape[1] else ""
     section.figures.append(ctx.save(
         F.line_figure(bands, xlabel="task", ylabel="average online task accuracy",
@@ -195,46 +198,27 @@ def _study_section(results: Results, problem: str, optimizer: str, ctx: _Context
             "stratified-bootstrap interval; 0.5 = no difference."))
         section.tables.append(table)
 
-    # 4. internals
+    # 4. internals at every task end and, with --measure-every, against the global step
     for name, ylabel in INTERNALS.items():
-        if not all(name in c.metrics for c in headline):
-            continue
-        bands = []
-        for c in headline:
-            values = c.metrics[name]
-            if values.ndim == 3:  # per hidden layer: the last one (the features the head reads)
-                values = values[:, :, -1]
-            x, per_seed, note = bin_tasks(values, list(range(values.shape[1])), ctx.max_bins)
-            mean, lo, hi = _column_intervals(per_seed, ctx)
-            bands.append(F.Band(c.label, c.method, x, mean, lo, hi, c.n))
-        section.figures.append(ctx.save(
-            F.line_figure(bands, xlabel="task", ylabel=ylabel, percent=name in PERCENT_METRICS,
-                          title=f"{_study_title(problem, optimizer)}: {ylabel}", note=note),
-            f"{stem}-{name}", f"{ylabel[0].upper() + ylabel[1:]} at the end of each task; mean and "
-            f"95 % bootstrap band across seeds. {note}".strip()))
-
-    # 4b. every-N-steps measurements (--measure-every), against the global step
-    for name, ylabel in INTERNALS.items():
-        runs = [c for c in headline if name in c.step_metrics]
-        if not runs:
-            continue
-        bands = []
-        for c in runs:
-            values = c.step_metrics[name]
-            if values.ndim == 3:
-                values = values[:, :, -1]
-            index = list(range(values.shape[1]))
-            _, per_seed, note = bin_tasks(values, index, ctx.max_bins)
-            _, x, _ = bin_tasks(c.steps[None, :], index, ctx.max_bins)  # each bin's mean step
-            mean, lo, hi = _column_intervals(per_seed, ctx)
-            bands.append(F.Band(c.label, c.method, x[0], mean, lo, hi, c.n))
-        note = note.replace("tasks", "measurements")
-        section.figures.append(ctx.save(
-            F.line_figure(bands, xlabel="step", ylabel=ylabel, percent=name in PERCENT_METRICS,
-                          title=f"{_study_title(problem, optimizer)}: {ylabel}, every N steps",
-                          note=note), f"{stem}-steps-{name}",
-            f"{ylabel[0].upper() + ylabel[1:]} measured every N steps (`--measure-every`); mean and "
-            f"95 % bootstrap band across seeds. {note}".strip()))
+        percent = name in PERCENT_METRICS
+        if all(name in c.metrics for c in headline):
+            bands, note = zip(*(_band(c, c.metrics[name], np.arange(c.metrics[name].shape[1]), ctx)
+                                for c in headline), strict=True)
+            section.figures.append(ctx.save(
+                F.line_figure(bands, xlabel="task", ylabel=ylabel, percent=percent, note=note[0],
+                              title=f"{_study_title(problem, optimizer)}: {ylabel}"),
+                f"{stem}-{name}", f"{ylabel[0].upper() + ylabel[1:]} at the end of each task; mean "
+                f"and 95 % bootstrap band across seeds. {note[0]}".strip()))
+        stepped = [c for c in headline if name in c.step_metrics]
+        if stepped:
+            bands, note = zip(*(_band(c, c.step_metrics[name], c.steps, ctx) for c in stepped),
+                              strict=True)
+            steps_note = note[0].replace("tasks", "measurements")
+            section.figures.append(ctx.save(
+                F.line_figure(bands, xlabel="step", ylabel=ylabel, percent=percent, note=steps_note,
+                              title=f"{_study_title(problem, optimizer)}: {ylabel}, every N steps"),
+                f"{stem}-steps-{name}", f"{ylabel[0].upper() + ylabel[1:]} measured every N steps "
+                f"(`--measure-every`); mean and 95 % bootstrap band across seeds. {steps_note}".strip()))
 
     # 5. forgetting
     forgetting = [c for c in headline if c.accuracy_matrix is not None]
@@ -261,9 +245,19 @@ def _study_section(results: Results, problem: str, optimizer: str, ctx: _Context
     return section
 
 
-def _column_intervals(per_seed: np.ndarray, ctx: _Context):
+def _band(c: ConfigRuns, values: np.ndarray, x: np.ndarray, ctx: _Context,
+          points: Sequence[int] | None = None) -> tuple[F.Band, str]:
+    """``values`` ``[seeds, points(, layers)]`` of ``c`` against ``x`` as a curve with its 95 %
+    bootstrap band: layered metrics by their last hidden layer (the features the head reads),
+    many points averaged in bins per seed first. Returns the band and the binning note."""
+    if values.ndim == 3:
+        values = values[:, :, -1]
+    points = list(range(values.shape[1])) if points is None else list(points)
+    _, per_seed, note = bin_tasks(values, points, ctx.max_bins)
+    _, x_binned, _ = bin_tasks(np.asarray(x, dtype=float)[None, :], points, ctx.max_bins)
     mean, lo, hi = stats.bootstrap_ci_columns(per_seed, reps=ctx.reps, seed=ctx.seed)
-    return np.asarray(mean), np.asarray(lo), np.asarray(hi)
+    return F.Band(c.label, c.method, x_binned[0], np.asarray(mean), np.asarray(lo), np.asarray(hi),
+                  c.n), note
 
 
 def _improvement(headline: list[ConfigRuns], ctx: _Context):

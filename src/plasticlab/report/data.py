@@ -109,12 +109,14 @@ class Results:
     selection: dict | None = None
     warnings: list[str] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        self._studies: dict[tuple[str, str], list[ConfigRuns]] = {}
+        for c in self.configs:
+            self._studies.setdefault((c.problem, c.optimizer), []).append(c)
+
     def studies(self) -> dict[tuple[str, str], list[ConfigRuns]]:
         """Configurations grouped by (problem, optimizer): the runs that can be compared."""
-        out: dict[tuple[str, str], list[ConfigRuns]] = {}
-        for c in self.configs:
-            out.setdefault((c.problem, c.optimizer), []).append(c)
-        return out
+        return self._studies
 
     def headline(self, problem: str, optimizer: str) -> tuple[list[ConfigRuns], str]:
         """One configuration per method, and how it was chosen.
