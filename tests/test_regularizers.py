@@ -19,6 +19,7 @@ from plasticlab.regularizers import (
     L1Init,
     L2Init,
     L2InitResample,
+    fold_decay,
     regularized_parameters,
 )
 from plasticlab.rng import torch_generator
@@ -484,3 +485,56 @@ def test_baseline_method_adds_nothing():
     method.add_penalty_grad()
     assert all(torch.equal(p.grad, e) for p, e in zip(params, existing, strict=True))
     assert method.penalty() is None
+
+
+# --- the decay λθ folded into Adam's own pass ---------------------------------------------------
+
+def quadratic_method(name: str, strengths, optimizer: str = "adam", fused: bool = True, **net_kwargs):
+    cls = METHODS[name]
+    hp = member_hyperparameters(cls.hyperparameters, [{"strength": s} for s in strengths],
+                                torch.device("cpu"), name)
+    net = build_network("mlp", len(strengths), (784,), 10,
+                        generators=[torch_generator(s, "init") for s in range(len(strengths))],
+                        **net_kwargs)
+    opt = make_optimizer(optimizer, net.parameters(), 1e-3)
+    if optimizer == "adam":
+        opt.fused = opt.fused and fused
+    method = cls(net, opt, hp, MethodContext(seeds=list(range(len(strengths))),
+                                             device=torch.device("cpu")))
+    return method, net, opt
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("name", ["l2", "l2_init"])
+def test_decay_folded_into_adam_gives_the_unfolded_parameters_to_the_bit(name, fused):
+    folded, net_a, opt_a = quadratic_method(name, [0.05] * 3, fused=fused)
+    unfolded, net_b, opt_b = quadratic_method(name, [0.05] * 3, fused=fused)
+    assert folded.folded and opt_a.weight_decay == pytest.approx(0.05)
+    unfolded.folded, opt_b.weight_decay = False, 0.0  # the two-pass form: (g − λθ₀) + λθ
+    unpenalized, net_c, opt_c = quadratic_method("baseline", [0.0] * 3, fused=fused)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        grads = [torch.randn(p.shape, generator=gen) * 1e-2 for p in net_a.parameters()]
+        for method, net, opt in ((folded, net_a, opt_a), (unfolded, net_b, opt_b),
+                                 (unpenalized, net_c, opt_c)):
+            for p, g in zip(net.parameters(), grads, strict=True):
+                p.grad = g.clone()
+            method.add_penalty_grad()
+            opt.step()
+    for a, b in zip(net_a.parameters(), net_b.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert not torch.equal(net_a.blocks[0].affine.weight, net_c.blocks[0].affine.weight)
+
+
+def test_decay_is_folded_only_where_the_numbers_stay_the_same():
+    assert quadratic_method("l2_init", [1e-2, 1e-2])[0].folded
+    assert not quadratic_method("l2_init", [1e-2, 1e-3])[0].folded  # λ differs per member
+    assert not quadratic_method("l2_init", [1e-2], optimizer="sgd")[0].folded
+    # LayerNorm gains are in the optimizer but not in the penalty
+    assert not quadratic_method("l2_init", [1e-2], layer_norm=True)[0].folded
+    assert not quadratic_method("l1_init", [1e-2])[0].folded  # not quadratic
+    _, net, _ = quadratic_method("l2_init", [1e-2])
+    opt = make_optimizer("adam", net.parameters(), 1e-3)
+    opt.weight_decay = 1e-4  # the optimizer's own decay is never overwritten
+    reg = L2Init(net, 1e-2, member_dim=True)
+    assert not fold_decay(reg, opt) and opt.weight_decay == 1e-4

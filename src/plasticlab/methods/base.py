@@ -23,6 +23,7 @@ import torch
 
 from ..nets import EnsembleNet
 from ..params import Param
+from ..regularizers import fold_decay
 from ..rng import torch_generator
 
 
@@ -58,7 +59,10 @@ class Method:
         self.net, self.optimizer, self.hp, self.context = net, optimizer, hp, context
 
     def add_penalty_grad(self) -> None:
-        """Add the method's regularization gradient to ``.grad`` (after the task loss's)."""
+        """Add the method's regularization gradient to ``.grad`` (after the task loss's).
+
+        A quadratic penalty may leave its decay term λθ to the optimizer's weight decay
+        (:attr:`PenaltyMethod.folded`): the update is the same, ``.grad`` then lacks λθ."""
 
     def after_step(self, features: list[torch.Tensor], x: torch.Tensor, step: int) -> None:
         """Update after the optimizer step.
@@ -83,12 +87,18 @@ class PenaltyMethod(Method):
     def __init__(self, net, optimizer, hp, context):
         super().__init__(net, optimizer, hp, context)
         self.regularizer = self.make_regularizer(net, hp, context)
+        # A quadratic penalty's decay λθ rides along in the optimizer's own pass where that
+        # gives the same numbers (one pass over the parameters fewer per step).
+        self.folded = fold_decay(self.regularizer, optimizer)
 
     def make_regularizer(self, net, hp, context):
         raise NotImplementedError
 
     def add_penalty_grad(self) -> None:
-        self.regularizer.add_grad_()
+        if self.folded:
+            self.regularizer.add_pull_grad_()
+        else:
+            self.regularizer.add_grad_()
 
     def penalty(self):
         with torch.no_grad():

@@ -44,7 +44,7 @@ class Adam:
         # minimum over them (the steps since the latest restart that covered it).
         self.restart_counts: list[list[torch.Tensor] | None] = [None] * len(self.params)
         self.fused = fused and hasattr(torch, "_fused_adam_")
-        self._fused_steps: list[torch.Tensor | None] = [None] * len(self.params)
+        self._steps_by_count: dict[int, torch.Tensor] = {}
         # The step count handed to the α = 0 moment update after restarts (its value is unused).
         self._unit_step = torch.ones((), device=self.params[0].device) if self.params else None
 
@@ -113,25 +113,28 @@ class Adam:
         for i in indices:
             self.step_counts[i] += 1
         beta1, beta2 = self.betas
-        steps = [self._step_tensor(i) for i in indices]
-        torch._foreach_add_(steps, 1.0)  # the kernel reads t, as torch.optim.Adam passes it
         torch._fused_adam_(
             [self.params[i] for i in indices], [self.params[i].grad for i in indices],
             [self.exp_avg[i] for i in indices], [self.exp_avg_sq[i] for i in indices], [],
-            steps, lr=self.lr, beta1=beta1, beta2=beta2,
+            self._step_tensors(indices), lr=self.lr, beta1=beta1, beta2=beta2,
             weight_decay=self.weight_decay, eps=self.eps, amsgrad=False, maximize=False)
 
-    def _step_tensor(self, i: int) -> torch.Tensor:
-        # A device copy of step_counts[i] for the kernel, advanced together with it, so the two
-        # stay equal without reading the tensor back (no host sync).
-        if self._fused_steps[i] is None:
-            self._fused_steps[i] = torch.tensor(float(self.step_counts[i] - 1),
-                                                device=self.params[i].device)
-        return self._fused_steps[i]
+    def _step_tensors(self, indices: list[int]) -> list[torch.Tensor]:
+        # The kernel reads each tensor's t from a device tensor. One tensor per distinct count
+        # (usually one for all), advanced in place from the previous step's, so a step costs
+        # one add and no host→device copy; the host counts stay the truth.
+        previous, current = self._steps_by_count, {}
+        for t in sorted({self.step_counts[i] for i in indices}):
+            tensor = previous.pop(t - 1, None)
+            current[t] = (torch.tensor(float(t), device=self.params[indices[0]].device)
+                          if tensor is None else tensor.add_(1))
+        self._steps_by_count = current
+        return [current[self.step_counts[i]] for i in indices]
 
     def _single_step(self, i: int, p: torch.Tensor) -> None:
         # The simple form (fused=False), one tensor at a time.
         beta1, beta2 = self.betas
+        # g + wd·θ in one fused multiply-add, rounded as the fused kernel and addcmul_ round it
         g = p.grad if not self.weight_decay else p.grad.add(p, alpha=self.weight_decay)
         m, v = self.exp_avg[i], self.exp_avg_sq[i]
         m.lerp_(g, 1 - beta1)
@@ -211,4 +214,4 @@ class Adam:
             dst.copy_(src)
         self.restart_counts = [None if c is None else [t.clone() for t in c]
                                for c in state["restart_counts"]]
-        self._fused_steps = [None] * len(self.params)
+        self._steps_by_count = {}
