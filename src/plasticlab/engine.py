@@ -30,8 +30,8 @@ from . import metrics
 from .experiments.config import RunConfig
 from .measure import DEFAULT_SAMPLES, Measurer, to_host
 from .methods import MethodContext, get_method
-from .nets import build_network
 from .nets import backprop as manual
+from .nets import build_network
 from .optim import make_optimizer
 from .params import Param
 from .problems import get_problem
