@@ -6,7 +6,9 @@ In one run, on this machine, one torch thread:
   (a) a plain per-run loop: ``nn.Sequential`` + ``torch.optim.Adam``, the L2 Init penalty in the
       loss, online accuracy counted per step — the way a single run is usually written;
   (b) plasticlab's engine at K = 1, 4, 8, 16, 32 members per process, for Baseline, L2 Init,
-      Continual Backprop and ReDo (task-end measurements off: training speed only);
+      Continual Backprop and ReDo (task-end measurements off: training speed only); for the
+      MLP also L2 Init with autograd's backward instead of the hand-written one (the engine's
+      default for the MLP, :mod:`plasticlab.nets.backprop`), the simple form it replaces;
   (c) the single-core sgemm peak, which bounds each network's forward+backward throughput;
   (d) end to end, start-up included: ``plasticlab run`` of L2 Init with 8 members for 8 full
       Permuted MNIST tasks (a fresh process: imports, data loading, the run, the store), with
@@ -94,12 +96,13 @@ def plain_loop(arch: str, steps: int, data_dir) -> float:
     return steps * 16 / (time.perf_counter() - start)
 
 
-def engine(arch: str, method: str, members: int, steps: int, data_dir) -> float:
+def engine(arch: str, method: str, members: int, steps: int, data_dir, backprop: str = "auto") -> float:
     """Member-samples/s of plasticlab's engine (b), start-up excluded."""
     name, params = PROBLEMS[arch]
     config = resolve_config({"problem": name, "method": method, "params": METHODS[method],
                              "tasks": 1, "steps_per_task": steps, "problem_params": params})
-    result = train_ensemble(config, list(range(members)), data_dir=data_dir, measure=False)
+    result = train_ensemble(config, list(range(members)), data_dir=data_dir, measure=False,
+                            backprop=backprop)
     return result.steps_per_second * members * config.batch_size
 
 
@@ -143,15 +146,19 @@ def main() -> None:
         plain = best(args.repeats, plain_loop, arch, steps, args.data_dir)
         print(f"\n{arch}: bound {bound:,.0f} samples/s ({flops_per_sample(arch) / 1e6:.2f} MFLOP per "
               f"sample fwd+bwd); plain loop (L2 Init, torch.optim.Adam) {plain:,.0f} samples/s")
-        print(f"  {'method':<10}{'K':>4}{'member-samples/s':>18}{'× plain':>9}{'of bound':>10}")
+        print(f"  {'method':<18}{'K':>4}{'member-samples/s':>18}{'× plain':>9}{'of bound':>10}")
         rows.append({"arch": arch, "method": "plain_loop_l2_init", "members": 1,
                      "samples_per_s": plain, "ratio_to_plain": 1.0, "fraction_of_bound": plain / bound})
-        for method in METHODS:
+        variants = [(method, "auto") for method in METHODS]
+        if arch == "mlp":
+            variants.append(("l2_init", "autograd"))
+        for method, backprop in variants:
+            label = method if backprop == "auto" else f"{method}, {backprop}"
             for k in members:
-                rate = best(args.repeats, engine, arch, method, k, steps, args.data_dir)
-                rows.append({"arch": arch, "method": method, "members": k, "samples_per_s": rate,
+                rate = best(args.repeats, engine, arch, method, k, steps, args.data_dir, backprop)
+                rows.append({"arch": arch, "method": label, "members": k, "samples_per_s": rate,
                              "ratio_to_plain": rate / plain, "fraction_of_bound": rate / bound})
-                print(f"  {method:<10}{k:>4}{rate:>18,.0f}{rate / plain:>9.2f}{rate / bound:>10.1%}",
+                print(f"  {label:<18}{k:>4}{rate:>18,.0f}{rate / plain:>9.2f}{rate / bound:>10.1%}",
                       flush=True)
     plain = best(args.repeats, plain_loop, "mlp", args.mlp_steps, args.data_dir)
     bound = peak * 1e9 / flops_per_sample("mlp")

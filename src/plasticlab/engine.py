@@ -156,7 +156,8 @@ def train_ensemble(
 
     ``backprop``: how gradients are computed — ``"autograd"``, ``"manual"``
     (:class:`plasticlab.nets.backprop.ManualBackprop`, the ReLU MLP's gradients written out by
-    hand: same numbers up to rounding, about twice the speed at the paper's batch size), or
+    hand: same numbers up to rounding, 1.2–1.3× faster whole steps at the paper's batch size,
+    measured on one CPU core), or
     ``"auto"`` (manual wherever the network allows it).
     """
     if backprop not in ("auto", "autograd", "manual"):

@@ -103,6 +103,7 @@ def record_result(store: ResultStore, config: RunConfig, run_ids: Sequence[str],
                          manifest_update={"threads": result.threads,
                                           "data_source": result.data_source,
                                           "measurements": result.extra.get("measurements"),
+                                          "backprop": result.extra.get("backprop"),
                                           "end_time": utc_now()})
         records.append(run_record(config, member, result, rid)
                        | {"wall_time_s": result.wall_time,
