@@ -19,6 +19,7 @@ from plasticlab.nets import (
     hidden_sizes,
 )
 from plasticlab.nets import init as init_schemes
+from plasticlab.nets.layers import _MaxPool2x2Function, max_pool2x2
 from plasticlab.rng import torch_generator
 
 torch.set_num_threads(1)
@@ -160,6 +161,48 @@ def test_conv_loop_and_grouped_kernels_agree_in_value_and_gradient():
     y_grouped.square().sum().backward()
     torch.testing.assert_close(loop.weight.grad, grouped.weight.grad, rtol=1e-5, atol=1e-4)
     torch.testing.assert_close(loop.bias.grad, grouped.bias.grad, rtol=1e-5, atol=1e-4)
+
+
+def test_conv_loop_gradients_equal_autograd_through_per_member_conv2d():
+    # the loop kernel's own backward against its simple form: autograd through F.conv2d per member
+    gen = torch.Generator().manual_seed(3)
+    K, B = 3, 4
+    layer = EnsembleConv2d(K, 3, 16, 5, kernel="loop")
+    with torch.no_grad():
+        layer.weight.copy_(torch.randn(layer.weight.shape, generator=gen) * 0.1)
+        layer.bias.copy_(torch.randn(layer.bias.shape, generator=gen))
+    x = torch.randn(K, B, 3, 12, 12, generator=gen, requires_grad=True)
+    grad_y = torch.randn(K, B, 16, 8, 8, generator=gen)
+    layer(x).backward(grad_y)
+    ours = [x.grad.clone(), layer.weight.grad.clone(), layer.bias.grad.clone()]
+    x.grad = layer.weight.grad = layer.bias.grad = None
+    torch.stack([F.conv2d(x[k], layer.weight[k], layer.bias[k]) for k in range(K)]).backward(grad_y)
+    for a, b in zip(ours, [x.grad, layer.weight.grad, layer.bias.grad], strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_max_pool_equals_f_max_pool2d_in_value_index_and_gradient(ties):
+    gen = torch.Generator().manual_seed(4)
+    h = torch.relu(torch.randn(6, 5, 28, 28, generator=gen))
+    if ties:  # many equal maxima: zeros after ReLU and rounded values
+        h = h.round()
+    h.requires_grad_()
+    grad_y = torch.randn(6, 5, 14, 14, generator=gen)
+    y = max_pool2x2(h)
+    y.backward(grad_y)
+    ours = h.grad.clone()
+    h.grad = None
+    expected, expected_indices = F.max_pool2d(h, 2, return_indices=True)
+    expected.backward(grad_y)
+    assert torch.equal(y, expected)
+    assert torch.equal(_MaxPool2x2Function.apply(h.detach())[1], expected_indices)
+    assert torch.equal(ours, h.grad)
+
+
+def test_max_pool_of_odd_sizes_floors_like_f_max_pool2d():
+    h = torch.randn(2, 3, 9, 7)
+    assert torch.equal(max_pool2x2(h), F.max_pool2d(h, 2))
 
 
 def test_conv_kernel_name_is_checked():
