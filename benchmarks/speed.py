@@ -15,8 +15,9 @@ In one run, on this machine, one torch thread:
       its task-end measurements on (the default) and off.
 For the Permuted MNIST MLP and the Random Label CIFAR CNN, batch 16. Prints member-samples/s,
 the ratio to (a), and the fraction of the sgemm bound; writes the table as CSV. Every figure is
-the best of ``--repeats`` measurements: this VM's speed drifts by tens of percent within
-minutes, and the best of a few is the least disturbed estimate of each.
+the best of ``--repeats`` rounds, each round measuring every figure once: this VM's speed
+drifts by tens of percent within minutes, so each figure's samples are spread over the whole
+run, and the best of them is the least disturbed estimate of each.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -120,9 +122,22 @@ def cli_run(data_dir, members: int = 8, tasks: int = 8, measure: bool = True) ->
     return members * tasks * 625 * 16 / seconds
 
 
-def best(repeats: int, fn, *args, **kwargs) -> float:
-    """The highest rate of ``repeats`` calls of ``fn``."""
-    return max(fn(*args, **kwargs) for _ in range(repeats))
+def measurements(args, members: list[int]) -> list[tuple[str, str, int, object]]:
+    """Every figure of the table: (arch, label, K, a function returning member-samples/s)."""
+    out = []
+    for arch, steps in (("mlp", args.mlp_steps), ("cnn", args.cnn_steps)):
+        out.append((arch, "plain_loop_l2_init", 1, partial(plain_loop, arch, steps, args.data_dir)))
+        variants = [(method, "auto") for method in METHODS]
+        if arch == "mlp":
+            variants.append(("l2_init", "autograd"))
+        for method, backprop in variants:
+            label = method if backprop == "auto" else f"{method}, {backprop}"
+            out += [(arch, label, k, partial(engine, arch, method, k, steps, args.data_dir, backprop))
+                    for k in members]
+    for measure in (True, False):
+        label = "cli_run_l2_init" + ("" if measure else "_no_measure")
+        out.append(("mlp", label, 8, partial(cli_run, args.data_dir, measure=measure)))
+    return out
 
 
 def main() -> None:
@@ -136,41 +151,36 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     members = [int(k) for k in args.members.split(",")]
-    peak = sgemm_peak()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread, device cpu, batch 16, "
-          f"best of {args.repeats}; "
-          f"sgemm peak {peak:.1f} GFLOP/s (1024², one core)")
+          f"best of {args.repeats} rounds", flush=True)
+    # Rounds: every figure once per round, so each figure's samples are spread over the whole
+    # run and a slow spell of the VM cannot land on one figure's every sample.
+    table = measurements(args, members)
+    rates = [0.0] * len(table)
+    peak = 0.0
+    for round_ in range(args.repeats):
+        peak = max(peak, sgemm_peak())
+        for i, (*_, measure) in enumerate(table):
+            rates[i] = max(rates[i], measure())
+        print(f"round {round_ + 1}/{args.repeats} done", flush=True)
+    print(f"sgemm peak {peak:.1f} GFLOP/s (1024², one core)")
     rows = []
-    for arch, steps in (("mlp", args.mlp_steps), ("cnn", args.cnn_steps)):
+    for arch in ("mlp", "cnn"):
         bound = peak * 1e9 / flops_per_sample(arch)
-        plain = best(args.repeats, plain_loop, arch, steps, args.data_dir)
+        plain = next(r for (a, label, _, _), r in zip(table, rates, strict=True)
+                     if a == arch and label == "plain_loop_l2_init")
         print(f"\n{arch}: bound {bound:,.0f} samples/s ({flops_per_sample(arch) / 1e6:.2f} MFLOP per "
               f"sample fwd+bwd); plain loop (L2 Init, torch.optim.Adam) {plain:,.0f} samples/s")
-        print(f"  {'method':<18}{'K':>4}{'member-samples/s':>18}{'× plain':>9}{'of bound':>10}")
-        rows.append({"arch": arch, "method": "plain_loop_l2_init", "members": 1,
-                     "samples_per_s": plain, "ratio_to_plain": 1.0, "fraction_of_bound": plain / bound})
-        variants = [(method, "auto") for method in METHODS]
-        if arch == "mlp":
-            variants.append(("l2_init", "autograd"))
-        for method, backprop in variants:
-            label = method if backprop == "auto" else f"{method}, {backprop}"
-            for k in members:
-                rate = best(args.repeats, engine, arch, method, k, steps, args.data_dir, backprop)
-                rows.append({"arch": arch, "method": label, "members": k, "samples_per_s": rate,
-                             "ratio_to_plain": rate / plain, "fraction_of_bound": rate / bound})
-                print(f"  {label:<18}{k:>4}{rate:>18,.0f}{rate / plain:>9.2f}{rate / bound:>10.1%}",
-                      flush=True)
-    plain = best(args.repeats, plain_loop, "mlp", args.mlp_steps, args.data_dir)
-    bound = peak * 1e9 / flops_per_sample("mlp")
-    print("\nend to end, start-up included: plasticlab run, L2 Init, K=8, 8 tasks × 625 steps "
-          f"(plain loop re-measured: {plain:,.0f} samples/s)")
-    for measure in (True, False):
-        rate = best(args.repeats, cli_run, args.data_dir, measure=measure)
-        name = "cli_run_l2_init" + ("" if measure else "_no_measure")
-        rows.append({"arch": "mlp", "method": name, "members": 8, "samples_per_s": rate,
-                     "ratio_to_plain": rate / plain, "fraction_of_bound": rate / bound})
-        print(f"  measurements {'on ' if measure else 'off'}  {rate:10,.0f} member-samples/s  "
-              f"{rate / plain:5.2f}× plain  {rate / bound:6.1%} of bound", flush=True)
+        print(f"  {'method':<22}{'K':>4}{'member-samples/s':>18}{'× plain':>9}{'of bound':>10}")
+        for (a, label, k, _), rate in zip(table, rates, strict=True):
+            if a != arch:
+                continue
+            rows.append({"arch": arch, "method": label, "members": k, "samples_per_s": rate,
+                         "ratio_to_plain": rate / plain, "fraction_of_bound": rate / bound})
+            if label != "plain_loop_l2_init":
+                print(f"  {label:<22}{k:>4}{rate:>18,.0f}{rate / plain:>9.2f}{rate / bound:>10.1%}")
+    print("  (cli_run: a whole `plasticlab run`, L2 Init, K=8, 8 tasks × 625 steps, start-up "
+          "included, task-end measurements on / off)")
     path = Path(args.csv)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
