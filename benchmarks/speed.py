@@ -171,14 +171,14 @@ def main() -> None:
                      if a == arch and label == "plain_loop_l2_init")
         print(f"\n{arch}: bound {bound:,.0f} samples/s ({flops_per_sample(arch) / 1e6:.2f} MFLOP per "
               f"sample fwd+bwd); plain loop (L2 Init, torch.optim.Adam) {plain:,.0f} samples/s")
-        print(f"  {'method':<22}{'K':>4}{'member-samples/s':>18}{'× plain':>9}{'of bound':>10}")
+        print(f"  {'method':<28}{'K':>4}{'member-samples/s':>18}{'× plain':>9}{'of bound':>10}")
         for (a, label, k, _), rate in zip(table, rates, strict=True):
             if a != arch:
                 continue
             rows.append({"arch": arch, "method": label, "members": k, "samples_per_s": rate,
                          "ratio_to_plain": rate / plain, "fraction_of_bound": rate / bound})
             if label != "plain_loop_l2_init":
-                print(f"  {label:<22}{k:>4}{rate:>18,.0f}{rate / plain:>9.2f}{rate / bound:>10.1%}")
+                print(f"  {label:<28}{k:>4}{rate:>18,.0f}{rate / plain:>9.2f}{rate / bound:>10.1%}")
     print("  (cli_run: a whole `plasticlab run`, L2 Init, K=8, 8 tasks × 625 steps, start-up "
           "included, task-end measurements on / off)")
     path = Path(args.csv)
