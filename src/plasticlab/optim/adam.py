@@ -45,9 +45,6 @@ class Adam:
         self.restart_counts: list[list[torch.Tensor] | None] = [None] * len(self.params)
         self.fused = fused and hasattr(torch, "_fused_adam_")
         self._steps_by_count: dict[int, torch.Tensor] = {}
-        # restart_counts' tensors as views into one buffer (see _pack_counts)
-        self._count_buffer: torch.Tensor | None = None
-        self._count_slices: dict[int, list[tuple[slice, torch.Size]]] = {}
         # The step count handed to the α = 0 moment update after restarts (its value is unused).
         self._unit_step = torch.ones((), device=self.params[0].device) if self.params else None
 
@@ -82,57 +79,13 @@ class Adam:
                            [self._unit_step] * len(params), lr=0.0, beta1=beta1,
                            beta2=beta2, weight_decay=self.weight_decay, eps=self.eps, amsgrad=False,
                            maximize=False)
-        with_counts = [i for i, c in enumerate(self.restart_counts) if c is not None]
-        if self._count_buffer is not None and with_counts == indices:
-            bc1, bc2_sqrt = self._all_corrections(indices)
-        else:  # some restarted tensor sits this step out: advance the others' counts alone
-            bc1, bc2_sqrt = zip(*(self._corrections(i) for i in indices), strict=True)
+        bc1, bc2_sqrt = zip(*(self._corrections(i) for i in indices), strict=True)
         # θ ← θ − α · m / (bc1 · (√v / √bc2 + ε))
         denom = torch._foreach_sqrt(vs)
         torch._foreach_div_(denom, list(bc2_sqrt))
         torch._foreach_add_(denom, self.eps)
         torch._foreach_mul_(denom, list(bc1))
         torch._foreach_addcdiv_(params, ms, denom, value=-self.lr)
-
-    def _all_corrections(self, indices: list[int]) -> tuple[list, list]:
-        # _corrections for every restarted tensor at once: one pass over the shared count
-        # buffer instead of ~10 small ops per count pattern (measured: a tenth of a Continual
-        # Backprop step at K = 8 went to them).
-        beta1, beta2 = self.betas
-        for i in indices:
-            self.step_counts[i] += 1
-        counts = self._count_buffer.add_(1)
-        b1 = torch.expm1(counts * math.log(beta1)).neg_()
-        b2 = torch.expm1(counts * math.log(beta2)).neg_().sqrt_()
-        bc1, bc2_sqrt = [], []
-        for i in indices:
-            first, *rest = self._count_slices[i]
-            c1, c2 = b1[first[0]].view(first[1]), b2[first[0]].view(first[1])
-            for where, shape in rest:
-                c1, c2 = torch.minimum(c1, b1[where].view(shape)), torch.minimum(c2, b2[where].view(shape))
-            bc1.append(c1)
-            bc2_sqrt.append(c2)
-        return bc1, bc2_sqrt
-
-    def _pack_counts(self) -> None:
-        # Every count pattern becomes a view into one flat buffer (when they share a dtype and
-        # a device), so that a step advances them all with one add.
-        patterns = [c for counts in self.restart_counts if counts for c in counts]
-        self._count_buffer, self._count_slices = None, {}
-        if not patterns or len({(c.dtype, c.device) for c in patterns}) != 1:
-            return
-        buffer = torch.cat([c.reshape(-1) for c in patterns])
-        offset = 0
-        for i, counts in enumerate(self.restart_counts):
-            if not counts:
-                continue
-            self._count_slices[i] = []
-            for j, c in enumerate(counts):
-                where = slice(offset, offset + c.numel())
-                counts[j] = buffer[where].view(c.shape)
-                self._count_slices[i].append((where, c.shape))
-                offset += c.numel()
-        self._count_buffer = buffer
 
     def _corrections(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Advance tensor i's step counts by one and return its per-element bias corrections
@@ -238,10 +191,8 @@ class Adam:
             counts = self.restart_counts[index] = []
         match = next((c for c in counts if tuple(c.shape) == shape), None)
         if match is None:
-            counts.append(torch.full(shape, float(self.step_counts[index]), dtype=p.dtype,
-                                     device=p.device))
-            self._pack_counts()
-            match = counts[-1]
+            match = torch.full(shape, float(self.step_counts[index]), dtype=p.dtype, device=p.device)
+            counts.append(match)
         match.masked_fill_(pattern, 0.0)
 
     def state_dict(self) -> dict:
@@ -263,5 +214,4 @@ class Adam:
             dst.copy_(src)
         self.restart_counts = [None if c is None else [t.clone() for t in c]
                                for c in state["restart_counts"]]
-        self._pack_counts()
         self._steps_by_count = {}
