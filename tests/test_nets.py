@@ -17,6 +17,7 @@ from plasticlab.nets import (
     build_network,
     concat_relu,
     hidden_sizes,
+    max_pool,
 )
 from plasticlab.nets import init as init_schemes
 from plasticlab.nets.layers import _MaxPool2x2Function, max_pool2x2
@@ -417,6 +418,26 @@ def test_forward_without_features_returns_the_same_logits():
     x = torch.randn(2, 3, 784)
     logits, _ = net(x, return_features=True)
     assert torch.equal(logits, net(x))
+
+
+@pytest.mark.parametrize("extra_layers", [0, 2])
+def test_cnn_pooling_before_relu_gives_the_same_logits_and_gradients(extra_layers):
+    # without features the CNN pools before its ReLU; with them, after (the simple form)
+    net = build_network("cnn", 2, (3, 32, 32), 10, extra_layers=extra_layers,
+                        generators=[torch_generator(s, "init") for s in (0, 1)])
+    x = torch.randn(2, 6, 3, 32, 32, generator=torch.Generator().manual_seed(5))
+    pooled_first = net(x)
+    pooled_first.square().sum().backward()
+    fast = [p.grad.clone() for p in net.parameters()]
+    net.zero_grad()
+    relu_first, _ = net(x, return_features=True)
+    relu_first.square().sum().backward()
+    assert torch.equal(pooled_first, relu_first)
+    for a, p in zip(fast, net.parameters(), strict=True):
+        assert torch.equal(a, p.grad)
+    # the forms really differ: some windows pass no gradient through a non-positive maximum
+    h = net.blocks[0].pre_activation(x)
+    assert bool((max_pool(h) <= 0).any())
 
 
 @pytest.mark.parametrize("arch,shape", [("mlp", (784,)), ("cnn", (3, 32, 32))])

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from . import init as init_schemes
-from .layers import ACTIVATIONS, EnsembleConv2d, EnsembleLayerNorm, EnsembleLinear, max_pool
+from .layers import ACTIVATIONS, EnsembleConv2d, EnsembleLayerNorm, EnsembleLinear, max_pool, relu
 
 
 class Block(nn.Module):
@@ -39,6 +39,16 @@ class Block(nn.Module):
         feats = ACTIVATIONS[self.activation][0](h)
         out = max_pool(feats) if self.pool else feats
         return feats, (out.flatten(2) if self.flatten else out)
+
+    def output(self, h: torch.Tensor) -> torch.Tensor:
+        """What the next block gets, without the features. ReLU then max-pooling runs as
+        pooling then ReLU: max commutes with ReLU, so the values and the gradients are the same
+        (a window whose maximum is ≤ 0 passes no gradient either way), and the ReLU and its
+        backward touch a quarter of the values."""
+        if not (self.pool and self.activation == "relu"):
+            return self(h)[1]
+        out = relu(max_pool(self.pre_activation(h)))
+        return out.flatten(2) if self.flatten else out
 
 
 class EnsembleNet(nn.Module):
@@ -64,8 +74,11 @@ class EnsembleNet(nn.Module):
         features = []
         h = x
         for block in self.blocks[:-1]:
-            f, h = block(h)
-            features.append(f)
+            if return_features:
+                f, h = block(h)
+                features.append(f)
+            else:
+                h = block.output(h)
         logits = self.blocks[-1].pre_activation(h)
         return (logits, features) if return_features else logits
 
