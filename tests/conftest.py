@@ -44,13 +44,87 @@ def count_host_syncs(monkeypatch) -> dict:
     return calls
 
 
+REAL_DATA, REAL_DATA_HOW = find_real_data_dir()
+MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+               "t10k-labels-idx1-ubyte")
+
+
+def _mnist_missing(root: Path | None) -> str | None:
+    """Why real MNIST cannot be read from ``root`` (None when it can)."""
+    if root is None:
+        return f"real MNIST data not found: {REAL_DATA_HOW}"
+    folder = root / "mnist"
+    missing = [f for f in MNIST_FILES
+               if not (folder / f).is_file() and not (folder / f"{f}.gz").is_file()]
+    if missing:
+        return f"real MNIST data not found in {folder} (via {REAL_DATA_HOW}): missing {', '.join(missing)}"
+    return None
+
+
+def _cifar10_missing(root: Path | None) -> str | None:
+    """Why real CIFAR-10 (official files or a .npz subset) cannot be read from ``root``."""
+    if root is None:
+        return f"real CIFAR-10 data not found: {REAL_DATA_HOW}"
+    folder = root / "cifar10"
+    if ((folder / "cifar-10-batches-py").is_dir() or (folder / "cifar-10-python.tar.gz").is_file()
+            or (folder.is_dir() and any(folder.glob("*.npz")))):
+        return None
+    return f"real CIFAR-10 data (official files or a .npz subset) not found in {folder} (via {REAL_DATA_HOW})"
+
+
+# Each real-data fixture → why its data is missing here (None: present). A test that asks for
+# one of them is skipped, with that reason, exactly when its data is missing.
+REAL_DATA_MISSING = {
+    "real_data_dir": None if REAL_DATA is not None else f"no real dataset directory: {REAL_DATA_HOW}",
+    "data_dir": _mnist_missing(REAL_DATA),
+    "mnist_dir": _mnist_missing(REAL_DATA),
+    "real_mnist_dir": _mnist_missing(REAL_DATA),
+    "cifar10_dir": _cifar10_missing(REAL_DATA),
+}
+
+
+def needs_data(fixture: str) -> pytest.MarkDecorator:
+    """Skip, with the reason, where the real data behind ``fixture`` is missing (for tests that
+    look a data fixture up by name; fixtures made from files the tests write are never missing)."""
+    missing = REAL_DATA_MISSING.get(fixture)
+    return pytest.mark.skipif(missing is not None, reason=missing or "real data present")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        for fixture in REAL_DATA_MISSING:
+            if fixture in item.fixturenames:
+                item.add_marker(needs_data(fixture))
+
+
 @pytest.fixture(scope="session")
-def data_dir() -> Path:
-    """The directory holding real MNIST (and the CIFAR-10 subset); skips when there is none."""
-    path, _ = find_real_data_dir()
-    if path is None or not (path / "mnist").is_dir():
-        pytest.skip("real data not found: set PLASTICLAB_DATA or put shared/data beside the repo")
-    return path
+def real_data_dir() -> Path:
+    """The real dataset directory ($PLASTICLAB_DATA, else ../shared/data)."""
+    return REAL_DATA
+
+
+@pytest.fixture(scope="session")
+def data_dir(real_data_dir) -> Path:
+    """The directory holding real MNIST (and the CIFAR-10 subset)."""
+    return real_data_dir
+
+
+@pytest.fixture(scope="session")
+def mnist_dir(real_data_dir) -> Path:
+    """The data directory, with every real MNIST file in ``mnist/``."""
+    return real_data_dir
+
+
+@pytest.fixture(scope="session")
+def real_mnist_dir(real_data_dir) -> Path:
+    """The real ``mnist/`` folder itself."""
+    return real_data_dir / "mnist"
+
+
+@pytest.fixture(scope="session")
+def cifar10_dir(real_data_dir) -> Path:
+    """The data directory, with real CIFAR-10 (official files or a .npz subset) in ``cifar10/``."""
+    return real_data_dir
 
 
 # Fake CIFAR-100: pixel (0,0) of the red/green/blue planes holds (class, split, index in class).

@@ -25,7 +25,6 @@ import pytest
 
 import plasticlab.data.cifar as cifar_module
 import plasticlab.data.download as download_module
-from conftest import find_real_data_dir
 from plasticlab.data import (
     DataError,
     ImageDataset,
@@ -57,21 +56,6 @@ MNIST_MD5 = {
 
 
 # --------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="module")
-def real_data_dir() -> Path:
-    directory, how = find_real_data_dir()
-    if directory is None:
-        pytest.skip(f"no real dataset directory: {how}")
-    return directory
-
-
-@pytest.fixture(scope="module")
-def real_mnist_dir(real_data_dir: Path) -> Path:
-    if not (real_data_dir / "mnist").is_dir():
-        pytest.skip(f"the real data directory {real_data_dir} has no mnist/ folder")
-    return real_data_dir / "mnist"
 
 
 @pytest.fixture(autouse=True)
@@ -433,10 +417,8 @@ def test_mnist_well_formed_but_unofficial_files_are_rejected_by_md5(tmp_path):
 # --------------------------------------------------------------------------- CIFAR-10 subset
 
 
-def test_cifar10_subset_npz_is_used_and_recorded_in_source(real_data_dir):
-    if not (real_data_dir / "cifar10").is_dir():
-        pytest.skip(f"the real data directory {real_data_dir} has no cifar10/ folder")
-    ds = load_cifar10(real_data_dir, download=False)
+def test_cifar10_subset_npz_is_used_and_recorded_in_source(cifar10_dir):
+    ds = load_cifar10(cifar10_dir, download=False)
     assert ds.name == "cifar10"
     assert ds.x_train.shape == (10000, 32, 32, 3) and ds.x_test.shape == (2000, 32, 32, 3)
     assert ds.x_train.dtype == np.uint8 and ds.y_train.dtype == np.int64

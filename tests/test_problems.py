@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import CIFAR100_TEST_PER_CLASS, CIFAR100_TRAIN_PER_CLASS, find_real_data_dir
+from conftest import CIFAR100_TEST_PER_CLASS, CIFAR100_TRAIN_PER_CLASS, needs_data
 from plasticlab.data import load_cifar10, load_mnist
 from plasticlab.problems import (
     PROBLEMS,
@@ -37,37 +37,9 @@ torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[1]
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR_STD = (0.247, 0.243, 0.261)
-MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
-               "t10k-labels-idx1-ubyte")
 
 
 # --------------------------------------------------------------------------- data fixtures
-
-
-@pytest.fixture(scope="module")
-def mnist_dir() -> Path:
-    root, how = find_real_data_dir()
-    if root is None:
-        pytest.skip(f"real MNIST data not found: {how}")
-    folder = root / "mnist"
-    missing = [f for f in MNIST_FILES
-               if not (folder / f).is_file() and not (folder / f"{f}.gz").is_file()]
-    if missing:
-        pytest.skip(f"real MNIST data not found in {folder} (via {how}): missing {', '.join(missing)}")
-    return root
-
-
-@pytest.fixture(scope="module")
-def cifar10_dir() -> Path:
-    root, how = find_real_data_dir()
-    if root is None:
-        pytest.skip(f"real CIFAR-10 data not found: {how}")
-    folder = root / "cifar10"
-    if not ((folder / "cifar-10-batches-py").is_dir() or (folder / "cifar-10-python.tar.gz").is_file()
-            or (folder.is_dir() and any(folder.glob("*.npz")))):
-        pytest.skip(f"real CIFAR-10 data (official files or a .npz subset) not found in {folder} "
-                    f"(via {how})")
-    return root
 
 
 # Small but valid settings per problem (the fake data sets are small).
@@ -85,6 +57,10 @@ DATA_FIXTURE = {
     "five_plus_one_cifar": "cifar100_dir",
     "continual_imagenet": "imagenet_dir",
 }
+
+
+# Every problem, skipped where the real data it is built from is missing.
+WITH_DATA = [pytest.param(name, marks=needs_data(DATA_FIXTURE[name])) for name in sorted(PROBLEMS)]
 
 
 def make(request, name: str, seeds, **overrides):
@@ -238,7 +214,7 @@ def test_batch_order_is_seeded_per_seed_and_task_with_a_fresh_shuffle_each_epoch
 # --------------------------------------------------------------------------- every problem
 
 
-@pytest.mark.parametrize("name", sorted(PROBLEMS))
+@pytest.mark.parametrize("name", WITH_DATA)
 def test_batches_and_test_sets_have_spec_shapes_dtypes_labels_and_ranges(request, name):
     p = make(request, name, [3, 4])
     k, b = 2, p.batch_size
@@ -277,7 +253,7 @@ def test_batches_and_test_sets_have_spec_shapes_dtypes_labels_and_ranges(request
         p.start_task(p.tasks)
 
 
-@pytest.mark.parametrize("name", sorted(PROBLEMS))
+@pytest.mark.parametrize("name", WITH_DATA)
 def test_same_seeds_give_identical_streams_in_two_problem_objects(request, name):
     a, b = make(request, name, [5, 6]), make(request, name, [5, 6])
     for task in (0, 1):
@@ -292,7 +268,7 @@ def test_same_seeds_give_identical_streams_in_two_problem_objects(request, name)
             assert torch.equal(txa, txb) and torch.equal(tya, tyb)
 
 
-@pytest.mark.parametrize("name", sorted(PROBLEMS))
+@pytest.mark.parametrize("name", WITH_DATA)
 def test_ensemble_member_k_streams_exactly_what_its_seed_streams_alone(request, name):
     ensemble, alone = make(request, name, [11, 22, 33]), make(request, name, [22])
     for task in (0, 1):
