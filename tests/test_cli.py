@@ -192,6 +192,21 @@ def test_no_measure_and_measure_every(data_dir, tmp_path, capsys):
     assert "--no-measure" in capsys.readouterr().err
 
 
+def test_backprop_option_picks_how_gradients_are_computed_and_is_recorded(data_dir, tmp_path, capsys):
+    common = [*TINY, "--method", "baseline", "--data-dir", str(data_dir), "--json", "--no-measure"]
+    assert main(["run", *common, "--out", str(tmp_path / "a")]) == 0
+    auto = json.loads(capsys.readouterr().out)["runs"][0]
+    assert main(["run", *common, "--out", str(tmp_path / "b"), "--backprop", "autograd"]) == 0
+    autograd = json.loads(capsys.readouterr().out)["runs"][0]
+    assert (auto["backprop"], autograd["backprop"]) == ("manual", "autograd")
+    assert auto["task_online_accuracy"] == pytest.approx(autograd["task_online_accuracy"], abs=1.5 / 160)
+    with ResultStore(tmp_path / "b") as store:
+        assert store.runs(status="finished")[0]["manifest"]["backprop"] == "autograd"
+    assert main(["run", *TINY, "--method", "layer_norm", "--data-dir", str(data_dir),
+                 "--out", str(tmp_path / "c"), "--backprop", "manual"]) == 2
+    assert "backprop='manual' needs a plain ReLU MLP" in capsys.readouterr().err
+
+
 def test_random_label_runs_have_no_test_accuracy_and_refuse_forgetting(data_dir, tmp_path, capsys):
     common = ["--problem", "random_label_mnist", "--method", "baseline", "--tasks", "2",
               "--steps-per-task", "5", "--set", "examples=64", "--no-progress",

@@ -83,7 +83,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                            device=ex.get("device", "cpu"), threads=threads,
                            progress=not args.no_progress, measure=not args.no_measure,
                            measure_every=args.measure_every, forgetting=args.forgetting,
-                           loggers=make_loggers(args.tensorboard, args.wandb))
+                           backprop=args.backprop, loggers=make_loggers(args.tensorboard, args.wandb))
     if args.json:
         json.dump({"runs": records}, sys.stdout, indent=None)
         sys.stdout.write("\n")
@@ -160,6 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", help="results directory (default ./plasticlab-results)")
     run.add_argument("--device", help="cpu | cuda | cuda:N (default cpu)")
     run.add_argument("--threads", type=int, help="torch threads (default 1 on CPU: fastest here)")
+    run.add_argument("--backprop", choices=("auto", "autograd", "manual"), default="auto",
+                     help="how gradients are computed: the ReLU MLP's hand-written backward "
+                          "(manual), autograd, or manual wherever the network allows (auto)")
     run.add_argument("--json", action="store_true", help="print only JSON results on stdout")
     run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     from .cli_sweep import add_logging_options

@@ -109,7 +109,8 @@ def record_result(store: ResultStore, config: RunConfig, run_ids: Sequence[str],
                        | {"wall_time_s": result.wall_time,
                           "steps_per_second": result.steps_per_second,
                           "measure_time_s": result.measure_time,
-                          "threads": result.threads, "reported_tasks": member.reported_tasks})
+                          "threads": result.threads, "backprop": result.extra.get("backprop"),
+                          "reported_tasks": member.reported_tasks})
     return records
 
 
@@ -142,6 +143,7 @@ def run_ensemble(
     measure: bool = True,
     measure_every: int | None = None,
     forgetting: bool = False,
+    backprop: str = "auto",
     loggers: Sequence = (),
 ) -> list[dict]:
     """Train ``seeds`` as one ensemble in this process and store each run; return the records.
@@ -151,6 +153,7 @@ def run_ensemble(
     ``measure``, ``measure_every`` and ``forgetting`` are passed to
     :func:`~plasticlab.engine.train_ensemble` (task-end measurements, every-N-steps
     measurements, the accuracy matrix); they change what is recorded, never the training.
+    ``backprop`` is passed on too (``auto`` | ``autograd`` | ``manual``).
 
     Runs are marked 'running' before training, and each run's metrics and 'finished' status
     are committed together at the end; on an exception every run is marked 'failed' with its
@@ -164,7 +167,7 @@ def run_ensemble(
             result = train_ensemble(config, seeds, member_params, data_dir=data_dir, device=device,
                                     threads=threads, on_task_end=on_task_end, on_steps=bar.update,
                                     measure=measure, measure_every=measure_every,
-                                    forgetting=forgetting)
+                                    forgetting=forgetting, backprop=backprop)
         except BaseException:
             error = traceback.format_exc()
             for rid in run_ids:
