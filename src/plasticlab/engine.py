@@ -228,7 +228,8 @@ def train_ensemble(
         for step in range(steps):
             x, y = problem.batch(step)
             if hand is not None:
-                logits, features = hand.step(x, y)
+                logits, hidden = hand.step(x, y)
+                features = hidden if needs_features else []  # the after_step contract
             else:
                 logits, features = _autograd_step(net, optimizer, x, y, needs_features)
             with torch.no_grad():

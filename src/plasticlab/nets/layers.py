@@ -7,6 +7,8 @@ Inputs are ``[K, B, features]`` for linear layers and ``[K, B, C, H, W]`` for co
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -152,6 +154,13 @@ ACTIVATIONS = {"relu": (relu, 1), "concat_relu": (concat_relu, 2)}
 """name → (function, factor by which it multiplies the number of features)."""
 
 
+@functools.lru_cache(maxsize=16)
+def _window_corners(H: int, W: int, device: torch.device) -> torch.Tensor:
+    """``[H/2, W/2]``: the flat index of every 2×2 window's top-left element in an H×W plane
+    (built once per size, not at every pooling)."""
+    return torch.arange(0, H, 2, device=device).view(-1, 1) * W + torch.arange(0, W, 2, device=device)
+
+
 class _MaxPool2x2Function(torch.autograd.Function):
     """``F.max_pool2d(h, 2)`` of ``[N, C, H, W]`` with even H and W, the same values, indices
     and gradient, computed from the four corners of every window with elementwise maxima:
@@ -169,9 +178,7 @@ class _MaxPool2x2Function(torch.autograd.Function):
         lower = bottom > top
         y = torch.maximum(top, bottom)
         right = right_top.logical_xor(lower.logical_and(right_top.logical_xor(right_bottom)))
-        corner = torch.arange(0, H, 2, device=h.device).view(-1, 1) * W + torch.arange(
-            0, W, 2, device=h.device)
-        indices = (lower * W).add_(right).add_(corner)
+        indices = (lower * W).add_(right).add_(_window_corners(H, W, h.device))
         ctx.save_for_backward(h, indices)
         ctx.mark_non_differentiable(indices)
         return y, indices
