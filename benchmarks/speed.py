@@ -1,8 +1,11 @@
 """Speed of the ensemble engine against a plain PyTorch loop and the machine's own limit.
 
     python benchmarks/speed.py --data-dir ../shared/data [--csv results/speed.csv]
+    python benchmarks/speed.py --data-dir ../shared/data --device cuda   # on a GPU
 
-In one run, on this machine, one torch thread:
+In one run, on this machine, one torch thread (``--device cuda``: on the GPU, with K up to
+1024, the ``float32`` matmul peak as the limit and ``plasticlab run --device cuda`` with 256
+members):
   (a) a plain per-run loop: ``nn.Sequential`` + ``torch.optim.Adam``, the L2 Init penalty in the
       loss, online accuracy counted per step — the way a single run is usually written;
   (b) plasticlab's engine at K = 1, 4, 8, 16, 32 members per process, for Baseline, L2 Init,
@@ -45,17 +48,26 @@ METHODS = {"baseline": {}, "l2_init": {"strength": 1e-2},
            "cbp": {"replacement_rate": 1e-4}, "redo": {"period": 625}}
 
 
-def sgemm_peak(n: int = 1024, repeats: int = 20) -> float:
-    """GFLOP/s of a square float32 matmul on one thread (best of a few)."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
+def sgemm_peak(device: str = "cpu", repeats: int = 20) -> float:
+    """GFLOP/s of a square float32 matmul (best of a few): 1024² on one CPU thread, 8192² on a
+    GPU (TF32 off, as PyTorch's default for matmuls)."""
+    n = 1024 if device == "cpu" else 8192
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
     a @ b
     best = float("inf")
     for _ in range(3):
+        _sync(device)
         start = time.perf_counter()
         for _ in range(repeats):
             a @ b
+        _sync(device)
         best = min(best, (time.perf_counter() - start) / repeats)
     return 2 * n ** 3 / best / 1e9
+
+
+def _sync(device: str) -> None:
+    if device != "cpu":
+        torch.cuda.synchronize(device)
 
 
 def flops_per_sample(arch: str) -> float:
@@ -76,14 +88,15 @@ def plain_model(arch: str) -> nn.Module:
                          nn.Linear(100, 100), nn.ReLU(), nn.Linear(100, 10))
 
 
-def plain_loop(arch: str, steps: int, data_dir) -> float:
+def plain_loop(arch: str, steps: int, data_dir, device: str = "cpu") -> float:
     """Member-samples/s of the plain single-run loop (a)."""
     name, params = PROBLEMS[arch]
-    stream = get_problem(name)([0], tasks=1, steps_per_task=steps, data_dir=data_dir, **params)
+    stream = get_problem(name)([0], tasks=1, steps_per_task=steps, data_dir=data_dir, device=device,
+                               **params)
     stream.start_task(0)
     batches = [tuple(t[0] for t in stream.batch(s)) for s in range(steps)]
     torch.manual_seed(0)
-    model = plain_model(arch)
+    model = plain_model(arch).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     reg = L2Init(model, strength=1e-2)
     correct = 0
@@ -95,25 +108,29 @@ def plain_loop(arch: str, steps: int, data_dir) -> float:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+    _sync(device)
     return steps * 16 / (time.perf_counter() - start)
 
 
-def engine(arch: str, method: str, members: int, steps: int, data_dir, backprop: str = "auto") -> float:
-    """Member-samples/s of plasticlab's engine (b), start-up excluded."""
+def engine(arch: str, method: str, members: int, steps: int, data_dir, backprop: str = "auto",
+           device: str = "cpu") -> float:
+    """Member-samples/s of plasticlab's engine (b), start-up excluded (the task's start and its
+    final read-back, which waits for the device, included)."""
     name, params = PROBLEMS[arch]
     config = resolve_config({"problem": name, "method": method, "params": METHODS[method],
                              "tasks": 1, "steps_per_task": steps, "problem_params": params})
     result = train_ensemble(config, list(range(members)), data_dir=data_dir, measure=False,
-                            backprop=backprop)
+                            backprop=backprop, device=device)
     return result.steps_per_second * members * config.batch_size
 
 
-def cli_run(data_dir, members: int = 8, tasks: int = 8, measure: bool = True) -> float:
+def cli_run(data_dir, members: int = 8, tasks: int = 8, measure: bool = True,
+            device: str = "cpu") -> float:
     """Member-samples/s of a whole ``plasticlab run`` in a fresh process (d)."""
     with tempfile.TemporaryDirectory() as out:
         cmd = [sys.executable, "-m", "plasticlab.cli", "run", "--problem", "permuted_mnist",
                "--method", "l2_init", "--set", "strength=1e-2", "--seeds", f"0-{members - 1}",
-               "--tasks", str(tasks), "--out", out, "--no-progress", "--json"]
+               "--tasks", str(tasks), "--out", out, "--no-progress", "--json", "--device", device]
         cmd += ["--data-dir", data_dir] if data_dir else []
         cmd += [] if measure else ["--no-measure"]
         start = time.perf_counter()
@@ -126,32 +143,41 @@ def measurements(args, members: list[int]) -> list[tuple[str, str, int, object]]
     """Every figure of the table: (arch, label, K, a function returning member-samples/s)."""
     out = []
     for arch, steps in (("mlp", args.mlp_steps), ("cnn", args.cnn_steps)):
-        out.append((arch, "plain_loop_l2_init", 1, partial(plain_loop, arch, steps, args.data_dir)))
+        out.append((arch, "plain_loop_l2_init", 1,
+                    partial(plain_loop, arch, steps, args.data_dir, args.device)))
         variants = [(method, "auto") for method in METHODS]
         if arch == "mlp":
             variants.append(("l2_init", "autograd"))
         for method, backprop in variants:
             label = method if backprop == "auto" else f"{method}, {backprop}"
-            out += [(arch, label, k, partial(engine, arch, method, k, steps, args.data_dir, backprop))
+            out += [(arch, label, k, partial(engine, arch, method, k, steps, args.data_dir, backprop,
+                                             args.device))
                     for k in members]
     for measure in (True, False):
         label = "cli_run_l2_init" + ("" if measure else "_no_measure")
-        out.append(("mlp", label, 8, partial(cli_run, args.data_dir, measure=measure)))
+        out.append(("mlp", label, args.cli_members,
+                    partial(cli_run, args.data_dir, args.cli_members, measure=measure, device=args.device)))
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir")
-    parser.add_argument("--members", default="1,4,8,16,32")
+    parser.add_argument("--device", default="cpu", help="cpu (one thread) or cuda[:N]")
+    parser.add_argument("--members", help="K values (default 1,4,8,16,32 on CPU, 1,64,256,1024 on CUDA)")
+    parser.add_argument("--cli-members", type=int,
+                        help="members of the end-to-end `plasticlab run` (default 8 on CPU, 256 on CUDA)")
     parser.add_argument("--mlp-steps", type=int, default=400)
     parser.add_argument("--cnn-steps", type=int, default=40)
     parser.add_argument("--csv", default="results/speed.csv")
     parser.add_argument("--repeats", type=int, default=3, help="best of this many measurements")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    members = [int(k) for k in args.members.split(",")]
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread, device cpu, batch 16, "
+    cpu = args.device == "cpu"
+    members = [int(k) for k in (args.members or ("1,4,8,16,32" if cpu else "1,64,256,1024")).split(",")]
+    args.cli_members = args.cli_members or (8 if cpu else 256)
+    where = "cpu" if cpu else f"{args.device} ({torch.cuda.get_device_name(args.device)})"
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread, device {where}, batch 16, "
           f"best of {args.repeats} rounds", flush=True)
     # Rounds: every figure once per round, so each figure's samples are spread over the whole
     # run and a slow spell of the VM cannot land on one figure's every sample.
@@ -159,11 +185,11 @@ def main() -> None:
     rates = [0.0] * len(table)
     peak = 0.0
     for round_ in range(args.repeats):
-        peak = max(peak, sgemm_peak())
+        peak = max(peak, sgemm_peak(args.device))
         for i, (*_, measure) in enumerate(table):
             rates[i] = max(rates[i], measure())
         print(f"round {round_ + 1}/{args.repeats} done", flush=True)
-    print(f"sgemm peak {peak:.1f} GFLOP/s (1024², one core)")
+    print(f"sgemm peak {peak:.1f} GFLOP/s " + ("(1024², one core)" if cpu else "(8192², TF32 off)"))
     rows = []
     for arch in ("mlp", "cnn"):
         bound = peak * 1e9 / flops_per_sample(arch)
@@ -175,12 +201,13 @@ def main() -> None:
         for (a, label, k, _), rate in zip(table, rates, strict=True):
             if a != arch:
                 continue
-            rows.append({"arch": arch, "method": label, "members": k, "samples_per_s": rate,
+            rows.append({"device": args.device, "arch": arch, "method": label, "members": k,
+                         "samples_per_s": rate,
                          "ratio_to_plain": rate / plain, "fraction_of_bound": rate / bound})
             if label != "plain_loop_l2_init":
                 print(f"  {label:<28}{k:>4}{rate:>18,.0f}{rate / plain:>9.2f}{rate / bound:>10.1%}")
-    print("  (cli_run: a whole `plasticlab run`, L2 Init, K=8, 8 tasks × 625 steps, start-up "
-          "included, task-end measurements on / off)")
+    print(f"  (cli_run: a whole `plasticlab run`, L2 Init, K={args.cli_members}, 8 tasks × 625 steps, "
+          "start-up included, task-end measurements on / off)")
     path = Path(args.csv)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:

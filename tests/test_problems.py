@@ -284,6 +284,22 @@ def test_ensemble_member_k_streams_exactly_what_its_seed_streams_alone(request, 
             assert torch.equal(txe[1], txa[0]) and torch.equal(tye[1], tya[0])
 
 
+@pytest.mark.parametrize("name", WITH_DATA)
+def test_a_task_gathered_on_the_device_is_the_task_staged_on_the_host(request, name):
+    # On a GPU a task's examples are taken from a resident copy of the data set; on the CPU they
+    # are staged in a reused host buffer. The gather itself runs on any device: here, the CPU.
+    problem = make(request, name, [11, 22, 33])
+    for task in (0, 1):
+        parts = [problem.member_task(k, seed, task) for k, seed in enumerate(problem.seeds)]
+        staged = problem._stage_on_host(parts).clone()
+        gathered = problem._gather_on_device(parts)
+        assert gathered.dtype == staged.dtype and torch.equal(gathered, staged)
+        problem._x = gathered  # the next task's gather reuses this buffer, as start_task does
+    if name == "permuted_mnist":  # one resident copy of MNIST, whatever the task and member
+        assert sorted(where for _, where in problem._resident) == ["device", "host"]
+        assert all(x is problem.x_train for x, _ in problem._resident.values())
+
+
 # --------------------------------------------------------------------------- Permuted MNIST
 
 
@@ -348,11 +364,11 @@ def test_permuted_mnist_identity_first_task_shows_task_0_unpermuted(mnist_dir, m
 
 def test_permuted_mnist_draws_a_fresh_10000_image_subset_per_task(mnist_dir):
     p = PermutedMNIST([1, 2], data_dir=mnist_dir)
-    a, b, c = p.member_task(0, 1, 0), p.member_task(0, 1, 1), p.member_task(1, 2, 0)
-    assert a.x.shape == (10_000, 784) and a.y.shape == (10_000,)
-    keys_a = Counter(row_keys(a.x))
+    a, b, c = (p.member_task(0, 1, 0), p.member_task(0, 1, 1), p.member_task(1, 2, 0))
+    assert a.x is p.x_train and a.index.shape == (10_000,) and a.y.shape == (10_000,)
+    keys_a = Counter(row_keys(a.examples()))
     for other in (b, c):
-        overlap = sum((keys_a & Counter(row_keys(other.x))).values())
+        overlap = sum((keys_a & Counter(row_keys(other.examples()))).values())
         # Independent draws of 10,000 of 60,000 share about 1,667 images.
         assert 500 < overlap < 3_000
     assert len(keys_a) > 9_900  # drawn without replacement (MNIST has a few duplicate images)
@@ -367,7 +383,7 @@ def test_permuted_mnist_one_task_is_one_epoch_covering_each_subset_image_once(mn
         x, y = torch.cat(xs, 1), torch.cat(ys, 1)
         for k, seed in enumerate(p.seeds):
             td = p.member_task(k, seed, task)
-            assert pairs(x[k], y[k]) == pairs(p.normalize(td.x[:, td.perm]), td.y)
+            assert pairs(x[k], y[k]) == pairs(p.normalize(td.examples()[:, td.perm]), td.y)
 
 
 def test_permuted_mnist_test_set_is_all_10000_test_images_under_the_task_permutation(mnist_dir, mnist):

@@ -32,8 +32,7 @@ class PermutedMNIST(Problem):
     def load(self) -> None:
         ds = load_mnist(self.data_dir)
         self.source = ds.source
-        self._x_train_rows = np.array(ds.x_train.reshape(len(ds.x_train), -1))  # a writable copy
-        self.x_train = torch.from_numpy(self._x_train_rows)
+        self.x_train = torch.from_numpy(np.array(ds.x_train.reshape(len(ds.x_train), -1)))  # writable
         self.y_train = torch.tensor(ds.y_train, dtype=torch.int64)
         self.x_test = torch.tensor(ds.x_test).reshape(len(ds.x_test), -1)
         self.y_test = torch.tensor(ds.y_test, dtype=torch.int64)
@@ -52,9 +51,7 @@ class PermutedMNIST(Problem):
 
     def member_task(self, member, seed, task):
         perm, subset = self._draw(seed, task)
-        # numpy's row take: measured 4× faster than torch's index_select on these uint8 rows
-        rows = torch.from_numpy(np.take(self._x_train_rows, subset, axis=0))
-        return TaskData(rows, self.y_train[torch.from_numpy(subset)], perm)
+        return TaskData(self.x_train, self.y_train[torch.from_numpy(subset)], perm, index=subset)
 
     def member_test(self, member, seed, task):
         perm, _ = self._draw(seed, task)
