@@ -13,5 +13,5 @@ python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_devic
 PLASTICLAB_DATA=$data python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py \
     "tests/test_cbp.py::test_no_device_synchronisation_on_cuda" 2>&1 | tee "$out/cuda_tests.log"
 timeout "${SPEED_TIMEOUT:-360}" python3 benchmarks/speed.py --device cuda --data-dir "$data" \
-    --mlp-steps 625 --cnn-steps 200 --repeats "${REPEATS:-2}" --csv "$out/speed_cuda.csv" \
+    --mlp-steps 625 --cnn-steps 200 --repeats "${REPEATS:-2}" --verbose --csv "$out/speed_cuda.csv" \
     2>&1 | tee "$out/speed_cuda.log"

@@ -171,6 +171,7 @@ def main() -> None:
     parser.add_argument("--cnn-steps", type=int, default=40)
     parser.add_argument("--csv", default="results/speed.csv")
     parser.add_argument("--repeats", type=int, default=3, help="best of this many measurements")
+    parser.add_argument("--verbose", action="store_true", help="print each figure as it is measured")
     args = parser.parse_args()
     torch.set_num_threads(1)
     cpu = args.device == "cpu"
@@ -186,8 +187,11 @@ def main() -> None:
     peak = 0.0
     for round_ in range(args.repeats):
         peak = max(peak, sgemm_peak(args.device))
-        for i, (*_, measure) in enumerate(table):
-            rates[i] = max(rates[i], measure())
+        for i, (arch, label, k, measure) in enumerate(table):
+            rate = measure()
+            rates[i] = max(rates[i], rate)
+            if args.verbose:  # each figure as it is measured: a run cut short keeps them
+                print(f"  {arch} {label} K={k}: {rate:,.0f}", flush=True)
         print(f"round {round_ + 1}/{args.repeats} done", flush=True)
     print(f"sgemm peak {peak:.1f} GFLOP/s " + ("(1024², one core)" if cpu else "(8192², TF32 off)"))
     rows = []
