@@ -143,6 +143,8 @@ def measurements(args, members: list[int]) -> list[tuple[str, str, int, object]]
     """Every figure of the table: (arch, label, K, a function returning member-samples/s)."""
     out = []
     for arch, steps in (("mlp", args.mlp_steps), ("cnn", args.cnn_steps)):
+        if arch not in args.archs:
+            continue
         out.append((arch, "plain_loop_l2_init", 1,
                     partial(plain_loop, arch, steps, args.data_dir, args.device)))
         variants = [(method, "auto") for method in METHODS]
@@ -153,7 +155,7 @@ def measurements(args, members: list[int]) -> list[tuple[str, str, int, object]]
             out += [(arch, label, k, partial(engine, arch, method, k, steps, args.data_dir, backprop,
                                              args.device))
                     for k in members]
-    for measure in (True, False):
+    for measure in (True, False) if "mlp" in args.archs else ():
         label = "cli_run_l2_init" + ("" if measure else "_no_measure")
         out.append(("mlp", label, args.cli_members,
                     partial(cli_run, args.data_dir, args.cli_members, measure=measure, device=args.device)))
@@ -171,10 +173,12 @@ def main() -> None:
     parser.add_argument("--cnn-steps", type=int, default=40)
     parser.add_argument("--csv", default="results/speed.csv")
     parser.add_argument("--repeats", type=int, default=3, help="best of this many measurements")
+    parser.add_argument("--archs", default="mlp,cnn", help="which networks: mlp, cnn or both")
     parser.add_argument("--verbose", action="store_true", help="print each figure as it is measured")
     args = parser.parse_args()
     torch.set_num_threads(1)
     cpu = args.device == "cpu"
+    args.archs = [a for a in ("mlp", "cnn") if a in args.archs.split(",")]
     members = [int(k) for k in (args.members or ("1,4,8,16,32" if cpu else "1,64,256,1024")).split(",")]
     args.cli_members = args.cli_members or (8 if cpu else 256)
     where = "cpu" if cpu else f"{args.device} ({torch.cuda.get_device_name(args.device)})"
@@ -195,7 +199,7 @@ def main() -> None:
         print(f"round {round_ + 1}/{args.repeats} done", flush=True)
     print(f"sgemm peak {peak:.1f} GFLOP/s " + ("(1024², one core)" if cpu else "(8192², TF32 off)"))
     rows = []
-    for arch in ("mlp", "cnn"):
+    for arch in args.archs:
         bound = peak * 1e9 / flops_per_sample(arch)
         plain = next(r for (a, label, _, _), r in zip(table, rates, strict=True)
                      if a == arch and label == "plain_loop_l2_init")
@@ -210,8 +214,9 @@ def main() -> None:
                          "ratio_to_plain": rate / plain, "fraction_of_bound": rate / bound})
             if label != "plain_loop_l2_init":
                 print(f"  {label:<28}{k:>4}{rate:>18,.0f}{rate / plain:>9.2f}{rate / bound:>10.1%}")
-    print(f"  (cli_run: a whole `plasticlab run`, L2 Init, K={args.cli_members}, 8 tasks × 625 steps, "
-          "start-up included, task-end measurements on / off)")
+    if "mlp" in args.archs:
+        print(f"  (cli_run: a whole `plasticlab run`, L2 Init, K={args.cli_members}, 8 tasks × 625 "
+              "steps, start-up included, task-end measurements on / off)")
     path = Path(args.csv)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:

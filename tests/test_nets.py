@@ -129,7 +129,7 @@ def test_ensemble_linear_member_slices_are_bit_identical_to_f_linear():
             assert torch.equal(y[k], F.linear(x[k], layer.weight[k], layer.bias[k]))
 
 
-@pytest.mark.parametrize("kernel", ["loop", "grouped"])
+@pytest.mark.parametrize("kernel", ["loop", "grouped", "unfold"])
 def test_ensemble_conv2d_member_slices_equal_f_conv2d(kernel):
     gen = torch.Generator().manual_seed(1)
     K, B, C, H = 3, 4, 3, 12
@@ -145,23 +145,26 @@ def test_ensemble_conv2d_member_slices_equal_f_conv2d(kernel):
                                    rtol=0, atol=1e-5)
 
 
-def test_conv_loop_and_grouped_kernels_agree_in_value_and_gradient():
+@pytest.mark.parametrize("kernel", ["grouped", "unfold"])
+def test_conv_kernels_agree_with_the_loop_in_value_and_gradient(kernel):
     gen = torch.Generator().manual_seed(2)
     K, B = 4, 3
     loop = EnsembleConv2d(K, 16, 16, 5, kernel="loop")
-    grouped = EnsembleConv2d(K, 16, 16, 5, kernel="grouped")
+    other = EnsembleConv2d(K, 16, 16, 5, kernel=kernel)
     with torch.no_grad():
         loop.weight.copy_(torch.randn(loop.weight.shape, generator=gen) * 0.05)
         loop.bias.copy_(torch.randn(loop.bias.shape, generator=gen))
-        grouped.weight.copy_(loop.weight)
-        grouped.bias.copy_(loop.bias)
+        other.weight.copy_(loop.weight)
+        other.bias.copy_(loop.bias)
     x = torch.randn(K, B, 16, 14, 14, generator=gen)
-    y_loop, y_grouped = loop(x), grouped(x)
-    torch.testing.assert_close(y_loop, y_grouped, rtol=0, atol=1e-5)
+    x_loop, x_other = x.clone().requires_grad_(), x.clone().requires_grad_()
+    y_loop, y_other = loop(x_loop), other(x_other)
+    torch.testing.assert_close(y_loop, y_other, rtol=0, atol=1e-5)
     y_loop.square().sum().backward()
-    y_grouped.square().sum().backward()
-    torch.testing.assert_close(loop.weight.grad, grouped.weight.grad, rtol=1e-5, atol=1e-4)
-    torch.testing.assert_close(loop.bias.grad, grouped.bias.grad, rtol=1e-5, atol=1e-4)
+    y_other.square().sum().backward()
+    torch.testing.assert_close(loop.weight.grad, other.weight.grad, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(loop.bias.grad, other.bias.grad, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(x_loop.grad, x_other.grad, rtol=1e-5, atol=1e-5)
 
 
 def test_conv_loop_gradients_equal_autograd_through_per_member_conv2d():

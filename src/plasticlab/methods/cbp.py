@@ -59,6 +59,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..device import to_device
 from ..nets import EnsembleNet
 from ..nets import init as init_schemes
 from ..nets.units import HiddenLayer, hidden_layers, parameter_index, sequential_hidden_layers
@@ -121,15 +122,6 @@ class UnitStatistics:
     age: torch.Tensor
     utility: torch.Tensor
     mean_activation: torch.Tensor
-
-
-def _to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A host tensor on ``device`` without blocking the host: a plain copy from pageable memory
-    to a GPU waits for the GPU's queue to drain, a copy from pinned memory does not (PyTorch's
-    caching host allocator keeps the pinned block alive until the copy has run)."""
-    if device.type == "cuda":
-        return tensor.pin_memory().to(device, non_blocking=True)
-    return tensor.to(device)
 
 
 def _per_unit_mean(features: torch.Tensor) -> torch.Tensor:
@@ -262,7 +254,7 @@ class GenerateAndTest:
         # units all have û = 0) go to the lowest index, the same in any ensemble.
         ranked = torch.where(s.age > self.maturity, s.utility / correction, math.inf)
         order = torch.sort(ranked, dim=1, stable=True).indices[:, :N]  # [K, N]
-        counts = _to_device(torch.from_numpy(n), device)
+        counts = to_device(torch.from_numpy(n), device)
         chosen = torch.arange(N, device=device) < counts.view(K, 1)
         mask = torch.zeros(K, U, dtype=torch.bool, device=device).scatter_(1, order, chosen)
 
@@ -277,7 +269,7 @@ class GenerateAndTest:
             w, _ = init_schemes.draw(self.init, (int(n[k]), *row_shape), layer.fan_in, layer.fan_out,
                                      self.generators[i][k])
             rows[k, : int(n[k])] = w
-        rows = _to_device(rows, device)
+        rows = to_device(rows, device)
         expand = (K, N, *row_shape)
         index = order.view(K, N, *([1] * len(row_shape))).expand(expand)
         pick = chosen.view(K, N, *([1] * len(row_shape))).expand(expand)

@@ -12,6 +12,8 @@ import math
 
 import torch
 
+from ..device import to_device
+
 INIT_SCHEMES = ("torch_default", "kaiming_uniform", "kaiming_normal", "xavier_uniform", "xavier_normal")
 
 
@@ -57,3 +59,13 @@ def draw(
         return _normal(weight_shape, math.sqrt(2.0 / (fan_in + fan_out)), generator), zero_bias
     check_scheme(scheme)
     raise AssertionError("unreachable")
+
+
+def draw_members(scheme: str, weight_shape: tuple[int, ...], fan_in: int, fan_out: int,
+                 generators, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every member's (weight ``[K, …]``, bias ``[K, …]``) for a layer on ``device``: member k
+    draws from ``generators[k]`` only (:func:`draw`), on the host, and the stack is copied
+    without making the host wait for the device."""
+    draws = [draw(scheme, weight_shape, fan_in, fan_out, g) for g in generators]
+    return (to_device(torch.stack([w for w, _ in draws]), device),
+            to_device(torch.stack([b for _, b in draws]), device))

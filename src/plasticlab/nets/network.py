@@ -103,12 +103,8 @@ class EnsembleNet(nn.Module):
         draws from ``generators[k]`` only."""
         if len(generators) != self.members:
             raise ValueError(f"need one generator per member ({self.members}), got {len(generators)}")
-        shape = tuple(layer.weight.shape[1:])
-        draws = [init_schemes.draw(self.init, shape, layer.fan_in, layer.fan_out, g)
-                 for g in generators]
-        device = layer.weight.device
-        return (torch.stack([w for w, _ in draws]).to(device),
-                torch.stack([b for _, b in draws]).to(device))
+        return init_schemes.draw_members(self.init, tuple(layer.weight.shape[1:]), layer.fan_in,
+                                         layer.fan_out, generators, layer.weight.device)
 
     @torch.no_grad()
     def initialize(self, generators: Sequence[torch.Generator]) -> None:

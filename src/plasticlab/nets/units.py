@@ -73,11 +73,8 @@ class HiddenLayer:
     def sample_init(self, scheme: str, generators) -> tuple[torch.Tensor, torch.Tensor]:
         """A fresh draw of the whole layer's incoming (weight, bias) from init ``scheme``,
         ``[K, …]`` on the layer's device; member k draws from ``generators[k]`` only."""
-        shape = tuple(self.in_weight.shape[1:])
-        draws = [init_schemes.draw(scheme, shape, self.fan_in, self.fan_out, g) for g in generators]
-        device = self.in_weight.device
-        return (torch.stack([w for w, _ in draws]).to(device),
-                torch.stack([b for _, b in draws]).to(device))
+        return init_schemes.draw_members(scheme, tuple(self.in_weight.shape[1:]), self.fan_in,
+                                         self.fan_out, generators, self.in_weight.device)
 
     def reset_optimizer(self, optimizer, which: str, mask: torch.Tensor,
                         restart_count: bool = True) -> None:

@@ -1,0 +1,78 @@
+"""The ensemble convolution's kernels against each other: one training step of the paper's CNN
+(forward, backward of the members' summed mean cross-entropy, plasticlab's fused Adam) for K
+members, with each ``EnsembleConv2d`` kernel — ``loop`` (one convolution per member, the
+simple form), ``grouped`` (one convolution with groups=K) and ``unfold`` (columns and one
+batched matmul).
+
+    python benchmarks/conv_kernels.py [--device cuda] [--members 16,64,256]
+
+Prints the setup (device, threads, K, batch) and member-samples/s per kernel and K, each the
+median of ``--repeats`` timed runs of ``--steps`` steps after a warm-up, on random inputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+from plasticlab.nets import build_network
+from plasticlab.optim import Adam
+from plasticlab.rng import torch_generator
+
+KERNELS = ("loop", "grouped", "unfold")
+
+
+def rate(kernel: str, members: int, device: str, steps: int, repeats: int, batch: int = 16) -> float:
+    """Member-samples/s of training steps of the CNN with ``kernel``."""
+    net = build_network("cnn", members, (3, 32, 32), 10, conv_kernel=kernel,
+                        generators=[torch_generator(s, "init") for s in range(members)]).to(device)
+    optimizer = Adam(list(net.parameters()), lr=1e-3)
+    x = torch.randn(members, batch, 3, 32, 32, device=device)
+    y = torch.randint(0, 10, (members, batch), device=device)
+
+    def step():
+        logits = net(x)
+        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none")
+        optimizer.zero_grad()
+        loss.view(members, batch).mean(1).sum().backward()
+        optimizer.step()
+
+    for _ in range(3):
+        step()
+    times = []
+    for _ in range(repeats):
+        if device != "cpu":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        if device != "cpu":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - start)
+    return steps * members * batch / statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--members", default="1,8,16")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    if args.device == "cpu":
+        torch.set_num_threads(1)
+    name = "cpu" if args.device == "cpu" else torch.cuda.get_device_name(args.device)
+    print(f"torch {torch.__version__}, device {args.device} ({name}), {torch.get_num_threads()} "
+          f"thread(s), batch 16, {args.steps} steps × median of {args.repeats}")
+    print(f"{'K':>6}" + "".join(f"{k:>14}" for k in KERNELS) + "   (member-samples/s)")
+    for members in (int(k) for k in args.members.split(",")):
+        rates = [rate(k, members, args.device, args.steps, args.repeats) for k in KERNELS]
+        print(f"{members:>6}" + "".join(f"{r:>14,.0f}" for r in rates), flush=True)
+
+
+if __name__ == "__main__":
+    main()
