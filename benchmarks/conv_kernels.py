@@ -1,8 +1,9 @@
 """The ensemble convolution's kernels against each other: one training step of the paper's CNN
 (forward, backward of the members' summed mean cross-entropy, plasticlab's fused Adam) for K
 members, with each ``EnsembleConv2d`` kernel — ``loop`` (one convolution per member, the
-simple form), ``grouped`` (one convolution with groups=K) and ``unfold`` (columns and one
-batched matmul).
+simple form) and ``grouped`` (one convolution with groups=K) — and, on CUDA, the grouped
+kernel with cuDNN's autotuner on (``torch.backends.cudnn.benchmark``: it picks the fastest
+algorithm per shape, possibly a non-deterministic one, so the engine leaves it off).
 
     python benchmarks/conv_kernels.py [--device cuda] [--members 16,64,256]
 
@@ -23,7 +24,7 @@ from plasticlab.nets import build_network
 from plasticlab.optim import Adam
 from plasticlab.rng import torch_generator
 
-KERNELS = ("loop", "grouped", "unfold")
+KERNELS = ("loop", "grouped")
 
 
 def rate(kernel: str, members: int, device: str, steps: int, repeats: int, batch: int = 16) -> float:
@@ -68,10 +69,15 @@ def main() -> None:
     name = "cpu" if args.device == "cpu" else torch.cuda.get_device_name(args.device)
     print(f"torch {torch.__version__}, device {args.device} ({name}), {torch.get_num_threads()} "
           f"thread(s), batch 16, {args.steps} steps × median of {args.repeats}")
-    print(f"{'K':>6}" + "".join(f"{k:>14}" for k in KERNELS) + "   (member-samples/s)")
+    columns = [(k, False) for k in KERNELS] + ([("grouped", True)] if args.device != "cpu" else [])
+    print(f"{'K':>6}" + "".join(f"{k + (' +tuned' if tuned else ''):>16}" for k, tuned in columns)
+          + "   (member-samples/s)")
     for members in (int(k) for k in args.members.split(",")):
-        rates = [rate(k, members, args.device, args.steps, args.repeats) for k in KERNELS]
-        print(f"{members:>6}" + "".join(f"{r:>14,.0f}" for r in rates), flush=True)
+        rates = []
+        for kernel, tuned in columns:
+            with torch.backends.cudnn.flags(enabled=True, benchmark=tuned):
+                rates.append(rate(kernel, members, args.device, args.steps, args.repeats))
+        print(f"{members:>6}" + "".join(f"{r:>16,.0f}" for r in rates), flush=True)
 
 
 if __name__ == "__main__":

@@ -147,8 +147,8 @@ def measurements(args, members: list[int]) -> list[tuple[str, str, int, object]]
             continue
         out.append((arch, "plain_loop_l2_init", 1,
                     partial(plain_loop, arch, steps, args.data_dir, args.device)))
-        variants = [(method, "auto") for method in METHODS]
-        if arch == "mlp":
+        variants = [(method, "auto") for method in METHODS if method in args.methods]
+        if arch == "mlp" and "l2_init" in args.methods:
             variants.append(("l2_init", "autograd"))
         for method, backprop in variants:
             label = method if backprop == "auto" else f"{method}, {backprop}"
@@ -174,11 +174,16 @@ def main() -> None:
     parser.add_argument("--csv", default="results/speed.csv")
     parser.add_argument("--repeats", type=int, default=3, help="best of this many measurements")
     parser.add_argument("--archs", default="mlp,cnn", help="which networks: mlp, cnn or both")
+    parser.add_argument("--methods", default=",".join(METHODS), help="which methods (default: all four)")
     parser.add_argument("--verbose", action="store_true", help="print each figure as it is measured")
     args = parser.parse_args()
     torch.set_num_threads(1)
     cpu = args.device == "cpu"
     args.archs = [a for a in ("mlp", "cnn") if a in args.archs.split(",")]
+    args.methods = args.methods.split(",")
+    unknown = set(args.methods) - set(METHODS)
+    if unknown:
+        parser.error(f"unknown methods {sorted(unknown)}: choose from {', '.join(METHODS)}")
     members = [int(k) for k in (args.members or ("1,4,8,16,32" if cpu else "1,64,256,1024")).split(",")]
     args.cli_members = args.cli_members or (8 if cpu else 256)
     where = "cpu" if cpu else f"{args.device} ({torch.cuda.get_device_name(args.device)})"

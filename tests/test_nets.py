@@ -129,7 +129,7 @@ def test_ensemble_linear_member_slices_are_bit_identical_to_f_linear():
             assert torch.equal(y[k], F.linear(x[k], layer.weight[k], layer.bias[k]))
 
 
-@pytest.mark.parametrize("kernel", ["loop", "grouped", "unfold"])
+@pytest.mark.parametrize("kernel", ["loop", "grouped"])
 def test_ensemble_conv2d_member_slices_equal_f_conv2d(kernel):
     gen = torch.Generator().manual_seed(1)
     K, B, C, H = 3, 4, 3, 12
@@ -145,12 +145,11 @@ def test_ensemble_conv2d_member_slices_equal_f_conv2d(kernel):
                                    rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("kernel", ["grouped", "unfold"])
-def test_conv_kernels_agree_with_the_loop_in_value_and_gradient(kernel):
+def test_conv_loop_and_grouped_kernels_agree_in_value_and_gradient():
     gen = torch.Generator().manual_seed(2)
     K, B = 4, 3
     loop = EnsembleConv2d(K, 16, 16, 5, kernel="loop")
-    other = EnsembleConv2d(K, 16, 16, 5, kernel=kernel)
+    other = EnsembleConv2d(K, 16, 16, 5, kernel="grouped")
     with torch.no_grad():
         loop.weight.copy_(torch.randn(loop.weight.shape, generator=gen) * 0.05)
         loop.bias.copy_(torch.randn(loop.bias.shape, generator=gen))

@@ -538,3 +538,8 @@ def test_decay_is_folded_only_where_the_numbers_stay_the_same():
     opt.weight_decay = 1e-4  # the optimizer's own decay is never overwritten
     reg = L2Init(net, 1e-2, member_dim=True)
     assert not fold_decay(reg, opt) and opt.weight_decay == 1e-4
+    # off the CPU (where the identity is untested, and on CUDA did not hold) the decay stays apart
+    reg = L2Init(net, 1e-2, member_dim=True)
+    reg.params = [p.to("meta") for p in reg.params]  # (a device that is not the CPU)
+    opt = make_optimizer("adam", reg.params, 1e-3)
+    assert not fold_decay(reg, opt) and opt.weight_decay == 0.0

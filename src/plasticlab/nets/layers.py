@@ -90,16 +90,15 @@ class EnsembleConv2d(nn.Module):
 
     ``kernel`` picks how the K convolutions run: ``"loop"`` (one conv per member; measured
     fastest on CPU for the paper's small CNN), ``"grouped"`` (one grouped conv with
-    groups=K), ``"unfold"`` (the patches of every example laid out as columns, then one
-    batched matmul ``W_k · cols_k`` for all members), or ``"auto"`` (unfold on CUDA, loop
-    elsewhere).
+    groups=K: on an H200, 1.9–5.8× the loop's speed for K = 16–1024,
+    ``benchmarks/conv_kernels.py``), or ``"auto"`` (grouped on CUDA, loop elsewhere).
     """
 
     def __init__(self, members: int, in_channels: int, out_channels: int, kernel_size: int,
                  kernel: str = "auto"):
         super().__init__()
-        if kernel not in ("auto", "loop", "grouped", "unfold"):
-            raise ValueError(f"conv kernel must be 'auto', 'loop', 'grouped' or 'unfold', got {kernel!r}")
+        if kernel not in ("auto", "loop", "grouped"):
+            raise ValueError(f"conv kernel must be 'auto', 'loop' or 'grouped', got {kernel!r}")
         self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, kernel_size
         self.kernel = kernel
         self.weight = nn.Parameter(
@@ -117,27 +116,14 @@ class EnsembleConv2d(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         kernel = self.kernel
         if kernel == "auto":
-            kernel = "unfold" if x.is_cuda else "loop"
+            kernel = "grouped" if x.is_cuda else "loop"
         if kernel == "loop":
             return _EnsembleConvLoopFunction.apply(x, self.weight, self.bias)
-        if kernel == "unfold":
-            return self._unfold(x)
         K, B, C, H, W = x.shape
         y = F.conv2d(x.transpose(0, 1).reshape(B, K * C, H, W),
                      self.weight.reshape(K * self.out_channels, C, self.kernel_size, self.kernel_size),
                      self.bias.reshape(-1), groups=K)
         return y.view(B, K, self.out_channels, *y.shape[-2:]).transpose(0, 1)
-
-    def _unfold(self, x: torch.Tensor) -> torch.Tensor:
-        # y_k = W_k [O, C·k²] · cols_k [C·k², B·L] + b_k, L = H'·W' output positions: one
-        # batched matmul over members, each as large as a member's whole batch.
-        K, B, C, H, W = x.shape
-        k, O = self.kernel_size, self.out_channels
-        Ho, Wo = H - k + 1, W - k + 1
-        cols = F.unfold(x.reshape(K * B, C, H, W), k)  # [K·B, C·k², L]
-        cols = cols.view(K, B, C * k * k, Ho * Wo).transpose(1, 2).reshape(K, C * k * k, B * Ho * Wo)
-        y = torch.baddbmm(self.bias.unsqueeze(-1), self.weight.view(K, O, C * k * k), cols)
-        return y.view(K, O, B, Ho, Wo).transpose(1, 2)
 
 
 class EnsembleLayerNorm(nn.Module):
