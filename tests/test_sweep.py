@@ -74,6 +74,7 @@ def test_calibrated_ensemble_size_is_the_fastest_k_per_architecture():
     assert choose(runs["permuted_mnist"]) == 8 and choose(runs["random_label_cifar"]) == 4
     assert members_for("cpu", None)(runs["permuted_mnist"]) == 16
     assert members_for("cuda", calibration)(runs["permuted_mnist"]) == 256
+    assert members_for("cuda", calibration)(runs["random_label_cifar"]) == 64
     # a sweep on two workers takes the K that is fastest with both training at once
     calibration["samples_per_second_all_workers"] = {"mlp": {"1": 9e3, "8": 4e4, "16": 5e4}}
     assert members_for("cpu", calibration, workers=2)(runs["permuted_mnist"]) == 16

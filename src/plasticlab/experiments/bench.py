@@ -140,7 +140,12 @@ def load(path: Path | None = None) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-DEFAULT_MEMBERS = {"cpu": 16, "cuda": 256}
+DEFAULT_MEMBERS = {"cpu": 16}
+# On CUDA, per architecture. Measured on an H200 (benchmarks/recorded/h200-2026-11-26): the
+# MLP's rate still grows from K = 256 to 1024 (4.9M → 6.0M member-samples/s), but 256 keeps a
+# Permuted MNIST task's examples at 2 GB of device memory; the CNN's grouped convolution is
+# fastest at K = 64 (352k member-samples/s per step against 244k at K = 256).
+CUDA_MEMBERS = {"mlp": 256, "cnn": 64}
 
 
 def members_for(device: str, calibration: dict | None, workers: int = 1):
@@ -148,11 +153,12 @@ def members_for(device: str, calibration: dict | None, workers: int = 1):
 
     On CPU, the K with the highest member-samples/s in this machine's calibration for the
     configuration's architecture (``plasticlab bench``) — measured with all workers at once
-    when the sweep runs several and the calibration has that —, else 16; on CUDA 256 (large
-    ensembles are what a GPU is for; the calibration is CPU-only).
+    when the sweep runs several and the calibration has that —, else 16; on CUDA 256 for the
+    MLP and 64 for the CNN (:data:`CUDA_MEMBERS`, measured on an H200; the calibration is
+    CPU-only).
     """
     if not str(device).startswith("cpu"):
-        return lambda config: DEFAULT_MEMBERS["cuda"]
+        return lambda config: CUDA_MEMBERS[ARCH.get(config.problem, "mlp")]
     calibration = calibration or {}
     table = calibration.get("samples_per_second") or {}
     if workers > 1 and calibration.get("samples_per_second_all_workers"):
