@@ -90,7 +90,7 @@ class EnsembleConv2d(nn.Module):
 
     ``kernel`` picks how the K convolutions run: ``"loop"`` (one conv per member; measured
     fastest on CPU for the paper's small CNN), ``"grouped"`` (one grouped conv with
-    groups=K: on an H200, 1.9–5.8× the loop's speed for K = 16–1024,
+    groups=K: on an H200, 2.3–5.8× the loop's speed for K = 16–1024,
     ``benchmarks/conv_kernels.py``), or ``"auto"`` (grouped on CUDA, loop elsewhere).
     """
 
