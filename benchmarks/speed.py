@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from plasticlab import L2Init
-from plasticlab.engine import train_ensemble
+from plasticlab.experiments.bench import samples_per_second
 from plasticlab.experiments.config import resolve_config
 from plasticlab.problems import get_problem
 
@@ -119,9 +119,7 @@ def engine(arch: str, method: str, members: int, steps: int, data_dir, backprop:
     name, params = PROBLEMS[arch]
     config = resolve_config({"problem": name, "method": method, "params": METHODS[method],
                              "tasks": 1, "steps_per_task": steps, "problem_params": params})
-    result = train_ensemble(config, list(range(members)), data_dir=data_dir, measure=False,
-                            backprop=backprop, device=device)
-    return result.steps_per_second * members * config.batch_size
+    return samples_per_second(config, members, data_dir, backprop=backprop, device=device)
 
 
 def cli_run(data_dir, members: int = 8, tasks: int = 8, measure: bool = True,

@@ -41,11 +41,17 @@ def _short_config(problem: str, method: str, tasks: int, steps: int):
                            else {"examples": 1200})})
 
 
-def _samples_per_second(problem: str, method: str, members: int, steps: int, data_dir) -> float:
-    config = _short_config(problem, method, 1, steps)
-    # Training speed only: task-end measurements (a few % of a full-length task) are left out.
-    result = train_ensemble(config, list(range(members)), data_dir=data_dir, measure=False)
+def samples_per_second(config, members: int, data_dir=None, **engine_options) -> float:
+    """Member-samples/s of training ``config`` as one ensemble of seeds 0…``members``−1:
+    training speed only, so the task-end measurements (a few % of a full-length task) are
+    left out; ``engine_options`` go to :func:`~plasticlab.engine.train_ensemble`."""
+    result = train_ensemble(config, list(range(members)), data_dir=data_dir, measure=False,
+                            **engine_options)
     return result.steps_per_second * members * config.batch_size
+
+
+def _samples_per_second(problem: str, method: str, members: int, steps: int, data_dir) -> float:
+    return samples_per_second(_short_config(problem, method, 1, steps), members, data_dir)
 
 
 def _task_overhead(problem: str, members: int, data_dir, tasks: int = 3) -> float:
@@ -140,7 +146,7 @@ def load(path: Path | None = None) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-DEFAULT_MEMBERS = {"cpu": 16}
+CPU_MEMBERS = 16  # without a calibration
 # On CUDA, per architecture. Measured on an H200 (benchmarks/recorded/h200-2026-11-26): the
 # MLP's rate still grows from K = 256 to 1024 (4.9M → 6.0M member-samples/s), but 256 keeps a
 # Permuted MNIST task's examples at 2 GB of device memory; the CNN's grouped convolution is
@@ -166,7 +172,7 @@ def members_for(device: str, calibration: dict | None, workers: int = 1):
     best = {arch: int(max(rates, key=lambda k: rates[k])) for arch, rates in table.items() if rates}
 
     def choose(config) -> int:
-        return best.get(ARCH.get(config.problem, "mlp"), DEFAULT_MEMBERS["cpu"])
+        return best.get(ARCH.get(config.problem, "mlp"), CPU_MEMBERS)
 
     return choose
 

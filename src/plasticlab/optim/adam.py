@@ -151,7 +151,6 @@ class Adam:
             denom = (v.sqrt() / bc2_sqrt).add_(self.eps)
             p.addcdiv_(m / bc1, denom, value=-self.lr)
 
-
     @property
     def element_steps(self) -> list[torch.Tensor | None]:
         """Each tensor's per-element step counts (None until its first restart), materialised."""

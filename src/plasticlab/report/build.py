@@ -366,24 +366,23 @@ def _sweep_lines(method: str, configs: list[ConfigRuns], keys: Sequence[str], se
     most ``MAX_SWEEP_LINES`` values (λ sensitivity at two step sizes), one line per value of
     it; otherwise one line through the best configuration, the other settings held there.
     The best configuration's point is marked."""
+    flat = {id(c): flat_settings(c.config) for c in configs}
     best = max(configs, key=lambda c: float(np.mean(c.total)))
-    anchor = flat_settings(best.config)
+    anchor = flat[id(best)]
     others = [k for k in keys if k != setting]
-    groups: dict[str, list[ConfigRuns]] = {}
-    if len(others) == 1 and len({_key(flat_settings(c.config).get(others[0])) for c in configs}) \
-            <= MAX_SWEEP_LINES:
+    if len(others) == 1 and len({repr(flat[id(c)].get(others[0])) for c in configs}) <= MAX_SWEEP_LINES:
         other = others[0]
-        for c in configs:
-            groups.setdefault(_key(flat_settings(c.config).get(other)), []).append(c)
-        labels = {k: f"{method} {other}={_value_text(g[0].config, other)}" for k, g in groups.items()}
+        groups: dict[str, list[ConfigRuns]] = {}  # in the order of the other setting's values
+        for c in sorted(configs, key=lambda c: _sort_value(flat[id(c)].get(other))):
+            groups.setdefault(repr(flat[id(c)].get(other)), []).append(c)
+        labels = {k: f"{method} {other}={_value_text(flat[id(g[0])].get(other))}"
+                  for k, g in groups.items()}
     else:
-        groups[""] = [c for c in configs
-                      if all(flat_settings(c.config).get(k) == anchor.get(k) for k in others)]
+        groups = {"": [c for c in configs if all(flat[id(c)].get(k) == anchor.get(k) for k in others)]}
         labels = {"": method}
     lines = []
-    for key, group in sorted(groups.items(), key=lambda kv: _sort_value(
-            flat_settings(kv[1][0].config).get(others[0]) if len(groups) > 1 else 0)):
-        points = sorted(((flat_settings(c.config).get(setting), c) for c in group),
+    for key, group in groups.items():
+        points = sorted(((flat[id(c)].get(setting), c) for c in group),
                         key=lambda p: _sort_value(p[0]))
         if len(points) < 2 or not all(isinstance(v, (int, float)) for v, _ in points):
             continue
@@ -396,12 +395,7 @@ def _sweep_lines(method: str, configs: list[ConfigRuns], keys: Sequence[str], se
     return lines
 
 
-def _key(value) -> str:
-    return repr(value)
-
-
-def _value_text(config: dict, key: str) -> str:
-    value = flat_settings(config).get(key)
+def _value_text(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
