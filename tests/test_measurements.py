@@ -238,7 +238,8 @@ def test_task_end_and_step_measurements_have_the_documented_shape(data_dir):
     assert m.step_metrics["grad_norm"][-1] == m.task_metrics["grad_norm"][-1]
     assert m.step_metrics["weight_magnitude"][-1] == m.task_metrics["weight_magnitude"][-1]
     assert result.extra["measurements"] == {"task_end": True, "every": 8, "forgetting": False,
-                                            "samples": 500}
+                                            "samples": 500, "test_examples": "all",
+                                            "internals_on": "current"}
     with pytest.raises(ValueError):
         train_ensemble(config(), [0], data_dir=data_dir, measure=False, forgetting=True)
 
@@ -270,3 +271,59 @@ def test_measurements_add_no_per_step_host_synchronisation(data_dir, monkeypatch
                    on_task_end=lambda task, accs: marks.append(calls["n"]))
     # task 1 holds 10 step measurements and 2 test sets, all read back together at its end
     assert marks[1] - marks[0] <= 3
+
+
+# --- measurement conventions: test_examples and internals_on (SPEC §9) --------------------------
+
+def test_test_examples_n_is_the_accuracy_on_the_first_n_of_each_seeds_shuffled_test_set(data_dir):
+    seeds = [3, 8]
+    problem = PermutedMNIST(seeds, tasks=3, data_dir=data_dir, examples_per_task=160)
+    net = mlp(seeds)
+    x, y = problem.test_set(1)
+    expected = []
+    for k, seed in enumerate(seeds):
+        first = torch.from_numpy(problem.test_order(seed, 10_000)[:300])
+        expected.append(direct_accuracy(net, x[:, first], y[:, first])[k])
+    assert held_out_accuracy(net, problem, 1, examples=300).tolist() == pytest.approx(expected, abs=1e-6)
+    # the same images for every task (under each task's permutation), as in the authors' code
+    a, b = problem.member_test_subset(0, 3, 1, 300), problem.member_test_subset(0, 3, 2, 300)
+    assert torch.equal(a.x, b.x) and not torch.equal(a.perm, b.perm)
+
+
+def test_reference_test_examples_score_the_authors_992_images(data_dir):
+    cfg = config(test_examples="reference", tasks=2)
+    result = train_ensemble(cfg, [0], data_dir=data_dir)
+    problem = PermutedMNIST([0], tasks=2, data_dir=data_dir, examples_per_task=320)
+    assert problem.member_test_subset(0, 0, 0, 992).size == 992
+    acc = result.members[0].task_metrics["task_test_accuracy"][0]
+    assert round(acc * 992) == pytest.approx(acc * 992, abs=1e-6)  # a whole number of the 992
+    assert result.extra["measurements"]["test_examples"] == "reference"
+
+
+def test_test_examples_must_be_all_reference_or_a_positive_count():
+    for bad in ("0", "-5", "some", "1.5"):
+        with pytest.raises(ValueError, match="test_examples must be 'all', 'reference' or a whole number"):
+            config(test_examples=bad)
+    assert config(test_examples="250").test_examples == "250"
+
+
+def test_internals_on_next_measure_the_next_tasks_first_test_inputs(data_dir):
+    seeds = [0, 1]
+    problem = PermutedMNIST(seeds, tasks=3, data_dir=data_dir, examples_per_task=160)
+    net = mlp(seeds)
+    measurer = Measurer(net, problem, internals_on="next")
+    assert measurer.samples == 1000  # the authors' count
+    problem.start_task(0)
+    expected = network_internals(net, problem.test_examples(1, 1000)[0])
+    got = measurer.internals()
+    for name in INTERNALS:
+        torch.testing.assert_close(got[name], expected[name], rtol=0, atol=0)
+    problem.start_task(2)  # the last task has no next one: its own test inputs
+    assert torch.equal(measurer.inputs(), problem.test_examples(2, 1000)[0])
+
+
+def test_internals_on_next_needs_test_sets():
+    with pytest.raises(ValueError, match="has no test sets: use internals_on=current"):
+        resolve_config({"problem": "random_label_mnist", "method": "baseline", "internals_on": "next"})
+    with pytest.raises(ValueError, match="internals_on must be one of current, next"):
+        config(internals_on="later")

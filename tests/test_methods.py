@@ -110,9 +110,9 @@ def test_ewc_penalty_is_zero_before_the_first_task_end():
     assert torch.equal(method.penalty(), torch.zeros(2))
 
 
-def test_ewc_gradient_equals_the_sum_over_tasks_of_fisher_weighted_anchors():
+def test_ewc_sum_anchor_gradient_equals_the_sum_over_tasks_of_fisher_weighted_anchors():
     model = nn.Sequential(nn.Linear(6, 4), nn.ReLU(), nn.Linear(4, 3))
-    ewc = EWC(model, strength=2.0)
+    ewc = EWC(model, strength=2.0, anchor="sum")
     anchors, fishers = [], []
     for _ in range(3):
         with torch.no_grad():

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from . import checkpoint as ckpt
 from . import metrics
 from .experiments.config import RunConfig
-from .measure import DEFAULT_SAMPLES, Measurer, to_host
+from .measure import Measurer, test_example_count, to_host
 from .methods import MethodContext, get_method
 from .nets import backprop as manual
 from .nets import build_network
@@ -133,7 +133,7 @@ def train_ensemble(
     measure: bool = True,
     measure_every: int | None = None,
     forgetting: bool = False,
-    measure_samples: int = DEFAULT_SAMPLES,
+    measure_samples: int | None = None,
     checkpoint: str | Path | None = None,
     backprop: str = "auto",
 ) -> EnsembleResult:
@@ -146,7 +146,7 @@ def train_ensemble(
     Measurements (:mod:`plasticlab.measure`): ``measure`` turns the task-end measurements on
     (default); ``measure_every=N`` adds network internals and gradient norm after every N-th
     step; ``forgetting`` evaluates every earlier task's test set at each task end (the
-    accuracy matrix, BWT); ``measure_samples`` inputs of the current task per member are used
+    accuracy matrix, BWT); ``measure_samples`` inputs per member (default: the measurer's) are used
     for the feature measurements. None of them changes training.
 
     ``checkpoint``: a file to save the whole training state to at every task end and to
@@ -190,7 +190,7 @@ def train_ensemble(
     if (measure_every or forgetting) and not measure:
         raise ValueError("measure_every and forgetting need measurements on (measure=True)")
     every = int(measure_every or 0)
-    measurer = Measurer(net, problem, samples=measure_samples, forgetting=forgetting) if measure else None
+    measurer = _measurer(net, problem, config, measure_samples, forgetting) if measure else None
     parameters = list(net.parameters())
     task_measures: list[list[dict]] = []  # [task][member] → {name: value}
     step_measures: list[list[dict]] = []  # [measurement][member]
@@ -206,7 +206,7 @@ def train_ensemble(
         net, optimizer = method.net, method.optimizer
         parameters = list(net.parameters())
         if measurer is not None:
-            measurer = Measurer(net, problem, samples=measure_samples, forgetting=forgetting)
+            measurer = _measurer(net, problem, config, measure_samples, forgetting)
         accuracies, task_measures = state["accuracies"], state["task_measures"]
         step_measures, measure_time = state["step_measures"], state["measure_time"]
         global_step, first_task, wall_before = state["global_step"], state["next_task"], state["wall"]
@@ -278,7 +278,18 @@ def train_ensemble(
                           extra={"backprop": "manual" if hand is not None else "autograd",
                                  "measurements": {"task_end": bool(measure), "every": every or None,
                                                   "forgetting": bool(forgetting),
-                                                  "samples": int(measure_samples)}})
+                                                  "samples": measurer.samples if measurer else None,
+                                                  "test_examples": config.test_examples,
+                                                  "internals_on": config.internals_on},
+                                 "method": method.notes()})
+
+
+def _measurer(net, problem, config: RunConfig, samples: int | None, forgetting: bool) -> Measurer:
+    """The run's :class:`Measurer`, under its measurement conventions (``test_examples``,
+    ``internals_on``)."""
+    return Measurer(net, problem, samples=samples, forgetting=forgetting,
+                    test_examples=test_example_count(config.test_examples),
+                    internals_on=config.internals_on)
 
 
 def _autograd_step(net, optimizer, x: torch.Tensor, y: torch.Tensor, needs_features: bool

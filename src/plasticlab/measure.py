@@ -64,12 +64,42 @@ INTERNALS = ("weight_magnitude", "weight_magnitude_per_layer", "srank", "effecti
 COUNTS = ("srank",)
 """Metrics whose values are whole numbers (reported as ints)."""
 
+INTERNALS_ON = ("current", "next")
+"""Where the feature measurements look: ``current`` — ``samples`` training inputs of the task
+that just ended (plasticlab's default); ``next`` — the next task's held-out test inputs (the
+authors' code, SPEC §9; the last task, which has no next, uses its own)."""
 
-def _member_tests(problem: Problem, task: int) -> list[TaskData] | None:
-    """Every member's held-out ``TaskData`` of ``task`` (None without test sets), checked."""
+REFERENCE_TEST_EXAMPLES = 992
+"""The authors' test accuracy: the first 1000 images of the seed-shuffled test set in batches of
+16, a mean over its 62 full batches — the accuracy on the first 992 (SPEC §9)."""
+
+REFERENCE_INTERNALS_SAMPLES = 1000
+"""The authors' feature measurements: the next task's first 1000 test inputs, in one pass."""
+
+
+def test_example_count(value: str | int | None) -> int | None:
+    """The run parameter ``test_examples`` as a count: ``all`` (or None) → None (every test
+    image), ``reference`` → :data:`REFERENCE_TEST_EXAMPLES`, ``N`` → N ≥ 1 (the first N of each
+    member's seed-shuffled test set, all of them if fewer)."""
+    if value is None or value == "all":
+        return None
+    if value == "reference":
+        return REFERENCE_TEST_EXAMPLES
+    try:
+        n = int(str(value))
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"test_examples must be 'all', 'reference' or a whole number >= 1, got {value!r}")
+    return n
+
+
+def _member_tests(problem: Problem, task: int, examples: int | None = None) -> list[TaskData] | None:
+    """Every member's held-out ``TaskData`` of ``task`` (None without test sets), checked: the
+    whole test set, or its first ``examples`` in the member's seed-shuffled order."""
     if not 0 <= task < problem.tasks:
         raise ValueError(f"{problem.name}: no task {task} (tasks 0..{problem.tasks - 1})")
-    parts = [problem.member_test(k, seed, task) for k, seed in enumerate(problem.seeds)]
+    parts = [problem.member_test_subset(k, seed, task, examples) for k, seed in enumerate(problem.seeds)]
     if parts[0] is None:
         return None
     sizes = {p.x.shape[0] for p in parts}
@@ -82,7 +112,7 @@ def _overrides_test_set(problem: Problem) -> bool:
     return type(problem).test_set is not Problem.test_set
 
 
-def held_out_batches(problem: Problem, task: int, chunk: int = TEST_CHUNK
+def held_out_batches(problem: Problem, task: int, chunk: int = TEST_CHUNK, examples: int | None = None
                  ) -> Iterator[tuple[torch.Tensor, torch.Tensor]] | None:
     """``task``'s held-out test set as chunks of network inputs ``[K, ≤chunk, …]`` and labels
     ``[K, ≤chunk]``, or None when the problem has no test sets.
@@ -91,16 +121,21 @@ def held_out_batches(problem: Problem, task: int, chunk: int = TEST_CHUNK
     chunk by chunk from the members' stored uint8 examples, so a 10,000-image test set of a large
     ensemble is never materialised as one float tensor (that costs more than evaluating it). A
     problem that overrides ``test_set`` is evaluated through its own ``test_set``.
+    ``examples``: only the first N of each member's seed-shuffled test set
+    (:meth:`Problem.member_test_subset`); None for all of it.
     """
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1, got {chunk}")
     if _overrides_test_set(problem):
+        if examples is not None:
+            raise ValueError(f"{problem.name} builds its own test sets (it overrides test_set): "
+                             "evaluate it with test_examples=all")
         data = problem.test_set(task)
         if data is None:
             return None
         x, y = data
         return ((x[:, i:i + chunk], y[:, i:i + chunk]) for i in range(0, y.shape[1], chunk))
-    parts = _member_tests(problem, task)
+    parts = _member_tests(problem, task, examples)
     if parts is None:
         return None
     n, device = parts[0].x.shape[0], problem.device
@@ -183,8 +218,8 @@ def _permuted_shared_accuracy(net: EnsembleNet, problem: Problem, parts: list[Ta
     return correct.double() / labels.shape[1]
 
 
-def held_out_accuracy(net: EnsembleNet, problem: Problem, task: int, chunk: int = TEST_CHUNK
-                  ) -> torch.Tensor | None:
+def held_out_accuracy(net: EnsembleNet, problem: Problem, task: int, chunk: int = TEST_CHUNK,
+                      examples: int | None = None) -> torch.Tensor | None:
     """Every member's accuracy on ``task``'s whole held-out test set, ``[K]`` float64 on the
     device; None when the problem has no test sets. No gradients, ``chunk`` test examples per
     member per forward pass.
@@ -192,17 +227,17 @@ def held_out_accuracy(net: EnsembleNet, problem: Problem, task: int, chunk: int 
     Evaluates exactly ``problem.test_set(task)``; when the members share one stored image set
     under per-member permutations and the network starts with a linear layer, the permutation is
     folded into that layer's weights (one matmul for the ensemble, no permuted copies) —
-    the same function, computed faster.
+    the same function, computed faster. ``examples``: as in :func:`held_out_batches`.
     """
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1, got {chunk}")
     if not _overrides_test_set(problem) and isinstance(net.blocks[0].affine, EnsembleLinear):
-        parts = _member_tests(problem, task)
+        parts = _member_tests(problem, task, examples)
         if parts is None:
             return None
         if parts[0].perm is not None and all(p.x is parts[0].x for p in parts):
             return _permuted_shared_accuracy(net, problem, parts, chunk)
-    batches = held_out_batches(problem, task, chunk)
+    batches = held_out_batches(problem, task, chunk, examples)
     return None if batches is None else evaluate_accuracy(net, batches)
 
 
@@ -246,30 +281,50 @@ def network_internals(net: EnsembleNet, x: torch.Tensor,
 class Measurer:
     """The measurements of one ensemble on one stream.
 
-    ``samples``: measurement-batch size per member; ``forgetting``: also evaluate every earlier
-    task's test set at each task end (the accuracy matrix); ``test_chunk``: test examples per
-    member per forward pass. Results stay on the device until :func:`to_host`.
+    ``samples``: measurement-batch size per member (default :data:`DEFAULT_SAMPLES` with
+    ``internals_on="current"``, :data:`REFERENCE_INTERNALS_SAMPLES` with ``"next"``);
+    ``forgetting``: also evaluate every earlier task's test set at each task end (the accuracy
+    matrix); ``test_examples``: test accuracy on the first N of each member's seed-shuffled test
+    set (None: all of it); ``internals_on``: see :data:`INTERNALS_ON`; ``test_chunk``: test
+    examples per member per forward pass. Results stay on the device until :func:`to_host`.
     """
 
-    def __init__(self, net: EnsembleNet, problem: Problem, *, samples: int = DEFAULT_SAMPLES,
+    def __init__(self, net: EnsembleNet, problem: Problem, *, samples: int | None = None,
                  forgetting: bool = False, dormant_threshold: float = metrics.DORMANT_THRESHOLD,
-                 test_chunk: int = TEST_CHUNK):
+                 test_chunk: int = TEST_CHUNK, test_examples: int | None = None,
+                 internals_on: str = "current"):
+        if internals_on not in INTERNALS_ON:
+            raise ValueError(f"internals_on must be one of {', '.join(INTERNALS_ON)}, got {internals_on!r}")
+        if internals_on == "next" and not problem.has_test_sets:
+            raise ValueError(f"internals_on='next' measures on the next task's held-out test inputs; "
+                             f"{problem.name} has no test sets: use internals_on=current")
+        if samples is None:
+            samples = DEFAULT_SAMPLES if internals_on == "current" else REFERENCE_INTERNALS_SAMPLES
         if samples < 1:
             raise ValueError(f"measurement samples must be >= 1, got {samples}")
         if forgetting and not problem.has_test_sets:
             raise ValueError(f"{problem.name} has no held-out test sets; forgetting (the accuracy "
                              "matrix) needs them")
+        if test_examples is not None and test_examples < 1:
+            raise ValueError(f"test_examples must be >= 1 (or None for all), got {test_examples}")
         self.net, self.problem = net, problem
         self.samples, self.forgetting = int(samples), bool(forgetting)
+        self.test_examples, self.internals_on = test_examples, internals_on
         self.dormant_threshold, self.test_chunk = float(dormant_threshold), int(test_chunk)
         self._inputs: torch.Tensor | None = None
         self._inputs_task = -1
 
     def inputs(self) -> torch.Tensor:
-        """The current task's measurement batch ``[K, samples, …]`` (drawn once per task)."""
+        """The current task's measurement batch ``[K, samples, …]`` (drawn once per task): its
+        training inputs, or with ``internals_on="next"`` the next task's first test inputs."""
         if self._inputs is None or self._inputs_task != self.problem.task:
-            self._inputs = self.problem.sample_inputs(self.samples, "measure")
-            self._inputs_task = self.problem.task
+            task = self.problem.task
+            if self.internals_on == "current":
+                self._inputs = self.problem.sample_inputs(self.samples, "measure")
+            else:
+                self._inputs = self.problem.test_examples(min(task + 1, self.problem.tasks - 1),
+                                                          self.samples)[0]
+            self._inputs_task = task
         return self._inputs
 
     def internals(self) -> dict[str, torch.Tensor]:
@@ -277,8 +332,9 @@ class Measurer:
         return network_internals(self.net, self.inputs(), self.dormant_threshold)
 
     def test_accuracy(self, task: int) -> torch.Tensor | None:
-        """Every member's accuracy on ``task``'s whole test set, ``[K]``; None without test sets."""
-        return held_out_accuracy(self.net, self.problem, task, self.test_chunk)
+        """Every member's accuracy on ``task``'s test set (its first ``test_examples``),
+        ``[K]``; None without test sets."""
+        return held_out_accuracy(self.net, self.problem, task, self.test_chunk, self.test_examples)
 
     def task_end(self, task: int, grad_norm: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """All task-end measurements of ``task`` (the stream must still be on it): the

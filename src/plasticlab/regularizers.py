@@ -303,19 +303,29 @@ class L2InitResample(Regularizer):
 
 
 class EWC(Regularizer):
-    """Elastic Weight Consolidation (Kirkpatrick et al. 2017), diagonal form:
+    """Elastic Weight Consolidation, diagonal form: (β/2)·Σ_i F_i (θ_i − θ*_i)², with the
+    anchor θ* and the diagonal Fisher F taken at a task end (:meth:`consolidate`). Before the
+    first consolidation the penalty is 0.
 
-        (β/2) · Σ_tasks Σ_i F_i,t (θ_i − θ*_i,t)²
+    ``anchor`` says what a consolidation does with the earlier ones:
 
-    with θ*_t and the diagonal Fisher F_t taken at the end of each task t
-    (:meth:`consolidate`). The sum over tasks is kept in three running tensors — A = Σ F_t,
-    B = Σ F_t θ*_t, C = Σ F_t θ*_t² — so memory does not grow with the number of tasks:
-    value (β/2)·Σ(Aθ² − 2Bθ + C), gradient β(Aθ − B). Before the first consolidation the
-    penalty is 0.
+    - ``"last"`` (the authors' code, SPEC §9; default): θ* and F are **replaced** — only the
+      task that just ended anchors the penalty;
+    - ``"sum"`` (Kirkpatrick et al. 2017): one anchor per finished task,
+      (β/2)·Σ_t Σ_i F_i,t (θ_i − θ*_i,t)², kept as three running tensors — A = Σ F_t,
+      B = Σ F_t θ*_t, C = Σ F_t θ*_t² — so memory does not grow with the number of tasks:
+      value (β/2)·Σ(Aθ² − 2Bθ + C), gradient β(Aθ − B).
+
+    ``"last"`` is the same formula with A = F, B = Fθ*, C = Fθ*² of the last task alone.
     """
 
-    def __init__(self, params, strength, *, member_dim: bool = False):
+    ANCHORS = ("last", "sum")
+
+    def __init__(self, params, strength, *, anchor: str = "last", member_dim: bool = False):
         super().__init__(params, strength, member_dim=member_dim)
+        if anchor not in self.ANCHORS:
+            raise ValueError(f"EWC: anchor must be one of {', '.join(self.ANCHORS)}, got {anchor!r}")
+        self.anchor = anchor
         self.fisher_sum = [torch.zeros_like(p, requires_grad=False) for p in self.params]
         self.anchor_sum = [torch.zeros_like(p, requires_grad=False) for p in self.params]
         self.anchor_sq_sum = [torch.zeros_like(p, requires_grad=False) for p in self.params]
@@ -323,12 +333,18 @@ class EWC(Regularizer):
 
     @torch.no_grad()
     def consolidate(self, fisher: Sequence[torch.Tensor]) -> None:
-        """End of a task: anchor the current θ with weights ``fisher`` (one tensor per param)."""
+        """End of a task: anchor the current θ with weights ``fisher`` (one tensor per param),
+        replacing the earlier anchor (``anchor="last"``) or adding to them (``"sum"``)."""
         for p, f, a, b, c in zip(self.params, fisher, self.fisher_sum, self.anchor_sum,
                                  self.anchor_sq_sum, strict=True):
-            a.add_(f)
-            b.add_(f * p)
-            c.add_(f * p * p)
+            if self.anchor == "last":
+                a.copy_(f)
+                b.copy_(f * p)
+                c.copy_(f * p * p)
+            else:
+                a.add_(f)
+                b.add_(f * p)
+                c.add_(f * p * p)
         self.tasks += 1
 
     def value(self):
@@ -349,17 +365,27 @@ class EWC(Regularizer):
                 p.grad.add_(g)
 
     def consolidate_model(self, model: nn.Module, inputs: torch.Tensor,
+                          targets: torch.Tensor | None = None, *, fisher: str = "empirical",
                           generator: torch.Generator | None = None) -> None:
-        """Drop-in use: estimate the diagonal Fisher of a classifier ``model`` on ``inputs``
-        ``[N, …]`` of the finished task (labels drawn from the model) and consolidate."""
-        from .fisher import diagonal_fisher
+        """Drop-in use at a task end: estimate the diagonal Fisher of a classifier ``model`` on
+        examples of the finished task and consolidate.
+
+        ``fisher="empirical"`` (default, the authors' code) uses the data's labels ``targets``
+        ``[N]`` for the inputs ``[N, …]``; ``fisher="true"`` draws labels from the model (with
+        ``generator``) and needs no targets."""
+        from .fisher import FISHER_KINDS, diagonal_fisher
 
         if self.member_dim:
             raise ValueError("consolidate_model is for plain models; ensembles use consolidate()")
-        generator = generator or torch.default_generator
-        fisher = diagonal_fisher(lambda x: model(x[0])[None], self.params, inputs[None],
-                                 [generator])
-        self.consolidate(fisher)
+        if fisher not in FISHER_KINDS:
+            raise ValueError(f"EWC: fisher must be one of {', '.join(FISHER_KINDS)}, got {fisher!r}")
+        if fisher == "empirical" and targets is None:
+            raise ValueError("EWC: fisher='empirical' needs the finished task's labels: "
+                             "consolidate_model(model, inputs, targets), or pass fisher='true'")
+        labels = targets[None] if fisher == "empirical" else None
+        estimate = diagonal_fisher(lambda x: model(x[0])[None], self.params, inputs[None],
+                                   [generator or torch.default_generator], labels)
+        self.consolidate(estimate)
 
 
 def _module_sampler(module: nn.Module) -> Callable[[], list[torch.Tensor]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
+from ..measure import INTERNALS_ON, test_example_count
 from ..methods import get_method
 from ..nets import INIT_SCHEMES
 from ..optim import OPTIMIZERS
@@ -27,6 +28,10 @@ RUN_PARAMETERS = (
     Param("width", 1.0, float, "multiplier of every hidden layer's width"),
     Param("extra_layers", 0, int, "extra hidden layers (MLP: any; CNN: 2 = the deeper CNN)"),
     Param("init", "torch_default", str, "initialisation scheme", choices=INIT_SCHEMES),
+    Param("test_examples", "all", str, "test accuracy on: all | N (the first N of each seed's shuffled "
+          "test set) | reference (the authors' 992 of 1000)"),
+    Param("internals_on", "current", str, "feature measurements on: current (the ended task's "
+          "training inputs) | next (the next task's test inputs, the authors')", choices=INTERNALS_ON),
 )
 CONFIG_KEYS = ("problem", "method", "params", "problem_params",
                *(p.name for p in RUN_PARAMETERS))
@@ -46,6 +51,8 @@ class RunConfig:
     width: float = 1.0
     extra_layers: int = 0
     init: str = "torch_default"
+    test_examples: str = "all"
+    internals_on: str = "current"
     params: dict = field(default_factory=dict)
     problem_params: dict = field(default_factory=dict)
 
@@ -69,6 +76,10 @@ def resolve_config(raw: dict) -> RunConfig:
     for key in ("tasks", "steps_per_task", "batch_size"):
         if run[key] is None:
             run[key] = problem.defaults[key]
+    test_example_count(run["test_examples"])  # 'all', 'reference' or N >= 1
+    if run["internals_on"] == "next" and not problem.has_test_sets:
+        raise ValueError(f"internals_on='next' measures on the next task's held-out test inputs; "
+                         f"{problem.name} has no test sets: use internals_on=current")
     params = resolve(method.hyperparameters, dict(raw.get("params") or {}), f"method {method.name}")
     problem_params = problem.resolve_parameters(dict(raw.get("problem_params") or {}))
     return RunConfig(problem=problem.name, method=method.name, params=params,

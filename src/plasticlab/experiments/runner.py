@@ -104,6 +104,7 @@ def record_result(store: ResultStore, config: RunConfig, run_ids: Sequence[str],
                                           "data_source": result.data_source,
                                           "measurements": result.extra.get("measurements"),
                                           "backprop": result.extra.get("backprop"),
+                                          "method_notes": result.extra.get("method") or {},
                                           "end_time": utc_now()})
         records.append(run_record(config, member, result, rid)
                        | {"wall_time_s": result.wall_time,

@@ -80,6 +80,11 @@ class Method:
         """The current regularization penalty per member ``[K]`` (None if the method has none)."""
         return None
 
+    def notes(self) -> dict:
+        """What a run's manifest should record about how the method ran (JSON-able), e.g. a
+        documented fallback it took; empty by default."""
+        return {}
+
 
 class PenaltyMethod(Method):
     """A method that is one regularizer from :mod:`plasticlab.regularizers` in the loss."""

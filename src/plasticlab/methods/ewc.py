@@ -1,31 +1,52 @@
-"""EWC (Kirkpatrick et al. 2017): at the end of every task, anchor the parameters θ*_t and
-weigh each by its diagonal Fisher F_t; thereafter add (β/2)·Σ_t Σ_i F_i,t (θ_i − θ*_i,t)².
+"""EWC (Kirkpatrick et al. 2017): at a task end, anchor the parameters θ* and weigh each by its
+diagonal Fisher F; thereafter add (β/2)·Σ_i F_i (θ_i − θ*_i)² to the loss.
 
-EWC is the one method that is told where tasks end: the engine's stream bookkeeping calls
-``on_task_end`` and EWC estimates F on ``fisher_samples`` inputs of the finished task (labels
-drawn from the model's own predictive distribution). No other method uses that signal.
+EWC is the one method of the paper that is told where tasks end: the engine's stream
+bookkeeping calls ``on_task_end``. Its defaults are the authors' code (SPEC §9), where the
+paper's forgetting numbers come from:
+
+- ``anchor=last``: θ* and F are replaced at every task end (``sum``: one anchor per task,
+  Kirkpatrick's form);
+- ``fisher=empirical``: per-example scores with the data's labels (``true``: labels drawn from
+  the model);
+- ``fisher_data=test``: the examples are the finished task's **held-out test images** — the
+  first ``fisher_samples`` (992, the authors' 62 batches of 16) of each seed's shuffled test set.
+  This reads the test set during training, as the authors' code does; ``fisher_data=train``
+  uses the task's training images instead. Problems without test sets use ``train`` and the
+  run's manifest says so.
+
+Kirkpatrick's form: ``--set anchor=sum --set fisher=true --set fisher_data=train``.
 """
 
 from __future__ import annotations
 
-from ..fisher import diagonal_fisher
+from ..fisher import FISHER_KINDS, diagonal_fisher
 from ..params import Param
 from ..regularizers import EWC as EWCPenalty
 from .base import Method
 
 EWC_STRENGTH = Param("ewc_strength", 10.0, float, "β: strength of the EWC penalty", per_member=True)
-FISHER_SAMPLES = Param("fisher_samples", 200, int, "inputs of the finished task used to estimate F")
+ANCHOR = Param("anchor", "last", str, "last: θ*, F replaced at each task end (authors'); sum: one "
+               "anchor per task (Kirkpatrick)", choices=EWCPenalty.ANCHORS)
+FISHER = Param("fisher", "empirical", str, "empirical: the data's labels (authors'); true: labels "
+               "sampled from the model (Kirkpatrick)", choices=FISHER_KINDS)
+FISHER_DATA = Param("fisher_data", "test", str, "test: the finished task's held-out test images "
+                    "(authors'); train: its training images", choices=("test", "train"))
+FISHER_SAMPLES = Param("fisher_samples", 992, int, "examples of the finished task used to estimate F")
 
 
 class EWC(Method):
     name = "ewc"
-    description = "Elastic Weight Consolidation (diagonal Fisher at every task end)"
-    hyperparameters = (EWC_STRENGTH, FISHER_SAMPLES)
+    description = "Elastic Weight Consolidation (diagonal Fisher at a task end)"
+    hyperparameters = (EWC_STRENGTH, ANCHOR, FISHER, FISHER_DATA, FISHER_SAMPLES)
 
     def __init__(self, net, optimizer, hp, context):
         super().__init__(net, optimizer, hp, context)
-        self.ewc = EWCPenalty(net, hp["ewc_strength"], member_dim=True)
+        if hp["fisher_samples"] < 1:
+            raise ValueError(f"method {self.name}: fisher_samples must be >= 1, got {hp['fisher_samples']}")
+        self.ewc = EWCPenalty(net, hp["ewc_strength"], anchor=hp["anchor"], member_dim=True)
         self.generators = context.generators("ewc_fisher")
+        self.fisher_data_used: str | None = None
 
     def add_penalty_grad(self):
         self.ewc.add_grad_()
@@ -34,6 +55,18 @@ class EWC(Method):
         return self.ewc.value().detach()
 
     def on_task_end(self, stream):
-        inputs = stream.sample_inputs(self.hp["fisher_samples"], "ewc_fisher")
-        fisher = diagonal_fisher(self.net, self.ewc.params, inputs, self.generators)
+        n = self.hp["fisher_samples"]
+        examples = stream.test_examples(stream.task, n) if self.hp["fisher_data"] == "test" else None
+        self.fisher_data_used = "test" if examples is not None else "train"
+        if examples is None:  # fisher_data=train, or a problem without test sets
+            examples = stream.sample_examples(n, "ewc_fisher")
+        inputs, labels = examples
+        labels = labels if self.hp["fisher"] == "empirical" else None
+        fisher = diagonal_fisher(self.net, self.ewc.params, inputs, self.generators, labels)
         self.ewc.consolidate(fisher)
+
+    def notes(self):
+        if self.hp["fisher_data"] == "test" and self.fisher_data_used == "train":
+            return {"fisher_data": "train: fisher_data=test fell back to the task's training "
+                                   "images (this problem has no held-out test sets)"}
+        return {}

@@ -221,13 +221,49 @@ class Problem:
         """``n`` training inputs of the current task per member, ``[K, n, …]`` network inputs,
         drawn without replacement from ``(seed, task, key)`` — for measurements and for EWC's
         Fisher, never for training."""
+        return self.sample_examples(n, key)[0]
+
+    def sample_examples(self, n: int, key: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`sample_inputs` with the task's labels of the same examples, ``[K, n]``."""
         if self._x is None:
             raise RuntimeError(f"{self.name}: call start_task(task) before sample_inputs")
         size = self._x.shape[1]
         pos = np.stack([np_rng(seed, self.name, "sample", key, self.task).permutation(size)[:n]
                         for seed in self.seeds])
         pos = torch.from_numpy(pos).to(self.device)
-        return self.normalize(self._x[self._members, pos])
+        return self.normalize(self._x[self._members, pos]), self._y[self._members, pos]
+
+    def test_order(self, seed: int, n: int) -> np.ndarray:
+        """The member's fixed shuffle of a test set of ``n`` examples: "the first N test
+        examples" of a task are the first N of this order (SPEC §9's seed-shuffled test set).
+        It depends on the seed alone, so on Permuted MNIST every task keeps the same images."""
+        return np_rng(seed, self.name, "test_order").permutation(n)
+
+    def member_test_subset(self, member: int, seed: int, task: int, n: int | None) -> TaskData | None:
+        """The first ``n`` examples (all of them if fewer, or with ``n=None``) of the member's
+        seed-shuffled held-out test set of ``task``; None for problems without test sets."""
+        data = self.member_test(member, seed, task)
+        if data is None or n is None or n >= data.size:
+            return data
+        rows = torch.from_numpy(self.test_order(seed, data.size)[:n])
+        return TaskData(data.examples()[rows], data.y[rows], data.perm)
+
+    def test_examples(self, task: int, n: int | None) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Network inputs ``[K, n, …]`` and labels ``[K, n]`` of the first ``n`` examples of each
+        member's seed-shuffled test set of ``task`` (:meth:`member_test_subset`), or None for
+        problems without test sets — the held-out images EWC's Fisher and the next-task
+        feature measurements read (SPEC §9)."""
+        if not 0 <= task < self.tasks:
+            raise ValueError(f"{self.name}: no task {task} (tasks 0..{self.tasks - 1}; "
+                             "call start_task first for the current one)")
+        parts = [self.member_test_subset(k, seed, task, n) for k, seed in enumerate(self.seeds)]
+        if parts[0] is None:
+            return None
+        x = torch.stack([p.x for p in parts]).to(self.device)
+        perm = self._stack_perms(parts, x.shape[1])
+        if perm is not None:
+            x = torch.gather(x, 2, perm)
+        return self.normalize(x), torch.stack([p.y for p in parts]).to(self.device)
 
     def test_set(self, task: int | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The held-out test set of ``task`` (default: the current one) as network inputs
@@ -236,18 +272,7 @@ class Problem:
         Built on demand from the task's index arrays, so any earlier task's test set can be
         rebuilt (forgetting) without keeping copies around.
         """
-        task = self.task if task is None else task
-        if not 0 <= task < self.tasks:
-            raise ValueError(f"{self.name}: no task {task} (tasks 0..{self.tasks - 1}; "
-                             "call start_task first for the current one)")
-        parts = [self.member_test(k, seed, task) for k, seed in enumerate(self.seeds)]
-        if parts[0] is None:
-            return None
-        x = torch.stack([p.x for p in parts]).to(self.device)
-        perm = self._stack_perms(parts, x.shape[1])
-        if perm is not None:
-            x = torch.gather(x, 2, perm)
-        return self.normalize(x), torch.stack([p.y for p in parts]).to(self.device)
+        return self.test_examples(self.task if task is None else task, None)
 
     def describe(self) -> dict:
         """The resolved stream parameters (recorded in every run's config)."""
