@@ -153,8 +153,11 @@ def test_fisher_data_test_falls_back_to_train_without_test_sets_and_the_manifest
 def test_sum_and_last_anchors_agree_on_the_first_task_and_differ_after(data_dir):
     base = {"problem": "permuted_mnist", "method": "ewc", "tasks": 3, "steps_per_task": 40,
             "problem_params": {"examples_per_task": 640}}
-    runs = {a: train_ensemble(resolve_config({**base, "params": {"anchor": a, "fisher_samples": 16, "ewc_strength": 1e4}}),
-                              [0], data_dir=data_dir, measure=False).members[0].task_online_accuracy
-            for a in ("last", "sum")}
+    runs = {}
+    for anchor in ("last", "sum"):
+        params = {"anchor": anchor, "fisher_samples": 16, "ewc_strength": 1e4}
+        result = train_ensemble(resolve_config({**base, "params": params}), [0], data_dir=data_dir,
+                                measure=False)
+        runs[anchor] = result.members[0].task_online_accuracy
     assert runs["last"][:2] == runs["sum"][:2]  # one anchor so far: the same penalty
     assert runs["last"][2] != runs["sum"][2]

@@ -201,12 +201,7 @@ def train_ensemble(
     fingerprint = ckpt.fingerprint(config.to_dict(), seeds, member_params)
     state = ckpt.load(checkpoint, fingerprint, device) if checkpoint is not None else None
     if state is not None:
-        # The method object carries the network and optimizer (and its generators' states).
-        method = state["method"]
-        net, optimizer = method.net, method.optimizer
-        parameters = list(net.parameters())
-        if measurer is not None:
-            measurer = _measurer(net, problem, config, measure_samples, forgetting)
+        ckpt.restore_training(state["training"], net, optimizer, method)
         accuracies, task_measures = state["accuracies"], state["task_measures"]
         step_measures, measure_time = state["step_measures"], state["measure_time"]
         global_step, first_task, wall_before = state["global_step"], state["next_task"], state["wall"]
@@ -258,8 +253,8 @@ def train_ensemble(
             measure_time += time.perf_counter() - t0
         method.on_task_end(problem)
         if checkpoint is not None and task < problem.tasks - 1:
-            ckpt.save(checkpoint, {
-                "fingerprint": fingerprint, "method": method, "next_task": task + 1,
+            ckpt.save(checkpoint, fingerprint, {
+                "training": ckpt.training_state(net, optimizer, method), "next_task": task + 1,
                 "global_step": global_step, "accuracies": accuracies,
                 "task_measures": task_measures, "step_measures": step_measures,
                 "measure_time": measure_time, "wall": wall_before + time.perf_counter() - start})

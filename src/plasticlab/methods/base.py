@@ -21,6 +21,7 @@ from typing import ClassVar
 
 import torch
 
+from ..checkpoint import Excluded, capture, restore
 from ..nets import EnsembleNet
 from ..params import Param
 from ..regularizers import fold_decay
@@ -79,6 +80,29 @@ class Method:
     def penalty(self) -> torch.Tensor | None:
         """The current regularization penalty per member ``[K]`` (None if the method has none)."""
         return None
+
+    def state_dict(self) -> dict:
+        """The method's own training state as tensors and plain values, for checkpoints: every
+        attribute but the network, the optimizer, the context and the hyper-parameters (which
+        are saved or rebuilt elsewhere), walked by :func:`plasticlab.checkpoint.capture`.
+        Override (with :meth:`load_state_dict`) for state that walk cannot encode."""
+        return capture(self._own_state(), self._excluded(), type(self).__name__)
+
+    def load_state_dict(self, state: dict) -> None:
+        """Put :meth:`state_dict`'s output back into this freshly built method, in place."""
+        own = self._own_state()
+        restore(own, state, self.context.device, type(self).__name__)
+        for name, value in own.items():
+            setattr(self, name, value)
+
+    _NOT_STATE = ("net", "optimizer", "context", "hp")
+
+    def _own_state(self) -> dict:
+        return {k: v for k, v in vars(self).items() if k not in self._NOT_STATE}
+
+    def _excluded(self) -> Excluded:
+        return Excluded(objects=[self.net, self.optimizer, self.context, self.hp, *self.net.modules()],
+                        tensors=[*self.net.parameters(), *self.net.buffers()])
 
     def notes(self) -> dict:
         """What a run's manifest should record about how the method ran (JSON-able), e.g. a
