@@ -171,11 +171,18 @@ def test_l2_init_ewc_adds_both_penalties_gradients():
     torch.testing.assert_close(w.grad, w2.grad + 3.0 * 0.1 * torch.ones_like(w))
 
 
-def test_only_ewc_uses_the_task_end_signal():
+BOUNDARY_ORACLES = {"ewc", "l2_init_ewc", "full_reset", "head_reset", "fire"}  # SPEC §1, §10
+
+
+def test_only_the_boundary_oracles_use_the_task_end_signal_and_are_marked():
+    from plasticlab.methods import boundary_oracle
     from plasticlab.methods.base import Method
 
     users = {name for name, cls in METHODS.items() if cls.on_task_end is not Method.on_task_end}
-    assert users <= {"ewc", "l2_init_ewc"}
+    assert users <= BOUNDARY_ORACLES
+    # every oracle is registered, and exactly the oracles are marked as privileged
+    assert BOUNDARY_ORACLES <= set(METHODS)
+    assert {name for name in METHODS if boundary_oracle(name)} == users
 
 
 # --- every method × every problem × both optimizers ---------------------------------------------

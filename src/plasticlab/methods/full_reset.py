@@ -1,0 +1,81 @@
+"""Full reset and head reset: start over at every task boundary (SPEC §10, *boundary oracle*).
+
+The bluntest cure for lost plasticity: when a task ends, throw the learned parameters away.
+
+- ``full_reset``: every parameter goes back to θ₀ (``reinit="initial"``) or to a fresh draw
+  from the init distribution (``reinit="fresh"``);
+- ``head_reset``: only the output layer does — the features are kept, the classifier restarts.
+
+With ``reset_optimizer`` (the default, as the reference code rebuilds its optimizer) the
+optimizer's whole state restarts too: Adam's moments and step counts are those of a new
+optimizer.
+
+Both are **boundary oracles**: they are told where tasks end (``on_task_end``), which no agent
+of the paper's protocol is. Reports and ``plasticlab list`` mark them as using privileged
+task-boundary information.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..params import Param
+from .base import Method
+
+REINIT_CHOICES = ("initial", "fresh")
+REINIT = Param("reinit", "initial", str, "initial: copy θ₀ back; fresh: a new draw from the init "
+               "distribution", choices=REINIT_CHOICES)
+RESET_OPTIMIZER = Param("reset_optimizer", True, bool, "restart the optimizer's state at each "
+                        "task end (as a rebuilt optimizer)")
+
+
+class BoundaryReset(Method):
+    """Copy θ₀ (or a fresh draw) into :meth:`reset_layers` at every task end."""
+
+    hyperparameters = (REINIT, RESET_OPTIMIZER)
+
+    def __init__(self, net, optimizer, hp, context):
+        super().__init__(net, optimizer, hp, context)
+        self.layers = self.reset_layers(net)
+        self.reinit = hp["reinit"]
+        self.generators = context.generators(self.name)
+        # θ₀ of the layers this method resets (only "initial" ever reads it back).
+        self.initial = [t.detach().clone() for layer in self.layers for t in (layer.weight, layer.bias)]
+        # A new optimizer's state: the optimizer is built just before the method, untouched yet.
+        self.fresh_optimizer_state = optimizer.state_dict() if hp["reset_optimizer"] else None
+
+    @staticmethod
+    def reset_layers(net) -> list:
+        """The affine layers this method resets."""
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def on_task_end(self, stream) -> None:
+        """Reset the layers' weights and biases, and the optimizer's state if asked."""
+        params = [t for layer in self.layers for t in (layer.weight, layer.bias)]
+        if self.reinit == "initial":
+            targets = self.initial
+        else:
+            targets = [t for layer in self.layers for t in self.net.sample_layer_init(layer, self.generators)]
+        for p, target in zip(params, targets, strict=True):
+            p.copy_(target)
+        if self.fresh_optimizer_state is not None:
+            self.optimizer.load_state_dict(self.fresh_optimizer_state)
+
+
+class FullReset(BoundaryReset):
+    name = "full_reset"
+    description = "every parameter back to θ₀ (or a fresh draw) at each task end"
+
+    @staticmethod
+    def reset_layers(net) -> list:
+        return list(net.affine_layers)
+
+
+class HeadReset(BoundaryReset):
+    name = "head_reset"
+    description = "the output layer back to θ₀ (or a fresh draw) at each task end"
+
+    @staticmethod
+    def reset_layers(net) -> list:
+        return [net.affine_layers[-1]]

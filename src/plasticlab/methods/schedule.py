@@ -1,0 +1,33 @@
+"""Per-member schedules: periods in optimizer steps that may differ between the members of an
+ensemble (SWR's reinitialization period, Hare & Tortoise's reset period, SNR's adaptation
+period).
+
+A period arrives as a ``[K]`` tensor like every per-member parameter; it is read back to the
+host once, at construction, so deciding at each step which members act is host arithmetic on
+the step count — no device round trip in the per-step path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+def host_periods(values: torch.Tensor, method: str, name: str = "period") -> list[int]:
+    """A per-member period ``[K]`` as host integers, each ≥ 1 (an error names the method)."""
+    periods = [int(round(v)) for v in torch.as_tensor(values).reshape(-1).tolist()]
+    if any(p < 1 for p in periods):
+        raise ValueError(f"method {method}: {name} must be >= 1 step, got {periods}")
+    return periods
+
+
+def due_members(periods: Sequence[int], step: int) -> list[bool]:
+    """Which members act at optimizer step ``step`` (≥ 1): those whose period divides it."""
+    return [step % p == 0 for p in periods]
+
+
+def member_mask(due: Sequence[bool], like: torch.Tensor) -> torch.Tensor:
+    """``due`` as a bool mask ``[K, 1, …]`` broadcastable to ``like`` ``[K, …]``."""
+    mask = torch.tensor(list(due), device=like.device)
+    return mask.view(-1, *([1] * (like.dim() - 1)))
