@@ -274,3 +274,25 @@ def test_report_is_written_without_pandas_and_says_runs_csv_is_missing(results_d
     assert page.is_file() and not (tmp_path / "r" / "runs.csv").exists()
     assert "runs.csv not written" in (tmp_path / "r" / "report.md").read_text()
     assert "pip install pandas" in page.read_text()
+
+
+def test_each_form_of_a_method_is_shown_apart_and_the_best_of_a_numeric_grid_once():
+    from collections import Counter
+    from pathlib import Path
+
+    from plasticlab.report.data import ConfigRuns, Results, method_form
+
+    def runs(method, params, total):
+        cfg = {"problem": "permuted_mnist", "optimizer": "adam", "method": method, "params": params}
+        return ConfigRuns(cfg, f"{method} {params}", [0, 1], np.zeros((2, 1)), np.array([total, total]),
+                          [0])
+
+    configs = [runs("ewc", {"ewc_strength": 10.0, "anchor": "last"}, 0.7),
+               runs("ewc", {"ewc_strength": 1.0, "anchor": "last"}, 0.8),
+               runs("ewc", {"ewc_strength": 10.0, "anchor": "sum"}, 0.6),
+               runs("l2_init", {"strength": 1e-2}, 0.9), runs("l2_init", {"strength": 1e-3}, 0.5)]
+    assert method_form(configs[0].config) == (("anchor", "last"),)
+    headline, how = Results(Path("."), configs, Counter()).headline("permuted_mnist", "adam")
+    shown = {(c.method, float(c.total[0])) for c in headline}
+    assert shown == {("ewc", 0.8), ("ewc", 0.6), ("l2_init", 0.9)}
+    assert "each form of a method" in how

@@ -146,7 +146,7 @@ def _study_section(results: Results, problem: str, optimizer: str, ctx: _Context
     cfg = headline[0].config
     text = (f"{cfg['tasks']} tasks × {cfg['steps_per_task']} steps, batch {cfg['batch_size']}; "
             f"{len(study)} configuration(s), {sum(c.n for c in study)} finished run(s). "
-            f"Each method is shown by one configuration" + (f" ({how})." if how else "."))
+            f"Each method (each form of it) is shown by one configuration" + (f" ({how})." if how else "."))
     section = Section(_study_title(problem, optimizer), text)
 
     # 1. online accuracy vs task

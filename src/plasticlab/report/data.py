@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -135,11 +135,18 @@ class Results:
             if picked is not None:
                 chosen.append(picked)
                 how.add("selected by the protocol (grid seeds), shown on its evaluation seeds")
-            else:
-                chosen.append(max(configs, key=lambda c: float(np.mean(c.total))))
-                if len(configs) > 1:
+                continue
+            by_form: dict[tuple, list[ConfigRuns]] = {}
+            for c in configs:
+                by_form.setdefault(method_form(c.config), []).append(c)
+            for form in by_form.values():
+                chosen.append(max(form, key=lambda c: float(np.mean(c.total))))
+                if len(form) > 1:
                     how.add("best configuration per method by mean total online accuracy over "
                             "the seeds shown")
+            if len(by_form) > 1:
+                how.add("each form of a method (its non-numeric settings, e.g. EWC's anchor) "
+                        "shown apart")
         return chosen, "; ".join(sorted(how))
 
     def _selected(self, problem, optimizer, method, configs) -> ConfigRuns | None:
@@ -154,6 +161,15 @@ class Results:
                     seeds = self.selection.get("evaluation_seeds")
                     return c.only_seeds(seeds) if seeds else c
         return None
+
+
+def method_form(config: Mapping) -> tuple:
+    """A configuration's *form* of its method: its non-numeric method settings (EWC's
+    ``anchor``, CBP's ``adam_variant`` …). Forms are different algorithms, shown side by side;
+    numeric settings (λ, r, …) are points of a grid, of which the best is shown."""
+    params = config.get("params") or {}
+    return tuple(sorted((k, v) for k, v in params.items()
+                        if isinstance(v, str | bool)))
 
 
 def method_order(method: str) -> int:
