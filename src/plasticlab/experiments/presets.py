@@ -144,6 +144,99 @@ FIELD_OPTIMIZERS = {"upgd": (1e-2, {}), "upgd_nonprotecting": (1e-3, {"beta": 0.
 σ 0.1 and λ 0.01 are the optimizer's defaults)."""
 
 
+AUTHORS_CBP = {"adam_variant": "reference", "replacement_init": "kaiming"}
+"""CBP as the L2 Init authors' code ran it (SPEC §9): AdamGnT for the whole network, new units
+drawn from U(±√(6/fan_in))."""
+
+AUTHORS_REDO = {"schedule": "reference", "reset_optimizer": False, "reinit": "initial",
+                "layer_order": "per_layer"}
+"""ReDo as the L2 Init authors' code ran it (SPEC §9): recycled at the start of a step on the
+kept activations, from θ₀, layer by layer, the optimizer's state untouched."""
+
+
+def reference_modes() -> dict:
+    """CBP and ReDo at the paper's best Adam configurations (SPEC §6) on Permuted MNIST and
+    Random Label MNIST, each in plasticlab's default form and in the form the authors' code
+    ran, 10 seeds: how much of the paper's CBP/ReDo numbers the reference code's choices make."""
+    variants = []
+    for problem in ("permuted_mnist", "random_label_mnist"):
+        for form in ({}, {"cbp": AUTHORS_CBP, "redo": AUTHORS_REDO}):
+            best = {m: BEST["adam"][problem][m] for m in ("cbp", "redo")}
+            variants.append({"problem": problem, "methods": list(best),
+                             "per_method_lr": {m: lr for m, (lr, _) in best.items()},
+                             "params": {m: dict(p) | form.get(m, {}) for m, (_, p) in best.items()}})
+    return {"name": "reference-modes", "description": "CBP and ReDo: plasticlab's defaults vs the "
+                                                      "authors' code's forms, paper's best configs",
+            "optimizer": "adam", "seeds": EVALUATION_SEEDS, "variants": variants}
+
+
+def _decades(reference: float) -> list[float]:
+    """``reference`` and one decade either side."""
+    return [reference * 10, reference, reference / 10]
+
+
+def field_fixed(problem: str) -> dict:
+    """SPEC §10's reference values that are not swept, per method; periods in steps
+    (SNR adapts every 16 tasks, as its reference code does)."""
+    steps = PROBLEMS[problem].defaults["steps_per_task"]
+    return {"snr": {"adapt_period": 16 * steps}, "hare_tortoise": {"momentum": 0.999},
+            "swr": {"period": 2048}}
+
+
+def field_grids() -> dict:
+    """Each new method's grid: its SPEC §10 reference value, one decade either side (p and m
+    by decades of 1 − p, 1 − m). The boundary resets and FIRE have no parameter to sweep."""
+    return {"snr": {"percentile": [1 - x for x in _decades(1e-2)]},
+            "hare_tortoise": {"momentum": [1 - x for x in _decades(1e-3)]},
+            "parseval": {"strength": _decades(1e-3)},
+            "swr": {"threshold": _decades(1e-5)}}
+
+
+def field_method_grid(method: str, problem: str) -> dict:
+    """One new method on ``problem`` in the paper's protocol (SPEC §6): its grid × Adam's step
+    sizes on 3 seeds, the best configuration on 10 new seeds."""
+    fixed = field_fixed(problem)
+    grid = field_grids().get(method)
+    params = {k: v for k, v in fixed.get(method, {}).items() if k not in (grid or {})}
+    return {"name": f"field-{method}-{problem}",
+            "description": f"{method} (SPEC §10) on {problem}: grid on 3 seeds, best on 10 new",
+            "problem": problem, "method": method, "optimizer": "adam", "seeds": SELECTION_SEEDS,
+            "grid": {"lr": adam_lrs(), **({method: grid} if grid else {})},
+            **({"params": {method: params}} if params else {}),
+            "protocol": {"evaluation_seeds": EVALUATION_SEEDS}}
+
+
+def field_optimizer_grid(optimizer: str, problem: str) -> dict:
+    """UPGD (one variant) on ``problem`` in the paper's protocol: its reference step size and
+    one decade either side, on 3 seeds; the best on 10 new seeds."""
+    return {"name": f"field-{optimizer}-{problem}",
+            "description": f"{optimizer} (SPEC §10) on {problem}: grid on 3 seeds, best on 10 new",
+            "problem": problem, "method": "baseline", "optimizer": optimizer, "seeds": SELECTION_SEEDS,
+            "grid": {"lr": _decades(FIELD_OPTIMIZERS[optimizer][0])},
+            "optimizer_params": dict(FIELD_OPTIMIZERS[optimizer][1]),
+            "protocol": {"evaluation_seeds": EVALUATION_SEEDS}}
+
+
+def field_comparison(problem: str) -> dict:
+    """Every method side by side on ``problem``, 10 seeds: the paper's methods at the paper's
+    best Adam configurations (SPEC §6), each new method at its SPEC §10 reference values with
+    L2 Init's step size (its grid preset's selection replaces them once run), UPGD at its
+    reference step size."""
+    best = BEST["adam"][problem]
+    lr = best["l2_init"][0]
+    fixed = field_fixed(problem)
+    params = {m: dict(p) for m, (_, p) in best.items()}
+    params.update({m: dict(fixed.get(m, {})) for m in FIELD_METHODS})
+    lrs = {m: r for m, (r, _) in best.items()} | {m: lr for m in FIELD_METHODS}
+    variants = [{"methods": [*COMPARED_METHODS, *FIELD_METHODS], "optimizer": "adam",
+                 "params": {m: p for m, p in params.items() if p}, "per_method_lr": lrs}]
+    variants += [{"method": "baseline", "optimizer": name, "lr": rate, "optimizer_params": dict(settings)}
+                 for name, (rate, settings) in FIELD_OPTIMIZERS.items()]
+    return {"name": f"field-{problem}",
+            "description": f"the paper's methods and the field since (SPEC §10) side by side, {problem}",
+            "problem": problem, "seeds": EVALUATION_SEEDS, "variants": variants}
+
+
 def _registry() -> dict[str, Callable[[], dict]]:
     presets: dict[str, Callable[[], dict]] = {}
     for problem in PROBLEMS:
@@ -157,6 +250,14 @@ def _registry() -> dict[str, Callable[[], dict]]:
     presets["init"] = init_study
     presets["lambda-sensitivity"] = lambda_sensitivity
     presets["forgetting"] = forgetting
+    presets["reference-modes"] = reference_modes
+    for problem in FIELD_PROBLEMS:
+        presets[f"field-{problem}"] = (lambda p=problem: field_comparison(p))
+        for method in FIELD_METHODS:
+            presets[f"field-{method}-{problem}"] = (lambda m=method, p=problem: field_method_grid(m, p))
+        for optimizer in FIELD_OPTIMIZERS:
+            presets[f"field-{optimizer}-{problem}"] = (
+                lambda o=optimizer, p=problem: field_optimizer_grid(o, p))
     return presets
 
 

@@ -1,0 +1,44 @@
+"""The presets that put the authors' code's forms beside plasticlab's (issue: fidelity):
+``forgetting`` runs EWC both ways, ``reference-modes`` runs CBP and ReDo both ways."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from plasticlab.experiments.paper import BEST
+from plasticlab.experiments.presets import AUTHORS_CBP, AUTHORS_REDO, KIRKPATRICK_EWC, get_preset
+from plasticlab.experiments.sweep import expand
+
+
+def _forms(runs, method):
+    return Counter(tuple(sorted((k, v) for k, v in r.config.params.items() if isinstance(v, str | bool)))
+                   for r in runs if r.config.method == method)
+
+
+def test_forgetting_runs_ewc_as_the_authors_did_and_as_kirkpatrick_did():
+    runs = expand(get_preset("forgetting"))
+    assert {r.config.tasks for r in runs} == {20} and {r.config.lr for r in runs} == {1e-3}
+    assert {r.seed for r in runs} == set(range(5))
+    for method in ("ewc", "l2_init_ewc"):
+        forms = _forms(runs, method)
+        assert len(forms) == 2 and set(forms.values()) == {5}
+        params = [r.config.params for r in runs if r.config.method == method]
+        authors = [p for p in params if p["anchor"] == "last"]
+        assert all(p["fisher"] == "empirical" and p["fisher_data"] == "test" and p["fisher_samples"] == 992
+                   for p in authors)
+        assert all(p["ewc_strength"] == 10.0 for p in params)
+        assert sum(all(p[k] == v for k, v in KIRKPATRICK_EWC.items()) for p in params) == 5
+    assert {r.config.params["strength"] for r in runs if r.config.method != "ewc"} == {1e-3}
+
+
+def test_reference_modes_run_cbp_and_redo_at_the_papers_best_in_both_forms():
+    runs = expand(get_preset("reference-modes"))
+    for problem in ("permuted_mnist", "random_label_mnist"):
+        for method, authors in (("cbp", AUTHORS_CBP), ("redo", AUTHORS_REDO)):
+            mine = [r for r in runs if r.config.problem == problem and r.config.method == method]
+            lr, best = BEST["adam"][problem][method]
+            assert len(mine) == 20 and {r.config.lr for r in mine} == {lr}
+            assert all(all(r.config.params[k] == v for k, v in best.items()) for r in mine)
+            reference = [r for r in mine if all(r.config.params[k] == v for k, v in authors.items())]
+            assert len(reference) == 10  # the other 10 are plasticlab's defaults
+            assert {r.seed for r in reference} == set(range(100, 110))
