@@ -6,7 +6,9 @@ user has to add to their own training loop:
 - Shrink & Perturb: ``sp = ShrinkPerturb(model, shrink=0.999, noise=1e-2)``; ``sp.step()`` after
   ``optimizer.step()``;
 - EWC: ``ewc = EWC(model, strength=10)``; ``loss + ewc()``; at a task end
-  ``ewc.consolidate_model(model, inputs_of_that_task)``;
+  ``ewc.consolidate_model(model, inputs, labels)`` on examples of the task that ended (the
+  authors' form: its held-out test images, the empirical Fisher, only the last task anchored;
+  ``EWC(..., anchor="sum")`` and ``fisher="true"`` give Kirkpatrick's);
 - Continual Backprop: ``cbp = ContinualBackpropSequential(model, optimizer, replacement_rate=1e-4)``;
   ``cbp.step()`` after ``optimizer.step()`` (with plasticlab.optim.Adam: it restarts single
   units' Adam state, which torch.optim.Adam cannot do correctly);
@@ -72,7 +74,8 @@ def train(method: str, tasks: int, steps: int, data_dir) -> list[float]:
             if redo is not None and (step + 1) % steps == 0:
                 redo.recycle(x)
         if method == "ewc":  # EWC alone is told where tasks end
-            penalty.consolidate_model(model, stream.sample_inputs(200, "ewc")[0])
+            x, y = stream.test_examples(task, 992)
+            penalty.consolidate_model(model, x[0], y[0])
         accuracy.append(correct / (steps * stream.batch_size))
     return accuracy
 

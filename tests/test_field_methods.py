@@ -487,3 +487,20 @@ def test_snr_on_the_cnn_treats_a_channel_as_a_unit_firing_anywhere():
     method.after_step(silent, x, 2)  # ages reach τ = 8 → reset (channel 1 fired again: age 0)
     assert method.last_reset.tolist() == [3 + 4 + 25 + 25, 4 + 4 + 25 + 25]  # all but one unit
     assert not net.affine_layers[0].bias[0, [0, 2, 3]].any()
+
+
+# --- marking the boundary oracles ----------------------------------------------------------------
+
+def test_plasticlab_list_and_the_report_mark_the_boundary_oracles(capsys):
+    from plasticlab.cli import main
+    from plasticlab.report.build import _marked, _oracle_note
+
+    assert main(["list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for name in METHODS:
+        line = next(x for x in lines if x.strip().split(" ")[0] == name)
+        assert ("boundary oracle" in line) == (name in {"ewc", "l2_init_ewc", "full_reset", "head_reset",
+                                                        "fire"}), name
+    assert any("privileged task-boundary information" in x for x in lines)
+    assert _marked("fire", "fire") == "fire †" and _marked("l2_init", "l2_init") == "l2_init"
+    assert "privileged" in _oracle_note(["l2_init", "head_reset"]) and _oracle_note(["l2_init"]) == ""

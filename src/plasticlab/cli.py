@@ -103,7 +103,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from .methods import METHODS
+    from .methods import BOUNDARY_ORACLE_NOTE, METHODS, boundary_oracle
+    from .optim import OPTIMIZERS, optimizer_hyperparameters
     from .problems import PROBLEMS
 
     print("problems:")
@@ -116,10 +117,16 @@ def cmd_list(args: argparse.Namespace) -> int:
             print(f"  {'':<24}{p.name} = {p.default!r}: {p.doc}")
     print("\nmethods:")
     for name, cls in METHODS.items():
-        print(f"  {name:<22} {cls.description}")
+        print(f"  {name:<22} {cls.description}" + (" [boundary oracle †]" if boundary_oracle(cls) else ""))
         for p in cls.hyperparameters:
             choices = f" ({' | '.join(p.choices)})" if p.choices else ""
             print(f"  {'':<24}{p.name} = {p.default!r}{choices}: {p.doc}")
+    print(f"  † boundary oracle: {BOUNDARY_ORACLE_NOTE}")
+    print("\noptimizers (--optimizer) and their own settings (--set KEY=VALUE):")
+    for name in OPTIMIZERS:
+        print(f"  {name}")
+        for p in optimizer_hyperparameters(name):
+            print(f"  {'':<24}{p.name} = {p.default!r}: {p.doc}")
     print("\nrun parameters (--set KEY=VALUE or a TOML key):")
     for p in RUN_PARAMETERS:
         choices = f" ({' | '.join(p.choices)})" if p.choices else ""

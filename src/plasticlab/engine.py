@@ -32,7 +32,7 @@ from .measure import Measurer, test_example_count, to_host
 from .methods import MethodContext, get_method
 from .nets import backprop as manual
 from .nets import build_network
-from .optim import make_optimizer
+from .optim import make_optimizer, optimizer_options
 from .params import Param
 from .problems import get_problem
 from .rng import torch_generator
@@ -181,7 +181,8 @@ def train_ensemble(
         members=K, init=config.init, generators=[torch_generator(s, "init") for s in seeds],
         **plain, **method_cls.architecture(hp, plain),
     ).to(device)
-    optimizer = make_optimizer(config.optimizer, list(net.parameters()), config.lr)
+    optimizer = make_optimizer(config.optimizer, list(net.parameters()), config.lr,
+                               **optimizer_options(config.optimizer, seeds, device, config.optimizer_params))
     method = method_cls(net, optimizer, hp, MethodContext(seeds, device))
     needs_features = method.needs_features
     global_step = 0

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from ..measure import INTERNALS_ON, test_example_count
 from ..methods import get_method
 from ..nets import INIT_SCHEMES
-from ..optim import OPTIMIZERS
+from ..optim import OPTIMIZERS, optimizer_hyperparameters
 from ..params import Param, resolve
 from ..problems import get_problem
 
@@ -33,7 +33,7 @@ RUN_PARAMETERS = (
     Param("internals_on", "current", str, "feature measurements on: current (the ended task's "
           "training inputs) | next (the next task's test inputs, the authors')", choices=INTERNALS_ON),
 )
-CONFIG_KEYS = ("problem", "method", "params", "problem_params",
+CONFIG_KEYS = ("problem", "method", "params", "problem_params", "optimizer_params",
                *(p.name for p in RUN_PARAMETERS))
 
 
@@ -55,10 +55,16 @@ class RunConfig:
     internals_on: str = "current"
     params: dict = field(default_factory=dict)
     problem_params: dict = field(default_factory=dict)
+    optimizer_params: dict = field(default_factory=dict)  # the optimizer's own settings (UPGD's β, σ, λ)
 
     def to_dict(self) -> dict:
-        """JSON-able form, as stored in the results store and manifests."""
-        return asdict(self)
+        """JSON-able form, as stored in the results store and manifests (without
+        ``optimizer_params`` when the optimizer has no settings: Adam's and SGD's configs keep
+        the form they were stored in)."""
+        d = asdict(self)
+        if not d["optimizer_params"]:
+            del d["optimizer_params"]
+        return d
 
 
 def resolve_config(raw: dict) -> RunConfig:
@@ -82,28 +88,36 @@ def resolve_config(raw: dict) -> RunConfig:
                          f"{problem.name} has no test sets: use internals_on=current")
     params = resolve(method.hyperparameters, dict(raw.get("params") or {}), f"method {method.name}")
     problem_params = problem.resolve_parameters(dict(raw.get("problem_params") or {}))
+    optimizer_params = resolve(optimizer_hyperparameters(run["optimizer"]),
+                               dict(raw.get("optimizer_params") or {}), f"optimizer {run['optimizer']}")
     return RunConfig(problem=problem.name, method=method.name, params=params,
-                     problem_params=problem_params, **run)
+                     problem_params=problem_params, optimizer_params=optimizer_params, **run)
 
 
 def apply_setting(raw: dict, key: str, value: str) -> None:
     """Put ``--set key=value`` into ``raw``: a method parameter goes under ``params``, a
-    problem parameter under ``problem_params``, a run parameter at the top level. A key that
-    is none of these is an error listing every valid key for this problem and method."""
+    problem parameter under ``problem_params``, an optimizer setting (UPGD's) under
+    ``optimizer_params``, a run parameter at the top level. A key that is none of these is an
+    error listing every valid key for this problem, method and optimizer."""
     key = key.strip().replace("-", "_")
     method = get_method(raw["method"]) if "method" in raw else None
     problem = get_problem(raw["problem"]) if "problem" in raw else None
     method_keys = {p.name for p in method.hyperparameters} if method else set()
     problem_keys = {p.name for p in problem.parameters} if problem else set()
+    optimizer = raw.get("optimizer") or "adam"
+    optimizer_keys = ({p.name for p in optimizer_hyperparameters(optimizer)}
+                      if optimizer in OPTIMIZERS else set())
     run_keys = {p.name for p in RUN_PARAMETERS} | {"problem", "method"}
     if key in method_keys:
         raw.setdefault("params", {})[key] = value
     elif key in problem_keys:
         raw.setdefault("problem_params", {})[key] = value
+    elif key in optimizer_keys:
+        raw.setdefault("optimizer_params", {})[key] = value
     elif key in run_keys:
         raw[key] = value
     else:
-        valid = sorted(method_keys) + sorted(problem_keys) + sorted(run_keys)
+        valid = sorted(method_keys) + sorted(problem_keys) + sorted(optimizer_keys) + sorted(run_keys)
         where = f" for method {raw.get('method')!r} on problem {raw.get('problem')!r}"
         raise ValueError(f"unknown parameter {key!r}{where}; valid: {', '.join(valid)}")
 

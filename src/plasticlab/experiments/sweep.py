@@ -37,7 +37,7 @@ from .config import RUN_PARAMETERS, RunConfig, parse_seeds, resolve_config
 
 SWEEP_KEYS = ("name", "description", "problem", "problems", "method", "methods", "optimizer",
               "optimizers", "seeds", "grid", "params", "problem_params", "scale", "per_method_lr",
-              "protocol", "forgetting", "variants",
+              "protocol", "forgetting", "variants", "optimizer_params",
               *(p.name for p in RUN_PARAMETERS if p.name != "optimizer"))
 
 
@@ -134,7 +134,8 @@ def expand(sweep: dict, scale: float | None = None) -> list[Run]:
                     run_point = {**run_point, "lr": per_method_lr[method]}
                 raw = {"problem": problem, "method": method, "optimizer": optimizer, **run_point,
                        "params": {**fixed_params.get(method, {}), **method_point},
-                       "problem_params": dict(sweep.get("problem_params") or {})}
+                       "problem_params": dict(sweep.get("problem_params") or {}),
+                       "optimizer_params": dict(sweep.get("optimizer_params") or {})}
                 config = resolve_config(raw)
                 if scale < 1:
                     config.tasks = max(2, scaled(config.tasks, scale))

@@ -27,6 +27,7 @@ import torch
 
 from ..params import Param
 from .base import Method
+from .full_reset import fresh_optimizer_state
 
 
 def newton_schulz(w: torch.Tensor, iters: torch.Tensor | int) -> torch.Tensor:
@@ -73,8 +74,7 @@ class FIRE(Method):
         self.iters = torch.as_tensor(hp["iters"], device=context.device).reshape(-1).round().long()
         if bool((self.iters < 0).any()):  # once, at construction
             raise ValueError("method fire: iters must be >= 0")
-        # A new optimizer's state: the optimizer is built just before the method, untouched yet.
-        self.fresh_optimizer_state = optimizer.state_dict()
+        self.fresh_optimizer_state = fresh_optimizer_state(optimizer)
 
     @torch.no_grad()
     def on_task_end(self, stream) -> None:

@@ -29,6 +29,15 @@ RESET_OPTIMIZER = Param("reset_optimizer", True, bool, "restart the optimizer's 
                         "task end (as a rebuilt optimizer)")
 
 
+def fresh_optimizer_state(optimizer) -> dict:
+    """The state of a newly built ``optimizer`` — it is built just before the method, untouched
+    yet — without its random streams (UPGD's noise generators): restarting the optimizer at a
+    boundary must not replay the noise it has drawn."""
+    state = optimizer.state_dict()
+    state.pop("generators", None)
+    return state
+
+
 class BoundaryReset(Method):
     """Copy θ₀ (or a fresh draw) into :meth:`reset_layers` at every task end."""
 
@@ -41,8 +50,7 @@ class BoundaryReset(Method):
         self.generators = context.generators(self.name)
         # θ₀ of the layers this method resets (only "initial" ever reads it back).
         self.initial = [t.detach().clone() for layer in self.layers for t in (layer.weight, layer.bias)]
-        # A new optimizer's state: the optimizer is built just before the method, untouched yet.
-        self.fresh_optimizer_state = optimizer.state_dict() if hp["reset_optimizer"] else None
+        self.fresh_optimizer_state = fresh_optimizer_state(optimizer) if hp["reset_optimizer"] else None
 
     @staticmethod
     def reset_layers(net) -> list:

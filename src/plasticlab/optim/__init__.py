@@ -1,16 +1,38 @@
 """Optimizers on stacked parameters with per-element state (checked against torch.optim)."""
 
+from ..rng import torch_generator
 from .adam import Adam
 from .sgd import SGD
+from .upgd import UPGD, NonprotectingUPGD
 
-OPTIMIZERS = {"adam": Adam, "sgd": SGD}
+OPTIMIZERS = {"adam": Adam, "sgd": SGD, "upgd": UPGD, "upgd_nonprotecting": NonprotectingUPGD}
 
 
-def make_optimizer(name: str, params, lr: float):
-    """The optimizer called ``name`` (``adam`` | ``sgd``) over ``params`` with step size ``lr``."""
+def optimizer_hyperparameters(name: str) -> tuple:
+    """The settings optimizer ``name`` takes besides its step size (UPGD's β, σ, λ; none for
+    Adam and SGD), as :class:`plasticlab.params.Param`."""
     if name not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {name!r}; valid: {', '.join(OPTIMIZERS)}")
-    return OPTIMIZERS[name](params, lr=lr)
+    return getattr(OPTIMIZERS[name], "hyperparameters", ())
 
 
-__all__ = ["OPTIMIZERS", "SGD", "Adam", "make_optimizer"]
+def optimizer_options(name: str, seeds, device, settings: dict | None = None) -> dict:
+    """Keyword arguments for optimizer ``name`` in an ensemble of ``seeds``: its ``settings``,
+    and for an optimizer that draws noise (UPGD) one generator per member, seeded from
+    ``(seed_k, "optimizer", name)``, so member k draws what seed k draws alone."""
+    options = dict(settings or {})
+    if getattr(OPTIMIZERS[name], "draws_noise", False):
+        options["generators"] = [torch_generator(s, "optimizer", name, device=device) for s in seeds]
+    return options
+
+
+def make_optimizer(name: str, params, lr: float, **options):
+    """The optimizer called ``name`` over ``params`` with step size ``lr`` and its own
+    ``options`` (:func:`optimizer_options`)."""
+    if name not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {name!r}; valid: {', '.join(OPTIMIZERS)}")
+    return OPTIMIZERS[name](params, lr=lr, **options)
+
+
+__all__ = ["OPTIMIZERS", "SGD", "UPGD", "Adam", "NonprotectingUPGD", "make_optimizer",
+           "optimizer_hyperparameters", "optimizer_options"]

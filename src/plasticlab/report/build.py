@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..methods import BOUNDARY_ORACLE_NOTE, METHODS, boundary_oracle
 from . import figures as F
 from . import stats
 from .data import (
@@ -173,7 +174,7 @@ def _study_section(results: Results, problem: str, optimizer: str, ctx: _Context
         "Total average online accuracy per method: mean over seeds with a 95 % bootstrap interval."))
     rows = []
     for c, mean, iqm in totals:
-        row = [c.label, str(c.n), _pct(mean), _pct(iqm)]
+        row = [_marked(c.label, c.method), str(c.n), _pct(mean), _pct(iqm)]
         if "task_test_accuracy" in c.metrics:
             last = c.metrics["task_test_accuracy"][:, c.reported[-1]]
             row.append(_pct(ctx.interval(last)))
@@ -184,7 +185,8 @@ def _study_section(results: Results, problem: str, optimizer: str, ctx: _Context
         "Total average online accuracy (%)",
         ["method", "n", "mean [95% CI]", "IQM [95% CI]", "test acc., last task"], rows,
         "mean: percentile bootstrap over seeds; IQM: interquartile mean over seeds with a "
-        "stratified-bootstrap interval; test accuracy on the last reported task's held-out set."))
+        "stratified-bootstrap interval; test accuracy on the last reported task's held-out set."
+        + _oracle_note(c.method for c in headline)))
 
     # 3. probability of improvement
     poi = _improvement(headline, ctx)
@@ -273,12 +275,24 @@ def _improvement(headline: list[ConfigRuns], ctx: _Context):
         i = stats.probability_of_improvement_ci(ref.total, other.total, reps=ctx.reps, seed=ctx.seed)
         label = f"{ref.label} > {other.label}"
         estimates.append(F.Estimate(label, ref.method, i.point, i.lo, i.hi, min(ref.n, other.n)))
-        rows.append([ref.label, other.label, f"{ref.n} vs {other.n}",
-                     f"{i.point:.2f} [{i.lo:.2f}, {i.hi:.2f}]"])
+        rows.append([_marked(ref.label, ref.method), _marked(other.label, other.method),
+                     f"{ref.n} vs {other.n}", f"{i.point:.2f} [{i.lo:.2f}, {i.hi:.2f}]"])
     table = Table("Probability of improvement", ["X", "Y", "seeds", "P(X > Y) [95% CI]"], rows,
                   "P(X > Y) + ½ P(X = Y) over runs' total online accuracy (Mann–Whitney U / nm); "
-                  "stratified-bootstrap interval.")
+                  "stratified-bootstrap interval." + _oracle_note(c.method for c in headline))
     return estimates, table
+
+
+def _marked(label: str, method: str) -> str:
+    """``label`` with a † when ``method`` is a boundary oracle (told where tasks end)."""
+    return f"{label} †" if method in METHODS and boundary_oracle(method) else label
+
+
+def _oracle_note(methods) -> str:
+    """The footnote for † when any of ``methods`` is a boundary oracle, else nothing."""
+    if any(m in METHODS and boundary_oracle(m) for m in methods):
+        return f" † boundary oracle: {BOUNDARY_ORACLE_NOTE}."
+    return ""
 
 
 def _slug(text: str) -> str:

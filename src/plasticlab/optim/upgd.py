@@ -1,0 +1,159 @@
+"""UPGD: utility-based perturbed gradient descent (Elsayed & Mahmood, ICLR 2024; SPEC §10).
+
+An optimizer that protects useful weights and perturbs the others. Per weight, the utility
+u = −g⊙w (a first-order estimate of how much the loss would rise if the weight were removed)
+is traced with an exponential average, and scaled against the member's largest trace:
+
+    ū ← β·ū + (1 − β)·u,      η = max over every weight of the member of ū,
+    s = sigmoid( (ū / (1 − βᵗ)) / η ),      ξ ~ N(0, σ²) fresh per weight and step.
+
+*Protecting* UPGD (``upgd``) scales the whole perturbed step by 1 − s, so useful weights
+(s → 1) hardly move and useless ones take gradient and noise:
+
+    w ← (1 − αλ)·w − α·(g + ξ)⊙(1 − s);
+
+*non-protecting* UPGD (``upgd_nonprotecting``) scales only the noise:
+
+    w ← (1 − αλ)·w − α·(g + ξ⊙(1 − s)).
+
+η has no bias correction (as in the reference). When η ≤ 0 no weight of the member has a
+positive utility: nothing is protected there (s = 0) rather than dividing by a non-positive
+number. Reference values (input-permuted MNIST): α 0.01, β 0.9999, σ 0.1, λ 0.01;
+non-protecting α 1e-3, β 0.9.
+
+On stacked ensemble parameters (``member_dim=True``) η is each member's own maximum and each
+member's noise comes from its own generator, so member k equals seed k alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+import torch
+
+from ..params import Param
+
+
+def scaled_utility(utilities: Sequence[torch.Tensor], step: int, beta: float,
+                   member_dim: bool) -> list[torch.Tensor]:
+    """s = sigmoid((ū/(1−βᵗ))/η) for every tensor, η the max of ū over all tensors (per member
+    with ``member_dim``); s = 0 where η ≤ 0."""
+    if member_dim:
+        eta = torch.stack([u.flatten(1).amax(dim=1) for u in utilities]).amax(dim=0)
+    else:
+        eta = torch.stack([u.amax() for u in utilities]).amax()
+    positive = eta > 0
+    safe = torch.where(positive, eta, torch.ones_like(eta))
+    correction = 1 - beta ** step
+    out = []
+    for u in utilities:
+        shape = (-1, *([1] * (u.dim() - 1))) if member_dim else ()
+        s = torch.sigmoid(u / correction / safe.view(shape))
+        out.append(torch.where(positive.view(shape), s, torch.zeros_like(s)))
+    return out
+
+
+BETA = Param("beta", 0.9999, float, "β: decay of the utility trace")
+SIGMA = Param("sigma", 0.1, float, "σ: standard deviation of the perturbation ξ")
+WEIGHT_DECAY = Param("weight_decay", 0.01, float, "λ: weight decay, w ← (1 − αλ)·w")
+
+
+class UPGD:
+    """Protecting UPGD over a list of tensors whose gradients are in ``.grad``.
+
+    ``member_dim`` (default): the parameters are stacked ensemble members ``[K, …]``, each with
+    its own η; ``False``: one run. ``generators``: one per member (or one in all) for the noise
+    ξ; without them torch's global generator is used. Parameters without a gradient are skipped.
+    """
+
+    protecting: ClassVar[bool] = True
+    draws_noise: ClassVar[bool] = True
+    hyperparameters: ClassVar[tuple[Param, ...]] = (BETA, SIGMA, WEIGHT_DECAY)
+
+    def __init__(self, params: Sequence[torch.Tensor], lr: float, beta: float = 0.9999,
+                 sigma: float = 0.1, weight_decay: float = 0.01, member_dim: bool = True,
+                 generators: Sequence[torch.Generator] | None = None):
+        if not lr > 0:
+            raise ValueError(f"UPGD step size lr must be > 0, got {lr}")
+        if not 0 <= beta < 1 or not sigma >= 0 or not weight_decay >= 0:
+            raise ValueError(f"UPGD needs 0 <= beta < 1, sigma >= 0, weight_decay >= 0; got beta "
+                             f"{beta}, sigma {sigma}, weight_decay {weight_decay}")
+        self.params = list(params)
+        self.lr, self.beta = float(lr), float(beta)
+        self.sigma, self.weight_decay = float(sigma), float(weight_decay)
+        self.member_dim = bool(member_dim)
+        self.generators = list(generators) if generators is not None else None
+        members = self.params[0].shape[0] if self.member_dim and self.params else 1
+        if self.generators is not None and len(self.generators) != members:
+            raise ValueError(f"UPGD needs one generator per member ({members}), got {len(self.generators)}")
+        self.utility = [torch.zeros_like(p) for p in self.params]
+        self.step_count = 0
+
+    def zero_grad(self) -> None:
+        """Drop every parameter's gradient."""
+        for p in self.params:
+            p.grad = None
+
+    def noise(self, params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """σ·N(0, 1) shaped like each of ``params``; member k's from its own generator, one draw
+        of all its weights at once."""
+        if self.generators is None:
+            return [torch.randn_like(p) * self.sigma for p in params]
+        ref = params[0]
+        if not self.member_dim:
+            flat = torch.randn(sum(p.numel() for p in params), generator=self.generators[0],
+                               device=ref.device, dtype=ref.dtype)
+            return [t.view_as(p) * self.sigma for t, p in zip(flat.split([p.numel() for p in params]),
+                                                                 params, strict=True)]
+        sizes = [p[0].numel() for p in params]
+        flat = torch.stack([torch.randn(sum(sizes), generator=g, device=ref.device, dtype=ref.dtype)
+                            for g in self.generators])
+        return [t.reshape(p.shape) * self.sigma
+                for t, p in zip(flat.split(sizes, dim=1), params, strict=True)]
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """One UPGD update of every parameter with a gradient."""
+        active = [i for i, p in enumerate(self.params) if p.grad is not None]
+        if not active:
+            return
+        self.step_count += 1
+        params = [self.params[i] for i in active]
+        utilities = [self.utility[i] for i in active]
+        for p, u in zip(params, utilities, strict=True):
+            u.mul_(self.beta).add_(-p.grad * p, alpha=1 - self.beta)
+        scales = scaled_utility(utilities, self.step_count, self.beta, self.member_dim)
+        for p, s, xi in zip(params, scales, self.noise(params), strict=True):
+            keep = 1 - s
+            update = (p.grad + xi) * keep if self.protecting else p.grad + xi * keep
+            p.mul_(1 - self.lr * self.weight_decay).add_(update, alpha=-self.lr)
+
+    @torch.no_grad()
+    def reset(self, index: int, mask: torch.Tensor, restart_count: bool = True) -> None:
+        """Restart the utility trace of parameter ``index`` where ``mask`` is true (a reset
+        weight has no history). The bias correction is one count for all weights, so a
+        restarted trace is corrected by the global count: it reads as 0 until it rebuilds."""
+        self.utility[index].masked_fill_(mask.expand_as(self.params[index]), 0.0)
+
+    def state_dict(self) -> dict:
+        """Everything needed to continue training exactly (for checkpoints)."""
+        return {"lr": self.lr, "beta": self.beta, "sigma": self.sigma, "weight_decay": self.weight_decay,
+                "step_count": self.step_count, "utility": [u.clone() for u in self.utility],
+                "generators": None if self.generators is None else [g.get_state() for g in self.generators]}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`'s output (generators' states included)."""
+        self.lr, self.beta, self.sigma = state["lr"], state["beta"], state["sigma"]
+        self.weight_decay, self.step_count = state["weight_decay"], state["step_count"]
+        for dst, src in zip(self.utility, state["utility"], strict=True):
+            dst.copy_(src)
+        if self.generators is not None and state.get("generators") is not None:
+            for g, s in zip(self.generators, state["generators"], strict=True):
+                g.set_state(s)
+
+
+class NonprotectingUPGD(UPGD):
+    """Non-protecting UPGD: only the noise is scaled by 1 − s."""
+
+    protecting = False
