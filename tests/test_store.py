@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from plasticlab.experiments.manifest import build_manifest
-from plasticlab.experiments.store import DB_NAME, ResultStore, SchemaVersionError
+from plasticlab.experiments.store import DB_NAME, SCHEMA_VERSION, ResultStore, SchemaVersionError, StoreError
 
 CONFIG = {
     "problem": "permuted_mnist",
@@ -49,7 +49,7 @@ def _started(store: ResultStore, config: dict = CONFIG, seed: int = 0) -> str:
 
 
 class _FailOnRunsUpdate:
-    """A connection wrapper that calls ``hook`` instead of executing the final UPDATE of runs.
+    """A connection wrapper that calls ``hook`` instead of executing the final UPDATE of attempts.
 
     finish_run writes the metrics first and flips the status last, so this interrupts it in
     the middle of its transaction, after the metric rows were inserted.
@@ -60,7 +60,7 @@ class _FailOnRunsUpdate:
         self._hook = hook
 
     def execute(self, sql: str, *args):
-        if sql.strip().startswith("UPDATE runs"):
+        if sql.strip().startswith("UPDATE attempts"):
             self._hook()
         return self._conn.execute(sql, *args)
 
@@ -227,14 +227,86 @@ def test_restarting_a_failed_run_clears_its_error(tmp_path):
         assert store.is_finished(run_id)
 
 
-def test_restarting_a_finished_run_removes_its_old_metrics(tmp_path):
+def test_restarting_a_finished_run_keeps_its_results_until_the_new_attempt_finishes(tmp_path):
+    with ResultStore(tmp_path) as store:
+        run_id = _started(store)
+        store.finish_run(run_id, SUMMARY, METRICS)
+        _started(store)  # a re-run: a second attempt
+        assert store.status(run_id) == "finished"
+        assert store.task_metrics(run_id) == METRICS
+        assert store.runs()[0]["summary"] == SUMMARY
+        assert [a["status"] for a in store.attempts(run_id)] == ["finished", "running"]
+        store.fail_run(run_id, "boom")  # the new attempt fails: the old results still count
+        assert store.task_metrics(run_id) == METRICS
+        assert [a["status"] for a in store.attempts(run_id)] == ["finished", "failed"]
+
+
+def test_the_newest_finished_attempt_counts(tmp_path):
     with ResultStore(tmp_path) as store:
         run_id = _started(store)
         store.finish_run(run_id, SUMMARY, METRICS)
         _started(store)
-        assert store.status(run_id) == "running"
-        assert store.task_metrics(run_id) == {}
-        assert store.runs()[0]["summary"] is None
+        store.finish_run(run_id, {"total_online_accuracy": 0.5}, {"online_accuracy": [0.5]})
+        (run,) = store.runs()
+        assert run["summary"] == {"total_online_accuracy": 0.5}
+        assert run["attempts"] == 2 and run["attempt"] == store.attempts(run_id)[-1]["attempt"]
+        assert store.task_metrics(run_id) == {"online_accuracy": [0.5]}
+        assert len(store.to_dataframe("tasks")) == 1
+
+
+def test_an_attempt_left_running_by_a_killed_process_becomes_interrupted_when_the_next_starts(tmp_path):
+    with ResultStore(tmp_path) as store:
+        run_id = _started(store)
+        _started(store)
+        first, second = store.attempts(run_id)
+        assert first["status"] == "interrupted" and "stopped" in first["error"]
+        assert second["status"] == "running"
+        store.interrupt_run(run_id, "SIGINT")
+        assert store.status(run_id) == "interrupted"
+        assert store.runs("interrupted")[0]["error"] == "SIGINT"
+
+
+def test_runs_made_by_other_code_are_found(tmp_path):
+    with ResultStore(tmp_path) as store:
+        old = ResultStore.run_id(CONFIG, 0)
+        store.start_run(old, CONFIG, _manifest(0), code="commit-a")
+        store.finish_run(old, SUMMARY, METRICS)
+        new = ResultStore.run_id(CONFIG, 1)
+        store.start_run(new, CONFIG, _manifest(1), code="commit-b")
+        store.finish_run(new, SUMMARY, METRICS)
+        assert [r["run_id"] for r in store.runs_from_other_code("commit-b")] == [old]
+
+
+_SCHEMA_1 = (
+    "CREATE TABLE schema_version (version INTEGER NOT NULL)",
+    "INSERT INTO schema_version VALUES (1)",
+    "CREATE TABLE runs (run_id TEXT PRIMARY KEY, status TEXT NOT NULL, config TEXT NOT NULL, "
+    "seed INTEGER, manifest TEXT NOT NULL, summary TEXT, error TEXT)",
+    "CREATE INDEX runs_by_status ON runs (status)",
+    "CREATE TABLE task_metrics (run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE, "
+    "task INTEGER NOT NULL, metric TEXT NOT NULL, value TEXT NOT NULL, "
+    "PRIMARY KEY (run_id, metric, task)) WITHOUT ROWID",
+)
+
+
+def test_a_store_of_schema_1_is_migrated_with_every_result(tmp_path):
+    conn = sqlite3.connect(tmp_path / DB_NAME)
+    for statement in _SCHEMA_1:
+        conn.execute(statement)
+    conn.execute("INSERT INTO runs VALUES ('a', 'finished', ?, 0, ?, ?, NULL)",
+                 (json.dumps(CONFIG), json.dumps(_manifest(0)), json.dumps(SUMMARY)))
+    conn.execute("INSERT INTO runs VALUES ('b', 'failed', ?, 1, ?, NULL, 'boom')",
+                 (json.dumps(CONFIG), json.dumps(_manifest(1))))
+    conn.execute("INSERT INTO task_metrics VALUES ('a', 0, 'online_accuracy', '0.9')")
+    conn.commit()
+    conn.close()
+    with ResultStore(tmp_path) as store:
+        assert [(r["run_id"], r["status"], r["summary"], r["error"]) for r in store.runs()] == [
+            ("a", "finished", SUMMARY, None), ("b", "failed", None, "boom")]
+        assert store.task_metrics("a") == {"online_accuracy": [0.9]}
+    with sqlite3.connect(tmp_path / DB_NAME) as conn:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
+    conn.close()
 
 
 def test_finish_is_atomic_when_it_fails_midway(tmp_path):
@@ -316,13 +388,13 @@ def test_reopening_keeps_a_single_schema_version_row(tmp_path):
     ResultStore(tmp_path).close()
     ResultStore(tmp_path).close()
     with sqlite3.connect(tmp_path / DB_NAME) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
     conn.close()
 
 
 def test_non_sqlite_file_is_an_error_naming_it(tmp_path):
     (tmp_path / DB_NAME).write_bytes(b"this is not a database, just some bytes" * 100)
-    with pytest.raises(sqlite3.DatabaseError, match=DB_NAME):
+    with pytest.raises(StoreError, match=f"{DB_NAME}.*move the file away"):
         ResultStore(tmp_path)
 
 

@@ -59,7 +59,7 @@ def build_run_request(args: argparse.Namespace) -> tuple[dict, dict]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .experiments.loggers import make_loggers
-    from .experiments.runner import run_ensemble
+    from .experiments.runner import run_ensemble, strict_json
     from .problems import get_problem
     from .report import task_table
     from .report.tables import internals_summary
@@ -69,7 +69,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     seeds = ex.get("seeds", "0")
     seeds = parse_seeds(",".join(map(str, seeds)) if isinstance(seeds, list) else seeds)
     out = Path(ex.get("out") or "plasticlab-results")
-    threads = int(ex["threads"]) if ex.get("threads") is not None else None
+    threads = check_threads(ex.get("threads"))
+    device = check_device(ex.get("device", "cpu"))
     args.forgetting = args.forgetting or str(ex.get("forgetting", "")).lower() in ("true", "1")
     if args.measure_every is None and ex.get("measure_every") is not None:
         args.measure_every = int(ex["measure_every"])
@@ -79,13 +80,30 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise CLIError(f"--measure-every must be >= 1 step, got {args.measure_every}")
     if args.forgetting and not get_problem(config.problem).has_test_sets:
         raise CLIError(f"--forgetting needs held-out test sets; {config.problem} has none")
+    seeds = _unfinished_seeds(config, seeds, out, rerun=args.rerun)
+    if not seeds:
+        if args.json:
+            print(json.dumps({"runs": []}))
+        return 0
+
+    def on_resume(path, task):
+        print(f"plasticlab: resuming from {path} at task {task} (--no-resume starts over)",
+              file=sys.stderr)
+
     records = run_ensemble(config, seeds, out=out, data_dir=ex.get("data_dir"),
-                           device=ex.get("device", "cpu"), threads=threads,
+                           device=device, threads=threads,
                            progress=not args.no_progress, measure=not args.no_measure,
                            measure_every=args.measure_every, forgetting=args.forgetting,
-                           backprop=args.backprop, loggers=make_loggers(args.tensorboard, args.wandb))
+                           backprop=args.backprop, loggers=make_loggers(args.tensorboard, args.wandb),
+                           resume=not args.no_resume, on_resume=on_resume)
+    for r in records:
+        if "diverged_at_task" in r:
+            print(f"plasticlab: warning: seed {r['seed']} diverged (non-finite weights at the end of "
+                  f"task {r['diverged_at_task']}): its accuracies are a broken network's; try a "
+                  "smaller --lr", file=sys.stderr)
     if args.json:
-        json.dump({"runs": records}, sys.stdout, indent=None)
+        # Strict JSON: NaN and infinities (a diverged run's measurements) become null.
+        json.dump(strict_json({"runs": records}), sys.stdout, indent=None, allow_nan=False)
         sys.stdout.write("\n")
         return 0
     curves = {config.method: [r["task_online_accuracy"] for r in records]}
@@ -100,6 +118,60 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"{r['wall_time_s']:.1f} s, {r['steps_per_second']:.0f} ensemble steps/s "
           f"(K={len(seeds)}, {r['threads']} thread(s)); results in {out}/")
     return 0
+
+
+def check_threads(value) -> int | None:
+    """``--threads`` as a positive int (None: the default), or a CLIError."""
+    if value is None:
+        return None
+    try:
+        threads = int(value)
+    except (TypeError, ValueError):
+        raise CLIError(f"--threads must be a whole number >= 1, got {value!r}") from None
+    if threads < 1:
+        raise CLIError(f"--threads must be >= 1, got {threads}")
+    return threads
+
+
+def check_device(device: str) -> str:
+    """``device`` if this machine has it (cpu, cuda, cuda:N), else a CLIError saying why."""
+    import torch
+
+    try:
+        parsed = torch.device(str(device))
+    except (RuntimeError, ValueError):
+        raise CLIError(f"--device {device!r} is not a device; use cpu, cuda or cuda:N") from None
+    if parsed.type == "cpu":
+        return str(device)
+    if parsed.type != "cuda":
+        raise CLIError(f"--device {device}: plasticlab trains on cpu or cuda, not {parsed.type}")
+    if not torch.cuda.is_available():
+        why = ("this torch was built without CUDA" if torch.version.cuda is None
+               else "torch sees no GPU")
+        raise CLIError(f"--device {device}: no CUDA device here ({why}); use --device cpu")
+    if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+        raise CLIError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA "
+                       f"device(s), cuda:0..cuda:{torch.cuda.device_count() - 1}")
+    return str(device)
+
+
+def _unfinished_seeds(config, seeds: list[int], out: Path, rerun: bool) -> list[int]:
+    """The seeds whose runs of ``config`` have not finished in ``out`` (all with ``rerun``);
+    says on stderr which are skipped. Reads the store only if it exists (creates nothing)."""
+    from .experiments.runner import member_configs
+    from .experiments.store import DB_NAME, ResultStore
+
+    if rerun or not (out / DB_NAME).is_file():
+        return seeds
+    with ResultStore(out) as store:
+        done = [s for c, s in zip(member_configs(config, seeds), seeds, strict=True)
+                if store.is_finished(ResultStore.run_id(c, s))]
+    if done:
+        left = [s for s in seeds if s not in done]
+        print(f"plasticlab: seed(s) {','.join(map(str, done))} of this configuration already finished "
+              f"in {out}: skipped" + (f", training {','.join(map(str, left))}" if left else "")
+              + " (--rerun trains them again; earlier results are kept)", file=sys.stderr)
+    return [s for s in seeds if s not in done]
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -170,7 +242,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--backprop", choices=("auto", "autograd", "manual"), default="auto",
                      help="how gradients are computed: the ReLU MLP's hand-written backward "
                           "(manual), autograd, or manual wherever the network allows (auto)")
-    run.add_argument("--json", action="store_true", help="print only JSON results on stdout")
+    run.add_argument("--rerun", action="store_true",
+                     help="train seeds whose run already finished in --out again (a new attempt: "
+                          "the earlier results are kept; the newest finished attempt counts)")
+    run.add_argument("--no-resume", dest="no_resume", action="store_true",
+                     help="start from the first task even if an interrupted attempt left a "
+                          "checkpoint (by default the run continues from it)")
+    run.add_argument("--json", action="store_true", help="print only JSON results on stdout (strict "
+                                                         "JSON: NaN and infinities as null)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     from .cli_sweep import add_logging_options
 
@@ -198,25 +277,30 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-progress", action="store_true")
     demo.set_defaults(func=cmd_demo)
 
+    from .cli_reproduce import register as register_reproduce
     from .cli_sweep import register
 
     register(sub)
+    register_reproduce(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``plasticlab`` command; returns the exit code."""
     from .data import DataError
+    from .experiments.lifecycle import exit_code, handle_sigterm, signal_name
 
     args = build_parser().parse_args(argv)
+    handle_sigterm()  # SIGTERM takes SIGINT's path: runs recorded as interrupted, exit 143
     try:
         return args.func(args)
     except (CLIError, ValueError, DataError) as e:
         print(f"plasticlab: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("plasticlab: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        print(f"plasticlab: stopped by {signal_name(e)}; unfinished runs are recorded as "
+              "interrupted: the same command resumes them from their last task end", file=sys.stderr)
+        return exit_code(e)
 
 
 if __name__ == "__main__":

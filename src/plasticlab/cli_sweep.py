@@ -15,11 +15,13 @@ from .experiments.orchestrate import (
     plan,
     protocol_seeds,
     run_plan,
+    tidy_checkpoints,
     write_plan,
     write_selection,
 )
 from .experiments.presets import PRESETS, get_preset
-from .experiments.store import ResultStore
+from .experiments.export import EXPORT_NAME, read_export
+from .experiments.store import DB_NAME, STATUSES, ResultStore
 from .experiments.sweep import expand
 
 try:
@@ -60,12 +62,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     sweep = _load_sweep(args)
     name = sweep.get("name", Path(args.file).stem if args.file else args.preset)
     out = Path(args.out or Path("results") / name)
-    runs = expand(sweep, args.scale)
+    from .cli import check_device
+
+    for flag, value in (("--workers", args.workers), ("--max-members", args.max_members)):
+        if value is not None and value < 1:
+            raise ValueError(f"{flag} must be >= 1, got {value}")
+    check_device(args.device)
+    runs = expand(sweep, args.scale)  # every grid value is checked against its domain here
     eval_seeds = protocol_seeds(sweep)
     workers = args.workers or default_workers()
     calibration = bench.load()
     max_members = args.max_members or bench.members_for(args.device, calibration, workers)
-    grid_plan = plan(runs, out, max_members, workers=workers)
+    grid_plan = plan(runs, out, max_members, workers=workers, rerun=args.rerun)
     options = {"forgetting": True} if sweep.get("forgetting") else {}
     print(f"sweep {name}" + (f" (scale {args.scale:g})" if args.scale else "") + f" → {out}")
     print("  " + _describe(grid_plan, workers, calibration))
@@ -84,7 +92,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
               "executor": args.executor, "ray_address": args.ray_address,
               "progress": not args.no_progress, "options": options,
               "loggers": make_loggers(args.tensorboard, args.wandb)}
-    write_plan(out, runs, name, "grid")
+    write_plan(out, runs, name, "grid", grid_plan.ensembles)
+    for message in tidy_checkpoints(out, grid_plan):
+        print("  " + message)
     jobs = run_plan(grid_plan, **common)
     failed = [j for j in jobs if j.error]
     if eval_seeds is not None:
@@ -96,8 +106,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(f"  {problem} {optimizer} {method:<16} lr={cfg['lr']:g} {cfg['params']} "
                   f"score {100 * entry['score']:.2f}% (of {entry['candidates']} configs)")
         eval_runs = evaluation_runs(selection, eval_seeds)
-        write_plan(out, eval_runs, name, "evaluation")
-        eval_plan = plan(eval_runs, out, max_members, phase="evaluation", workers=workers)
+        eval_plan = plan(eval_runs, out, max_members, phase="evaluation", workers=workers,
+                         rerun=args.rerun)
+        write_plan(out, eval_runs, name, "evaluation", eval_plan.ensembles)
         print("  " + _describe(eval_plan, workers, calibration))
         failed += [j for j in run_plan(eval_plan, **common) if j.error]
         print(evaluation_table(out, selection, eval_seeds))
@@ -145,18 +156,34 @@ def cmd_status(args: argparse.Namespace) -> int:
     out = Path(args.dir)
     if not (out / "results.sqlite").is_file():
         raise ValueError(f"{out} holds no results store (results.sqlite)")
+    from .experiments.manifest import code_identity
+
     with ResultStore(out) as store:
         runs = store.runs()
+        other_code = store.runs_from_other_code(code_identity())
     counts = {}
     for r in runs:
         key = (r["config"]["problem"], r["config"]["method"])
-        counts.setdefault(key, {"finished": 0, "running": 0, "failed": 0})[r["status"]] += 1
+        counts.setdefault(key, dict.fromkeys(STATUSES, 0))[r["status"]] += 1
     print(f"{out}: {len(runs)} runs")
-    print(f"  {'problem':<22}{'method':<18}{'finished':>9}{'running':>9}{'failed':>8}")
+    print(f"  {'problem':<22}{'method':<18}{'finished':>9}{'running':>9}{'failed':>8}{'interrupted':>12}")
     for (problem, method), c in sorted(counts.items()):
-        print(f"  {problem:<22}{method:<18}{c['finished']:>9}{c['running']:>9}{c['failed']:>8}")
-    print("  ('running' after a kill means unfinished: re-run the sweep to finish them)")
+        print(f"  {problem:<22}{method:<18}{c['finished']:>9}{c['running']:>9}{c['failed']:>8}"
+              f"{c['interrupted']:>12}")
+    print("  ('running' after a kill, and 'interrupted', mean unfinished: the same command resumes them)")
+    if other_code:
+        print(f"  note: {len(other_code)} finished run(s) were trained by other code than this "
+              f"plasticlab ({code_identity()}): {_code_summary(other_code)}; `sweep --rerun` or "
+              "`run --rerun` trains them again (earlier results are kept)")
     return 0
+
+
+def _code_summary(runs: list[dict]) -> str:
+    """'3 by git:abc…, 1 by unrecorded code': how many runs each other code made."""
+    counts: dict[str, int] = {}
+    for r in runs:
+        counts[r["code"] or "unrecorded code"] = counts.get(r["code"] or "unrecorded code", 0) + 1
+    return ", ".join(f"{n} by {code}" for code, n in sorted(counts.items()))
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -169,6 +196,17 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise ValueError(f"--formats {args.formats!r}: give png plus any of svg, pdf "
                          "(the HTML page embeds the PNGs)")
     results = load_results(args.dir)
+    from .experiments.manifest import code_identity
+
+    if (Path(args.dir) / DB_NAME).is_file():
+        with ResultStore(args.dir) as store:
+            other_code = store.runs_from_other_code(code_identity())
+    else:  # a compact export (plasticlab export): its runs carry their code too
+        other_code = [r for r in read_export(Path(args.dir) / EXPORT_NAME)[0]
+                      if r.get("code") != code_identity()]
+    if other_code:
+        results.warnings.append(f"{len(other_code)} finished run(s) were trained by other code than "
+                                f"this plasticlab ({code_identity()}): {_code_summary(other_code)}")
     page = build_report(args.dir, args.out, formats=formats, max_bins=args.max_bins, reps=args.reps,
                         results=results)
     for warning in results.warnings:
@@ -211,7 +249,11 @@ def register(sub) -> None:
                          "architecture, else 16 on CPU; on CUDA 256 for the MLP, 64 for the CNN)")
     sw.add_argument("--executor", default="local", choices=EXECUTORS)
     sw.add_argument("--ray-address", dest="ray_address", help="Ray cluster (default $RAY_ADDRESS)")
-    sw.add_argument("--dry-run", action="store_true", help="print the plan and a time estimate")
+    sw.add_argument("--dry-run", action="store_true",
+                    help="check the sweep, print the plan and a time estimate; writes nothing")
+    sw.add_argument("--rerun", action="store_true",
+                    help="train runs that already finished again (new attempts: the earlier "
+                         "results are kept; the newest finished attempt counts)")
     add_logging_options(sw)
     sw.add_argument("--no-progress", action="store_true")
     sw.set_defaults(func=cmd_sweep)

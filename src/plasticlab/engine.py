@@ -181,7 +181,7 @@ def train_ensemble(
         members=K, init=config.init, generators=[torch_generator(s, "init") for s in seeds],
         **plain, **method_cls.architecture(hp, plain),
     ).to(device)
-    optimizer = make_optimizer(config.optimizer, list(net.parameters()), config.lr,
+    optimizer = make_optimizer(config.optimizer, list(net.parameters()), config.lr, member_dim=True,
                                **optimizer_options(config.optimizer, seeds, device, config.optimizer_params))
     method = method_cls(net, optimizer, hp, MethodContext(seeds, device))
     needs_features = method.needs_features

@@ -21,12 +21,12 @@ from ..problems import get_problem
 
 RUN_PARAMETERS = (
     Param("optimizer", "adam", str, "adam | sgd", choices=tuple(OPTIMIZERS)),
-    Param("lr", 1e-3, float, "step size α"),
-    Param("tasks", None, int, "number of tasks (default: the paper's)"),
-    Param("steps_per_task", None, int, "gradient steps per task (default: the paper's)"),
-    Param("batch_size", None, int, "batch size (default: the paper's)"),
-    Param("width", 1.0, float, "multiplier of every hidden layer's width"),
-    Param("extra_layers", 0, int, "extra hidden layers (MLP: any; CNN: 2 = the deeper CNN)"),
+    Param("lr", 1e-3, float, "step size α", low=0, low_open=True),
+    Param("tasks", None, int, "number of tasks (default: the paper's)", low=1),
+    Param("steps_per_task", None, int, "gradient steps per task (default: the paper's)", low=1),
+    Param("batch_size", None, int, "batch size (default: the paper's)", low=1),
+    Param("width", 1.0, float, "multiplier of every hidden layer's width", low=0, low_open=True),
+    Param("extra_layers", 0, int, "extra hidden layers (MLP: any; CNN: 2 = the deeper CNN)", low=0),
     Param("init", "torch_default", str, "initialisation scheme", choices=INIT_SCHEMES),
     Param("test_examples", "all", str, "test accuracy on: all | N (the first N of each seed's shuffled "
           "test set) | reference (the authors' 992 of 1000)"),

@@ -11,22 +11,30 @@ return their :class:`~plasticlab.engine.EnsembleResult`; the driver records it. 
 checkpoint of their ensemble at every task end under ``OUT/checkpoints/`` (on a cluster, OUT
 must be on a shared file system) and resume from it when the sweep is started again. Jobs are
 submitted longest first, and a failing job is recorded as failed without stopping the others.
+
+Stopping (:mod:`plasticlab.experiments.lifecycle`): on SIGINT or SIGTERM the driver asks every
+local worker to stop at its next task end (its checkpoint saved), records what finished as
+finished and the rest as interrupted, and re-raises (exit 130/143). Workers that do not reach
+a task end within ``grace_s`` seconds, or a second signal, are killed; they resume from their
+previous task end. Workers die with the driver, however it dies.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..checkpoint import fingerprint
 from ..engine import EnsembleResult, train_ensemble
 from .config import RunConfig
-from .runner import progress_bar, record_result, record_start
+from .lifecycle import StopRequested, check_stop, signal_name, worker_init
+from .runner import checkpoint_path, progress_bar, record_result, record_start
 from .store import ResultStore
 
 EXECUTORS = ("local", "ray")
@@ -44,6 +52,8 @@ class Job:
     options: dict = field(default_factory=dict)
     records: list[dict] = field(default_factory=list)
     error: str | None = None
+    record: list[bool] | None = None  # per member: record its run (False: it finished before)
+    interrupted: str | None = None
 
 
 def default_workers() -> int:
@@ -57,8 +67,15 @@ def default_workers() -> int:
 def train_job(job: Job, data_dir=None, device: str = "cpu", position: int = 0,
               progress: bool = True) -> EnsembleResult:
     """Train one job in this process (what a worker runs)."""
-    bar, on_task_end = progress_bar(job.config, len(job.seeds), enabled=progress, position=position,
-                                    label=job.label or None)
+    bar, show_task = progress_bar(job.config, len(job.seeds), enabled=progress, position=position,
+                                  label=job.label or None)
+    last = job.config.tasks - 1
+
+    def on_task_end(task: int, accuracies: list[float]) -> None:
+        show_task(task, accuracies)
+        if task < last:  # the checkpoint of this task end is saved by now
+            check_stop(task)
+
     try:
         return train_ensemble(job.config, job.seeds, job.member_params, data_dir=data_dir,
                               device=device, on_task_end=on_task_end, on_steps=bar.update,
@@ -76,10 +93,11 @@ def job_cost(job: Job) -> float:
 def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str = "cpu",
              workers: int | None = None, progress: bool = True, executor: str = "local",
              ray_address: str | None = None, on_done: Callable[[Job], None] | None = None,
-             loggers: Sequence = ()) -> list[Job]:
+             loggers: Sequence = (), grace_s: float = 60.0) -> list[Job]:
     """Train ``jobs`` with ``executor`` and record every run in ``out``'s store.
 
-    Returns the jobs with their ``records`` (or ``error``) filled in.
+    Returns the jobs with their ``records`` (or ``error``) filled in. On SIGINT/SIGTERM (see
+    the module docstring) the interrupt propagates once every job is recorded.
     """
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}; valid: {', '.join(EXECUTORS)}")
@@ -89,8 +107,8 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
     order = sorted(range(len(jobs)), key=lambda i: -job_cost(jobs[i]))
     for job in jobs:
         # Task-boundary checkpoints: a killed sweep loses at most one task of each ensemble.
-        key = fingerprint(job.config.to_dict(), job.seeds, job.member_params)
-        job.options.setdefault("checkpoint", str(Path(out) / "checkpoints" / f"{key}.ckpt"))
+        job.options.setdefault("checkpoint", str(checkpoint_path(out, job.config, job.seeds,
+                                                                 job.member_params, kind="ensemble")))
     workers = workers or default_workers()
     # A bar per ensemble while they all run at once; beyond that one overall bar in the driver
     # (runs done / total, member-steps/s, ETA), advanced as ensembles finish.
@@ -98,25 +116,39 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
     overall = _overall_bar(jobs) if progress and not per_job_bars else None
     with ResultStore(out) as store:
         run_ids = {i: record_start(store, jobs[i].config, jobs[i].seeds, device=device,
-                                   member_params=jobs[i].member_params) for i in order}
+                                   member_params=jobs[i].member_params, record=jobs[i].record)
+                   for i in order}
+        done: set[int] = set()
 
         def finish(i: int, get_result: Callable[[], EnsembleResult]) -> None:
             job = jobs[i]
+            done.add(i)
             if overall is not None:
                 c = job.config
                 overall.update(c.tasks * c.steps_per_task * len(job.seeds))
                 overall.runs_done += len(job.seeds)
                 overall.set_postfix_str(f"runs {overall.runs_done}/{overall.runs_total}")
             try:
-                job.records = record_result(store, job.config, run_ids[i], get_result())
-                for logger in loggers:
-                    for record in job.records:
-                        logger.log(record)
-                if job.options.get("checkpoint"):
+                result = get_result()
+            except StopRequested as stop:
+                job.interrupted = f"interrupted: {stop}; {job.options['checkpoint']} resumes it"
+                for rid in filter(None, run_ids[i]):
+                    store.interrupt_run(rid, job.interrupted)
+                return
+            except Exception:
+                result = None
+                job.error = traceback.format_exc()
+            try:
+                if result is not None:
+                    job.records = record_result(store, job.config, run_ids[i], result)
+                    for logger in loggers:
+                        for record in job.records:
+                            logger.log(record)
                     Path(job.options["checkpoint"]).unlink(missing_ok=True)
             except Exception:
                 job.error = traceback.format_exc()
-                for rid in run_ids[i]:
+            if job.error is not None:
+                for rid in filter(None, run_ids[i]):
                     store.fail_run(rid, job.error)
             if on_done is not None:
                 on_done(job)
@@ -125,7 +157,17 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
             if executor == "ray":
                 _run_ray(jobs, order, finish, data_dir, device, ray_address)
             else:
-                _run_local(jobs, order, finish, data_dir, device, workers, per_job_bars)
+                _run_local(jobs, order, finish, data_dir, device, workers, per_job_bars, grace_s)
+        except KeyboardInterrupt as exc:
+            for i in order:
+                if i in done:
+                    continue
+                path = Path(jobs[i].options["checkpoint"])
+                jobs[i].interrupted = (f"interrupted by {signal_name(exc)}; " + (
+                    f"{path} resumes it" if path.is_file() else "no task had ended: it restarts"))
+                for rid in filter(None, run_ids[i]):
+                    store.interrupt_run(rid, jobs[i].interrupted)
+            raise
         finally:
             if overall is not None:
                 overall.close()
@@ -145,13 +187,45 @@ def _overall_bar(jobs):
     return bar
 
 
-def _run_local(jobs, order, finish, data_dir, device, workers, progress) -> None:
+def _run_local(jobs, order, finish, data_dir, device, workers, progress, grace_s) -> None:
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx) as pool:
-        futures = {pool.submit(train_job, jobs[i], data_dir, device, slot % workers, progress): i
-                   for slot, i in enumerate(order)}
+    stop = ctx.Event()
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx,
+                               initializer=worker_init, initargs=(stop, os.getpid()))
+    futures = {pool.submit(train_job, jobs[i], data_dir, device, slot % workers, progress): i
+               for slot, i in enumerate(order)}
+    handled = set()
+    try:
         for fut in as_completed(futures):
+            handled.add(fut)
             finish(futures[fut], fut.result)
+    except KeyboardInterrupt:
+        # Stop at the next task end: what finishes in the meantime is recorded as finished,
+        # what stops as interrupted (its checkpoint saved).
+        stop.set()
+        for fut in futures:
+            fut.cancel()  # not started yet
+        deadline = time.monotonic() + grace_s
+        try:
+            running = [f for f in futures if f not in handled and not f.cancelled()]
+            for fut in as_completed(running, timeout=grace_s):
+                handled.add(fut)
+                finish(futures[fut], fut.result)
+                if time.monotonic() > deadline:
+                    break
+        except (FuturesTimeout, KeyboardInterrupt):
+            pass  # a second signal, or workers far from a task end: they resume from the last
+        _kill_workers(pool)
+        raise
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _kill_workers(pool: ProcessPoolExecutor) -> None:
+    """Kill the pool's worker processes now (they resume from their last checkpoint)."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        if process.is_alive():
+            process.kill()
 
 
 def _run_ray(jobs, order, finish, data_dir, device, address) -> None:

@@ -10,6 +10,7 @@ same machine, same versions") can be checked rather than assumed.
 from __future__ import annotations
 
 import copy
+import functools
 import importlib
 import importlib.metadata
 import os
@@ -19,7 +20,7 @@ import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
-__all__ = ["build_manifest", "git_info", "package_version", "utc_now"]
+__all__ = ["build_manifest", "code_identity", "git_info", "package_version", "utc_now"]
 
 # The directory whose git state identifies the code that ran: the installed package itself,
 # not the caller's working directory (a user may run plasticlab from their own repository).
@@ -95,6 +96,17 @@ def git_info() -> tuple[str | None, bool | None]:
     return commit, dirty
 
 
+@functools.lru_cache(maxsize=1)
+def code_identity() -> str:
+    """What identifies the code that trains, for telling results of other code apart:
+    ``git:<commit>`` (``+dirty`` with uncommitted changes to the package) in a git checkout,
+    else ``plasticlab <version>``. Looked up once per process."""
+    commit, dirty = git_info()
+    if commit is not None:
+        return f"git:{commit}" + ("+dirty" if dirty else "")
+    return f"plasticlab {package_version()}"
+
+
 def _library_version(module_name: str) -> str:
     """The version of an importable library as a string, or ``"not installed"``."""
     try:
@@ -121,7 +133,10 @@ def build_manifest(config: dict, seed: int, device: str, threads: int) -> dict:
     - ``device``, ``threads``: the torch device and the thread count the run used;
     - ``start_time``: ISO 8601 in UTC.
 
-    ``end_time`` is added by :meth:`ResultStore.finish_run` (or ``fail_run``).
+    - ``code``: :func:`code_identity`.
+
+    ``end_time`` is added by :meth:`ResultStore.finish_run` (or ``fail_run``); the runner adds
+    ``ensemble`` (the ensemble the run trained in) and, at the end, the data files' MD5s.
     """
     commit, dirty = git_info()
     return {
@@ -135,6 +150,7 @@ def build_manifest(config: dict, seed: int, device: str, threads: int) -> dict:
         },
         "git_commit": commit,
         "git_dirty": dirty,
+        "code": code_identity(),
         "host": socket.gethostname(),
         "platform": platform.platform(),
         "device": str(device),

@@ -2,12 +2,17 @@
 paper's protocol (grid on 3 seeds → select → the winner on 10 new seeds).
 
 Re-running a sweep runs only what did not finish (runs are identified by config and seed), so a
-killed sweep resumes where it stopped.
+killed sweep resumes where it stopped — exactly: the grouping of runs into ensembles (which
+runs, in which member order) is decided once, stored in ``plan.json`` with the ensemble's
+checkpoint name, and reused on every resume whatever ``--workers``, ``--max-members`` or the
+calibration say, so every checkpoint is picked up again. A checkpoint that no unfinished
+ensemble uses is reported and removed (:func:`tidy_checkpoints`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,17 +57,84 @@ def pending_runs(runs: Sequence[Run], out: str | Path) -> tuple[list[Run], int]:
     return todo, len(runs) - len(todo)
 
 
-def plan(runs: Sequence[Run], out, max_members, phase: str = "grid", workers: int = 1) -> Plan:
-    """Group the unfinished runs of ``runs`` into ensembles (see :func:`sweep.group`)."""
-    todo, finished = pending_runs(runs, out)
-    return Plan(group(todo, max_members, workers), len(runs), finished, phase)
+def plan(runs: Sequence[Run], out, max_members, phase: str = "grid", workers: int = 1,
+         rerun: bool = False) -> Plan:
+    """Group the unfinished runs of ``runs`` into ensembles: the ensembles stored in
+    ``plan.json`` that still have an unfinished member are reused as they are (every member,
+    in its order; the members that finished train again but are not recorded again); the
+    other runs are grouped anew (see :func:`sweep.group`). ``rerun``: finished runs too."""
+    todo, finished = (list(runs), 0) if rerun else pending_runs(runs, out)
+    by_id = {ResultStore.run_id(r.config.to_dict(), r.seed): r for r in runs}
+    unfinished = {ResultStore.run_id(r.config.to_dict(), r.seed) for r in todo}
+    ensembles, claimed = [], set()
+    for stored in stored_ensembles(out):
+        members = stored["run_ids"]
+        if not unfinished.intersection(members) or not all(m in by_id for m in members) \
+                or claimed.intersection(members):
+            continue
+        ensemble = group([by_id[m] for m in members], len(members))
+        if len(ensemble) != 1:  # the stored members no longer share a configuration
+            continue
+        ensemble[0].record = [m in unfinished for m in members]
+        ensembles.extend(ensemble)
+        claimed.update(members)
+    rest = [r for r in todo if ResultStore.run_id(r.config.to_dict(), r.seed) not in claimed]
+    return Plan(ensembles + group(rest, max_members, workers), len(runs), finished, phase)
+
+
+def stored_ensembles(out) -> list[dict]:
+    """The ensembles recorded in ``out/plan.json``: ``phase``, ``run_ids`` (member order) and
+    ``checkpoint`` (its file name under ``checkpoints/``)."""
+    path = Path(out) / PLAN_FILE
+    return json.loads(path.read_text()).get("ensembles", []) if path.is_file() else []
+
+
+def ensemble_entry(e: Ensemble, phase: str) -> dict:
+    """How ``plan.json`` records an ensemble."""
+    from .runner import checkpoint_path, member_configs
+
+    ids = [ResultStore.run_id(c, s) for c, s in
+           zip(member_configs(e.config, e.seeds, e.member_params), e.seeds, strict=True)]
+    return {"phase": phase, "run_ids": ids,
+            "checkpoint": checkpoint_path("", e.config, e.seeds, e.member_params, "ensemble").name}
+
+
+def tidy_checkpoints(out, p: Plan) -> list[str]:
+    """Check the checkpoints of ``p``'s ensembles (their headers: an unusable one is a
+    :class:`~plasticlab.checkpoint.CheckpointError` naming it, before anything trains) and
+    remove every sweep checkpoint in ``out/checkpoints`` that no unfinished ensemble of the
+    sweep uses; returns one message per file removed."""
+    from .. import checkpoint as ckpt
+
+    folder = Path(out) / "checkpoints"
+    if not folder.is_dir():
+        return []
+    used = {ensemble_entry(e, p.phase)["checkpoint"] for e in p.ensembles}
+    for name in used:
+        if (folder / name).is_file():
+            ckpt.read_header(folder / name)
+    with ResultStore(out) as store:
+        keep = used | {e["checkpoint"] for e in stored_ensembles(out)
+                       if not all(store.is_finished(r) for r in e["run_ids"])}
+    messages = []
+    for path in sorted(folder.glob("*.ckpt")):
+        if path.name in keep or path.name.startswith("run-"):  # run-: `plasticlab run`'s own
+            continue
+        try:
+            what = f"at task {ckpt.read_header(path).get('next_task')}"
+        except (ckpt.CheckpointError, OSError) as exc:
+            what = f"unusable: {exc}"
+        path.unlink()
+        messages.append(f"removed checkpoint {path} ({what}): no unfinished ensemble of this sweep "
+                        "uses it")
+    return messages
 
 
 def run_plan(p: Plan, *, out, data_dir=None, device="cpu", workers=None, executor="local",
              ray_address=None, progress=True, options: dict | None = None, loggers=()) -> list[Job]:
     """Train every ensemble of ``p``; returns the jobs (failures recorded, not raised)."""
-    jobs = [Job(e.config, e.seeds, e.member_params, label=_label(e), options=dict(options or {}))
-            for e in p.ensembles]
+    jobs = [Job(e.config, e.seeds, e.member_params, label=_label(e), options=dict(options or {}),
+                record=e.record) for e in p.ensembles]
     return run_jobs(jobs, out=out, data_dir=data_dir, device=device, workers=workers,
                     executor=executor, ray_address=ray_address, progress=progress, loggers=loggers)
 
@@ -80,15 +152,25 @@ def evaluation_runs(selection: dict, seeds: Sequence[int]) -> list[Run]:
     return runs
 
 
-def write_plan(out, runs: Sequence[Run], sweep_name: str, phase: str) -> Path:
-    """Record every run a sweep intends to make in ``out/plan.json`` (added to what is there).
+def write_plan(out, runs: Sequence[Run], sweep_name: str, phase: str,
+               ensembles: Sequence[Ensemble] = ()) -> Path:
+    """Record every run a sweep intends to make, and the ``ensembles`` it groups them into,
+    in ``out/plan.json`` (added to what is there; written atomically).
 
     ``plasticlab report`` compares it with the store to say which planned runs have not
-    finished — a sweep that is still running, or one that was stopped.
+    finished — a sweep that is still running, or one that was stopped; :func:`plan` reuses
+    the ensembles on every resume.
     """
     path = Path(out) / PLAN_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     planned = json.loads(path.read_text()) if path.is_file() else {"sweep": sweep_name, "runs": []}
+    stored = planned.setdefault("ensembles", [])
+    known = {e["checkpoint"] for e in stored}
+    for e in ensembles:
+        entry = ensemble_entry(e, phase)
+        if entry["checkpoint"] not in known:
+            known.add(entry["checkpoint"])
+            stored.append(entry)
     seen = {p["run_id"] for p in planned["runs"]}
     for r in runs:
         config = r.config.to_dict()
@@ -96,7 +178,9 @@ def write_plan(out, runs: Sequence[Run], sweep_name: str, phase: str) -> Path:
         if rid not in seen:
             seen.add(rid)
             planned["runs"].append({"run_id": rid, "phase": phase, "seed": r.seed, "config": config})
-    path.write_text(json.dumps(planned, indent=1))
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(planned, indent=1))
+    os.replace(tmp, path)
     return path
 
 
@@ -136,4 +220,5 @@ def protocol_seeds(sweep: dict) -> list[int] | None:
 
 
 __all__ = ["PLAN_FILE", "SELECTION_FILE", "Plan", "evaluation_runs", "grid_selection", "pending_runs",
-           "plan", "protocol_seeds", "run_plan", "write_plan", "write_selection"]
+           "plan", "protocol_seeds", "run_plan", "stored_ensembles", "tidy_checkpoints", "write_plan",
+           "write_selection"]

@@ -5,13 +5,16 @@ from __future__ import annotations
 import math
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
 
+from .. import checkpoint as ckpt
+from ..data.checksums import data_provenance
 from ..engine import EnsembleResult, train_ensemble
 from .config import RunConfig
+from .lifecycle import signal_name
 from .manifest import build_manifest, utc_now
 from .store import ResultStore
 
@@ -77,14 +80,29 @@ def member_configs(config: RunConfig, seeds: Sequence[int],
 
 def record_start(store: ResultStore, config: RunConfig, seeds: Sequence[int], *,
                  device: str = "cpu", threads: int | None = None,
-                 member_params: Sequence[dict] | None = None) -> list[str]:
-    """Mark each member's run 'running' with its manifest; return the run ids."""
+                 member_params: Sequence[dict] | None = None,
+                 record: Sequence[bool] | None = None) -> list[str | None]:
+    """Start a new attempt at each member's run ('running', with its manifest); return the run
+    ids (None for a member that ``record`` says not to record: it trains, for its ensemble's
+    sake, but its run finished before).
+
+    Each manifest's ``ensemble`` says which ensemble the run trained in: ``members`` (K),
+    ``index`` (its member index k), and every member's ``run_ids``, ``seeds`` and ``params``.
+    """
     threads_now = threads if threads is not None else (
         1 if torch.device(device).type == "cpu" else torch.get_num_threads())
-    run_ids = []
-    for c, s in zip(member_configs(config, seeds, member_params), seeds, strict=True):
-        rid = ResultStore.run_id(c, s)
-        store.start_run(rid, c, build_manifest(c, s, device=str(device), threads=threads_now))
+    configs = member_configs(config, seeds, member_params)
+    all_ids = [ResultStore.run_id(c, s) for c, s in zip(configs, seeds, strict=True)]
+    ensemble = {"members": len(seeds), "run_ids": all_ids, "seeds": [int(s) for s in seeds],
+                "params": [c["params"] for c in configs]}
+    run_ids: list[str | None] = []
+    for k, (c, s, rid) in enumerate(zip(configs, seeds, all_ids, strict=True)):
+        if record is not None and not record[k]:
+            run_ids.append(None)
+            continue
+        manifest = build_manifest(c, s, device=str(device), threads=threads_now)
+        manifest["ensemble"] = dict(ensemble, index=k)
+        store.start_run(rid, c, manifest, code=manifest.get("code"))
         run_ids.append(rid)
     return run_ids
 
@@ -94,14 +112,20 @@ def record_result(store: ResultStore, config: RunConfig, run_ids: Sequence[str],
     """Commit each member's metrics and 'finished' status; return the run records."""
     records = []
     for member, rid in zip(result.members, run_ids, strict=True):
+        if rid is None:
+            continue
         summary = {"total_online_accuracy": member.total_online_accuracy,
                    "wall_time_s": result.wall_time, "steps_per_second": result.steps_per_second,
                    "ensemble_members": len(run_ids), "measure_time_s": result.measure_time}
         if member.accuracy_matrix is not None:
             summary |= {"bwt": member.bwt, "one_step_bwt": member.one_step_bwt}
+        diverged = diverged_at(member)
+        if diverged is not None:
+            summary["diverged_at_task"] = diverged
         store.finish_run(rid, summary, member_task_metrics(member),
                          manifest_update={"threads": result.threads,
                                           "data_source": result.data_source,
+                                          **data_provenance(result.data_source),
                                           "measurements": result.extra.get("measurements"),
                                           "backprop": result.extra.get("backprop"),
                                           "method_notes": result.extra.get("method") or {},
@@ -111,8 +135,29 @@ def record_result(store: ResultStore, config: RunConfig, run_ids: Sequence[str],
                           "steps_per_second": result.steps_per_second,
                           "measure_time_s": result.measure_time,
                           "threads": result.threads, "backprop": result.extra.get("backprop"),
-                          "reported_tasks": member.reported_tasks})
+                          "reported_tasks": member.reported_tasks}
+                       | ({"diverged_at_task": diverged} if diverged is not None else {}))
     return records
+
+
+def diverged_at(member) -> int | None:
+    """The first task at whose end the member's network held a non-finite weight (its
+    ``weight_magnitude`` is NaN or infinite: the run diverged), or None."""
+    for task, value in enumerate(member.task_metrics.get("weight_magnitude") or []):
+        if isinstance(value, float) and not math.isfinite(value):
+            return task
+    return None
+
+
+def strict_json(value):
+    """``value`` with every non-finite float (NaN, ±inf) replaced by None: strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [strict_json(v) for v in value]
+    return value
 
 
 def progress_bar(config: RunConfig, members: int, *, enabled: bool = True, position: int = 0,
@@ -146,6 +191,8 @@ def run_ensemble(
     forgetting: bool = False,
     backprop: str = "auto",
     loggers: Sequence = (),
+    resume: bool = True,
+    on_resume: Callable[[Path, int], None] | None = None,
 ) -> list[dict]:
     """Train ``seeds`` as one ensemble in this process and store each run; return the records.
 
@@ -156,10 +203,19 @@ def run_ensemble(
     measurements, the accuracy matrix); they change what is recorded, never the training.
     ``backprop`` is passed on too (``auto`` | ``autograd`` | ``manual``).
 
-    Runs are marked 'running' before training, and each run's metrics and 'finished' status
-    are committed together at the end; on an exception every run is marked 'failed' with its
-    traceback and the exception propagates.
+    A new attempt at each run is marked 'running' before training, and its metrics and
+    'finished' status are committed together at the end; earlier attempts are kept. The
+    ensemble saves a checkpoint at every task end (:func:`checkpoint_path`) and, with
+    ``resume``, continues from one left by an interrupted attempt (``on_resume(path, task)``
+    is told). On SIGINT/SIGTERM (:class:`~plasticlab.experiments.lifecycle.Terminated`) the
+    attempts are marked 'interrupted' — the checkpoint resumes them — and the interrupt
+    propagates; on any other exception they are marked 'failed' with the traceback.
     """
+    path = checkpoint_path(out, config, seeds, member_params)
+    if not resume:
+        path.unlink(missing_ok=True)
+    elif path.is_file() and on_resume is not None:
+        on_resume(path, ckpt.read_header(path).get("next_task", 0))
     with ResultStore(out) as store:
         run_ids = record_start(store, config, seeds, device=device, threads=threads,
                                member_params=member_params)
@@ -168,7 +224,13 @@ def run_ensemble(
             result = train_ensemble(config, seeds, member_params, data_dir=data_dir, device=device,
                                     threads=threads, on_task_end=on_task_end, on_steps=bar.update,
                                     measure=measure, measure_every=measure_every,
-                                    forgetting=forgetting, backprop=backprop)
+                                    forgetting=forgetting, backprop=backprop, checkpoint=path)
+        except KeyboardInterrupt as exc:
+            reason = (f"interrupted by {signal_name(exc)}; "
+                      + (f"{path} resumes it" if path.is_file() else "no task had ended: it restarts"))
+            for rid in run_ids:
+                store.interrupt_run(rid, reason)
+            raise
         except BaseException:
             error = traceback.format_exc()
             for rid in run_ids:
@@ -177,7 +239,17 @@ def run_ensemble(
         finally:
             bar.close()
         records = record_result(store, config, run_ids, result)
+    path.unlink(missing_ok=True)
     for logger in loggers:
         for record in records:
             logger.log(record)
     return records
+
+
+def checkpoint_path(out: str | Path, config: RunConfig, seeds: Sequence[int],
+                    member_params: Sequence[dict] | None = None, kind: str = "run") -> Path:
+    """Where the checkpoint of the ensemble (config, seeds, member_params) lives in ``out``:
+    ``checkpoints/<kind>-<fingerprint>.ckpt`` (``run`` for ``plasticlab run``, ``ensemble``
+    for a sweep's ensembles)."""
+    key = ckpt.fingerprint(config.to_dict(), [int(s) for s in seeds], member_params)
+    return Path(out) / "checkpoints" / f"{kind}-{key}.ckpt"

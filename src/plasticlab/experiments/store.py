@@ -13,8 +13,16 @@ Guarantees, and why they hold:
   still ``'running'`` with none.
 - **Re-running a sweep skips finished runs.** Run ids are content hashes of (config, seed)
   (:meth:`ResultStore.run_id`), so the same run planned again gets the same id and
-  :meth:`ResultStore.is_finished` tells the planner to skip it. A run left ``'running'`` by a
-  killed process, or ``'failed'``, is simply started again.
+  :meth:`ResultStore.is_finished` tells the planner to skip it.
+- **Nothing finished is ever destroyed.** Every training of a run is an *attempt* with its own
+  status, manifest, summary and metrics. Starting a run again adds an attempt and deletes
+  nothing; the run's results are those of its newest finished attempt (or, when none has
+  finished, its newest attempt). An attempt left ``'running'`` by a killed process is marked
+  ``'interrupted'`` when the next attempt starts.
+- **Which code made a result is recorded.** Each attempt stores the code identity
+  (:func:`~plasticlab.experiments.manifest.code_identity`: the git commit of the training
+  code, or the plasticlab version); :meth:`ResultStore.runs_from_other_code` finds results
+  made by other code than the running one.
 - **One writer, many readers.** The database is in WAL mode, so ``plasticlab report`` (or a
   notebook) can read while the sweep driver writes. Only one process should write: with
   several executors the driver collects results and is the only writer.
@@ -37,17 +45,18 @@ from plasticlab.experiments.manifest import utc_now
 if TYPE_CHECKING:  # pandas is optional: imported lazily where it is needed.
     import pandas
 
-__all__ = ["DB_NAME", "SCHEMA_VERSION", "ResultStore", "SchemaVersionError", "STATUSES"]
+__all__ = ["DB_NAME", "SCHEMA_VERSION", "ResultStore", "SchemaVersionError", "StoreError", "STATUSES"]
 
 #: File name of the database inside an output directory.
 DB_NAME = "results.sqlite"
 
 #: Version of the schema this code writes. Bump it (and add a migration in
 #: ``ResultStore._init_schema``) whenever a table or column changes meaning.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
-#: The states a run can be in.
-STATUSES = ("running", "finished", "failed")
+#: The states an attempt (and so a run) can be in. 'interrupted': stopped by a signal or a
+#: kill; its checkpoint (if any) resumes it.
+STATUSES = ("running", "finished", "failed", "interrupted")
 
 # Executed one by one inside a single transaction (not with executescript, which commits
 # first), so a store is either fully initialised or not at all.
@@ -57,32 +66,75 @@ _SCHEMA = (
         version INTEGER NOT NULL
     )
     """,
+    # One row per run: its identity. Its results live in its attempts.
     """
     CREATE TABLE IF NOT EXISTS runs (
-        run_id   TEXT PRIMARY KEY,
-        status   TEXT NOT NULL CHECK (status IN ('running', 'finished', 'failed')),
-        config   TEXT NOT NULL,  -- JSON
-        seed     INTEGER,
-        manifest TEXT NOT NULL,  -- JSON
-        summary  TEXT,           -- JSON, set by finish_run
-        error    TEXT            -- traceback, set by fail_run
+        run_id TEXT PRIMARY KEY,
+        config TEXT NOT NULL,  -- JSON
+        seed   INTEGER
     )
     """,
-    "CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status)",
+    """
+    CREATE TABLE IF NOT EXISTS attempts (
+        attempt  INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id   TEXT NOT NULL REFERENCES runs (run_id),
+        status   TEXT NOT NULL
+                 CHECK (status IN ('running', 'finished', 'failed', 'interrupted')),
+        code     TEXT,           -- what trained it: git commit or plasticlab version
+        manifest TEXT NOT NULL,  -- JSON
+        summary  TEXT,           -- JSON, set by finish_run
+        error    TEXT            -- traceback or reason, set by fail_run / interrupt_run
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS attempts_by_run ON attempts (run_id, status)",
     # value is JSON text so a metric can be a float or a list of floats (srank per layer).
     """
     CREATE TABLE IF NOT EXISTS task_metrics (
-        run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
-        task   INTEGER NOT NULL CHECK (task >= 0),
-        metric TEXT NOT NULL,
-        value  TEXT NOT NULL,
-        PRIMARY KEY (run_id, metric, task)
+        attempt INTEGER NOT NULL REFERENCES attempts (attempt) ON DELETE CASCADE,
+        task    INTEGER NOT NULL CHECK (task >= 0),
+        metric  TEXT NOT NULL,
+        value   TEXT NOT NULL,
+        PRIMARY KEY (attempt, metric, task)
     ) WITHOUT ROWID
+    """,
+    # The attempt that counts for each run: its newest finished one, else its newest.
+    """
+    CREATE VIEW IF NOT EXISTS counting AS
+    SELECT r.rowid AS run_order, r.run_id, r.config, r.seed, a.attempt, a.status, a.code,
+           a.manifest, a.summary, a.error,
+           (SELECT COUNT(*) FROM attempts WHERE run_id = r.run_id) AS attempts
+    FROM runs AS r JOIN attempts AS a ON a.attempt = COALESCE(
+        (SELECT MAX(attempt) FROM attempts WHERE run_id = r.run_id AND status = 'finished'),
+        (SELECT MAX(attempt) FROM attempts WHERE run_id = r.run_id))
     """,
 )
 
+# Schema 1 kept one row per run (status, manifest, summary, error in it) and metrics by run.
+_MIGRATE_1_TO_2 = (
+    "ALTER TABLE runs RENAME TO runs_v1",
+    "ALTER TABLE task_metrics RENAME TO task_metrics_v1",
+    "DROP INDEX IF EXISTS runs_by_status",
+    *_SCHEMA[1:],
+    "INSERT INTO runs (rowid, run_id, config, seed) SELECT rowid, run_id, config, seed FROM runs_v1",
+    """
+    INSERT INTO attempts (attempt, run_id, status, code, manifest, summary, error)
+    SELECT rowid, run_id, status, NULL, manifest, summary, error FROM runs_v1
+    """,
+    """
+    INSERT INTO task_metrics (attempt, task, metric, value)
+    SELECT r.rowid, m.task, m.metric, m.value FROM task_metrics_v1 AS m JOIN runs_v1 AS r USING (run_id)
+    """,
+    "DROP TABLE task_metrics_v1",
+    "DROP TABLE runs_v1",
+    "UPDATE schema_version SET version = 2",
+)
 
-class SchemaVersionError(RuntimeError):
+
+class StoreError(ValueError):
+    """A results store that cannot be used; the message names the file and what to do."""
+
+
+class SchemaVersionError(StoreError):
     """The database was written with a schema this version of plasticlab does not know."""
 
 
@@ -179,7 +231,7 @@ class ResultStore:
         """Open (creating if needed) the store in ``out_dir``.
 
         Raises :class:`SchemaVersionError` if the database was written by a newer plasticlab,
-        and :class:`sqlite3.DatabaseError` naming the file if it is not a SQLite database.
+        and :class:`StoreError` naming the file if it is not a readable SQLite database.
         """
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
@@ -195,7 +247,9 @@ class ResultStore:
             self._init_schema()
         except sqlite3.DatabaseError as exc:
             self.close()
-            raise sqlite3.DatabaseError(f"{self.path}: cannot open results store: {exc}") from exc
+            raise StoreError(f"{self.path}: cannot open the results store ({exc}); move the file "
+                             "away (or restore it from a backup), or use another output directory"
+                             ) from exc
         except BaseException:
             self.close()
             raise
@@ -244,14 +298,19 @@ class ResultStore:
             db.execute("COMMIT")
 
     def _init_schema(self) -> None:
-        """Create the schema on a new database; check the version of an existing one."""
+        """Create the schema on a new database; check the version of an existing one and
+        migrate an older one in place (one transaction: all of it or none)."""
         with self._transaction() as db:
-            for statement in _SCHEMA:
-                db.execute(statement)
-            row = db.execute("SELECT MAX(version) FROM schema_version").fetchone()
-            version = row[0]
+            exists = db.execute("SELECT name FROM sqlite_master WHERE name = 'schema_version'").fetchone()
+            version = db.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] if exists else None
             if version is None:
+                for statement in _SCHEMA:
+                    db.execute(statement)
                 db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+                return
+            if version == 1:
+                for statement in _MIGRATE_1_TO_2:
+                    db.execute(statement)
                 return
         if version > SCHEMA_VERSION:
             raise SchemaVersionError(
@@ -259,7 +318,6 @@ class ResultStore:
                 f"this plasticlab reads up to version {SCHEMA_VERSION}). Upgrade plasticlab "
                 "or write to another output directory."
             )
-        # version < SCHEMA_VERSION cannot happen yet; migrations go here when it can.
 
     def close(self) -> None:
         """Close the database. Safe to call more than once."""
@@ -301,40 +359,37 @@ class ResultStore:
 
     # -- writing -------------------------------------------------------------------------
 
-    def start_run(self, run_id: str, config: dict, manifest: dict) -> None:
-        """Record that a run has started: status ``'running'``.
+    def start_run(self, run_id: str, config: dict, manifest: dict, code: str | None = None) -> int:
+        """Record that a new attempt at a run has started (status ``'running'``); its number.
 
-        Inserts the run, or resets an existing one (a run that was killed, failed, or is
-        deliberately re-run): config and manifest are replaced, and any summary, error and
-        metrics from before are removed, so a ``'running'`` run never shows stale results.
-        The seed column is taken from ``manifest['seed']`` (else ``config['seed']``).
+        Adds the run (config, seed) if it is new, and an attempt; nothing of an earlier
+        attempt is deleted. An earlier attempt still ``'running'`` belonged to a process that
+        was killed (one writer per store): it becomes ``'interrupted'``. The seed column is
+        taken from ``manifest['seed']`` (else ``config['seed']``); ``code`` identifies the code
+        that trains (:func:`~plasticlab.experiments.manifest.code_identity`).
         """
         seed = manifest.get("seed", config.get("seed"))
-        row = (
-            run_id,
-            _dumps(config),
-            None if seed is None else int(seed),
-            _dumps(manifest),
-        )
         with self._transaction() as db:
-            db.execute("DELETE FROM task_metrics WHERE run_id = ?", (run_id,))
-            db.execute(
-                """
-                INSERT INTO runs (run_id, status, config, seed, manifest, summary, error)
-                VALUES (?, 'running', ?, ?, ?, NULL, NULL)
-                ON CONFLICT (run_id) DO UPDATE SET
-                    status = 'running', config = excluded.config, seed = excluded.seed,
-                    manifest = excluded.manifest, summary = NULL, error = NULL
-                """,
-                row,
-            )
+            db.execute("INSERT INTO runs (run_id, config, seed) VALUES (?, ?, ?) ON CONFLICT (run_id) "
+                       "DO NOTHING", (run_id, _dumps(config), None if seed is None else int(seed)))
+            db.execute("UPDATE attempts SET status = 'interrupted', error = ? WHERE run_id = ? AND "
+                       "status = 'running'", ("the process training it stopped (killed?) before it "
+                                              "finished; a later attempt took over", run_id))
+            cursor = db.execute("INSERT INTO attempts (run_id, status, code, manifest) VALUES "
+                                "(?, 'running', ?, ?)", (run_id, code, _dumps(manifest)))
+            return int(cursor.lastrowid)
 
-    def _manifest(self, db: sqlite3.Connection, run_id: str) -> dict:
-        """The stored manifest of a run; KeyError naming the run if it was never started."""
-        row = db.execute("SELECT manifest FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+    def _attempt(self, db: sqlite3.Connection, run_id: str, attempt: int | None) -> tuple[int, dict]:
+        """The attempt (default: the run's newest) and its manifest; KeyError if none."""
+        if attempt is None:
+            row = db.execute("SELECT attempt, manifest FROM attempts WHERE run_id = ? "
+                             "ORDER BY attempt DESC LIMIT 1", (run_id,)).fetchone()
+        else:
+            row = db.execute("SELECT attempt, manifest FROM attempts WHERE run_id = ? AND attempt = ?",
+                             (run_id, attempt)).fetchone()
         if row is None:
             raise KeyError(f"run {run_id!r} is not in {self.path} (call start_run first)")
-        return json.loads(row[0])
+        return row[0], json.loads(row[1])
 
     def finish_run(
         self,
@@ -342,19 +397,20 @@ class ResultStore:
         summary: dict,
         task_metrics: dict[str, list],
         manifest_update: dict | None = None,
+        attempt: int | None = None,
     ) -> None:
-        """Record a run's results and mark it ``'finished'``, all in ONE transaction.
+        """Record an attempt's results and mark it ``'finished'``, all in ONE transaction.
 
-        ``task_metrics`` maps a metric name to a list indexed by task; an entry may be a
-        number, a list of numbers (e.g. srank per layer) or None (not measured on that task).
-        ``summary`` is a dict of run-level results (e.g. ``total_online_accuracy``).
-        ``manifest_update`` is merged into the stored manifest, and ``end_time`` (UTC, ISO
-        8601) is set. If anything fails, nothing of this call is stored and the run stays
-        as it was (``'running'``).
+        ``attempt`` defaults to the run's newest. ``task_metrics`` maps a metric name to a list
+        indexed by task; an entry may be a number, a list of numbers (e.g. srank per layer) or
+        None (not measured on that task). ``summary`` is a dict of run-level results (e.g.
+        ``total_online_accuracy``). ``manifest_update`` is merged into the stored manifest,
+        and ``end_time`` (UTC, ISO 8601) is set. If anything fails, nothing of this call is
+        stored and the attempt stays as it was (``'running'``).
         """
         # Encode before the transaction: a value that cannot be stored is the caller's bug
         # and should fail without ever taking the write lock.
-        rows: list[tuple[str, int, str, str]] = []
+        rows: list[tuple[str, int, str]] = []
         for metric, values in task_metrics.items():
             if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
                 raise TypeError(
@@ -362,97 +418,120 @@ class ResultStore:
                     f"not {type(values).__name__}"
                 )
             values = values.tolist() if hasattr(values, "tolist") else values
-            rows.extend((run_id, task, str(metric), _dumps(v)) for task, v in enumerate(values))
+            rows.extend((task, str(metric), _dumps(v)) for task, v in enumerate(values))
         summary_text = _dumps(summary)
         update = dict(manifest_update or {})
 
         with self._transaction() as db:
-            manifest = self._manifest(db, run_id)
+            number, manifest = self._attempt(db, run_id, attempt)
             manifest.update(update)
             manifest["end_time"] = update.get("end_time", utc_now())
-            # Replace, not add to: a finish_run repeated for the same run must not mix two
+            # Replace, not add to: a finish_run repeated for the same attempt must not mix two
             # sets of metrics.
-            db.execute("DELETE FROM task_metrics WHERE run_id = ?", (run_id,))
+            db.execute("DELETE FROM task_metrics WHERE attempt = ?", (number,))
             db.executemany(
-                "INSERT INTO task_metrics (run_id, task, metric, value) VALUES (?, ?, ?, ?)", rows
+                "INSERT INTO task_metrics (attempt, task, metric, value) VALUES (?, ?, ?, ?)",
+                [(number, *row) for row in rows],
             )
             db.execute(
-                """
-                UPDATE runs SET status = 'finished', summary = ?, manifest = ?, error = NULL
-                WHERE run_id = ?
-                """,
-                (summary_text, _dumps(manifest), run_id),
+                "UPDATE attempts SET status = 'finished', summary = ?, manifest = ?, error = NULL "
+                "WHERE attempt = ?",
+                (summary_text, _dumps(manifest), number),
             )
 
-    def fail_run(self, run_id: str, error: str) -> None:
-        """Mark a run ``'failed'`` and store the error text (typically the full traceback).
+    def fail_run(self, run_id: str, error: str, attempt: int | None = None) -> None:
+        """Mark an attempt (default: the run's newest) ``'failed'`` with the error text
+        (typically the full traceback); ``end_time`` is set in its manifest. Earlier attempts
+        are untouched. Raises KeyError if the run was never started."""
+        self._end(run_id, "failed", error, attempt)
 
-        ``end_time`` is set in its manifest. Metrics are removed, so a failed run is never
-        mistaken for a result. Raises KeyError if the run was never started.
-        """
+    def interrupt_run(self, run_id: str, reason: str, attempt: int | None = None) -> None:
+        """Mark an attempt (default: the run's newest) ``'interrupted'``: stopped before it
+        finished, resumable from its checkpoint; ``reason`` says by what."""
+        self._end(run_id, "interrupted", reason, attempt)
+
+    def _end(self, run_id: str, status: str, error: str, attempt: int | None) -> None:
+        """End a running attempt as ``status``; an attempt that already ended is left as it is
+        (a finished attempt never becomes failed or interrupted)."""
         with self._transaction() as db:
-            manifest = self._manifest(db, run_id)
+            number, manifest = self._attempt(db, run_id, attempt)
+            if db.execute("SELECT status FROM attempts WHERE attempt = ?", (number,)).fetchone()[0] \
+                    != "running":
+                return
             manifest["end_time"] = utc_now()
-            db.execute("DELETE FROM task_metrics WHERE run_id = ?", (run_id,))
-            db.execute(
-                "UPDATE runs SET status = 'failed', error = ?, summary = NULL, manifest = ? "
-                "WHERE run_id = ?",
-                (str(error), _dumps(manifest), run_id),
-            )
+            db.execute("DELETE FROM task_metrics WHERE attempt = ?", (number,))
+            db.execute("UPDATE attempts SET status = ?, error = ?, summary = NULL, manifest = ? "
+                       "WHERE attempt = ?", (status, str(error), _dumps(manifest), number))
 
     # -- reading -------------------------------------------------------------------------
 
     def status(self, run_id: str) -> str | None:
-        """The run's status, ``'running'``, ``'finished'`` or ``'failed'``; None if unknown."""
-        row = self._db.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        """The status of the run's counting attempt (its newest finished one, else its
+        newest): ``'running'``, ``'finished'``, ``'failed'`` or ``'interrupted'``; None if
+        the run is unknown."""
+        row = self._db.execute("SELECT status FROM counting WHERE run_id = ?", (run_id,)).fetchone()
         return None if row is None else row[0]
 
     def is_finished(self, run_id: str) -> bool:
-        """Whether the run finished (and so its results are complete): sweeps skip these."""
+        """Whether the run has a finished attempt (so complete results): sweeps skip these."""
         return self.status(run_id) == "finished"
 
     def runs(self, status: str | None = None) -> list[dict]:
-        """All runs (or those with the given status), in the order they were first started.
+        """Every run (or those whose counting attempt has ``status``), in the order they were
+        first started, each as its counting attempt: the newest finished one, else the newest.
 
         Each is a dict with keys ``run_id``, ``status``, ``config``, ``seed``, ``manifest``,
-        ``summary`` (None unless finished) and ``error`` (None unless failed).
+        ``summary`` (None unless finished), ``error`` (None unless failed or interrupted),
+        ``attempt`` (its number), ``attempts`` (how many the run has) and ``code``.
         """
-        sql = "SELECT run_id, status, config, seed, manifest, summary, error FROM runs"
+        sql = ("SELECT run_id, status, config, seed, manifest, summary, error, attempt, attempts, code "
+               "FROM counting")
         params: tuple[str, ...] = ()
         if status is not None:
             if status not in STATUSES:
                 raise ValueError(f"status must be one of {STATUSES} or None, not {status!r}")
             sql += " WHERE status = ?"
             params = (status,)
-        # rowid is assigned on first insert and kept by the upsert in start_run.
-        sql += " ORDER BY rowid"
-        return [
-            {
-                "run_id": run_id,
-                "status": st,
-                "config": json.loads(config),
-                "seed": seed,
-                "manifest": json.loads(manifest),
-                "summary": _loads(summary),
-                "error": error,
-            }
-            for run_id, st, config, seed, manifest, summary, error in self._db.execute(sql, params)
-        ]
+        sql += " ORDER BY run_order"
+        return [_run_row(row) for row in self._db.execute(sql, params)]
+
+    def attempts(self, run_id: str) -> list[dict]:
+        """Every attempt at the run, oldest first (keys as :meth:`runs`'s)."""
+        rows = self._db.execute(
+            "SELECT r.run_id, a.status, r.config, r.seed, a.manifest, a.summary, a.error, a.attempt, "
+            "(SELECT COUNT(*) FROM attempts WHERE run_id = r.run_id), a.code FROM attempts AS a "
+            "JOIN runs AS r USING (run_id) WHERE r.run_id = ? ORDER BY a.attempt", (run_id,))
+        return [_run_row(row) for row in rows]
+
+    def running_attempts(self) -> list[dict]:
+        """Every attempt still marked ``'running'`` (a sweep in progress, or a killed one)."""
+        rows = self._db.execute(
+            "SELECT r.run_id, a.status, r.config, r.seed, a.manifest, a.summary, a.error, a.attempt, "
+            "(SELECT COUNT(*) FROM attempts WHERE run_id = r.run_id), a.code FROM attempts AS a "
+            "JOIN runs AS r USING (run_id) WHERE a.status = 'running' ORDER BY a.attempt")
+        return [_run_row(row) for row in rows]
+
+    def runs_from_other_code(self, code: str | None) -> list[dict]:
+        """The finished runs whose counting attempt was trained by other code than ``code``
+        (or by code that was not recorded)."""
+        return [r for r in self.runs("finished") if code is None or r["code"] != code]
 
     def task_metrics(self, run_id: str) -> dict[str, list]:
-        """The run's per-task metrics: metric name -> list indexed by task.
+        """The run's per-task metrics (of its counting attempt): metric name -> list indexed
+        by task.
 
         Values are decoded from JSON (numbers, lists of numbers, or None). A task missing
         for a metric reads as None. Empty for a run that has not finished; KeyError for a run
         that is not in the store.
         """
         db = self._db
-        rows = db.execute(
-            "SELECT metric, task, value FROM task_metrics WHERE run_id = ? ORDER BY metric, task",
-            (run_id,),
-        ).fetchall()
-        if not rows and self.status(run_id) is None:
+        row = db.execute("SELECT attempt FROM counting WHERE run_id = ?", (run_id,)).fetchone()
+        if row is None:
             raise KeyError(f"run {run_id!r} is not in {self.path}")
+        rows = db.execute(
+            "SELECT metric, task, value FROM task_metrics WHERE attempt = ? ORDER BY metric, task",
+            (row[0],),
+        ).fetchall()
         out: dict[str, list] = {}
         for metric, task, value in rows:
             values = out.setdefault(metric, [])
@@ -514,9 +593,9 @@ class ResultStore:
         # One query, so the frame is one consistent snapshot even while a writer commits.
         rows = self._db.execute(
             """
-            SELECT r.run_id, r.seed, r.config, m.task, m.metric, m.value
-            FROM task_metrics AS m JOIN runs AS r USING (run_id)
-            ORDER BY r.rowid, m.metric, m.task
+            SELECT c.run_id, c.seed, c.config, m.task, m.metric, m.value
+            FROM task_metrics AS m JOIN counting AS c USING (attempt)
+            ORDER BY c.run_order, m.metric, m.task
             """
         ).fetchall()
         configs: dict[str, dict] = {}
@@ -555,6 +634,14 @@ class ResultStore:
         frame.to_csv(tmp, index=False)
         os.replace(tmp, out)
         return out
+
+
+def _run_row(row: tuple) -> dict:
+    """A run (or attempt) row of the database as the dict :meth:`ResultStore.runs` returns."""
+    run_id, status, config, seed, manifest, summary, error, attempt, attempts, code = row
+    return {"run_id": run_id, "status": status, "config": json.loads(config), "seed": seed,
+            "manifest": json.loads(manifest), "summary": _loads(summary), "error": error,
+            "attempt": attempt, "attempts": attempts, "code": code}
 
 
 def _csv_cell(value: Any) -> Any:

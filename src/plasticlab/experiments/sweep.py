@@ -56,6 +56,7 @@ class Ensemble:
     config: RunConfig
     seeds: list[int] = field(default_factory=list)
     member_params: list[dict] = field(default_factory=list)
+    record: list[bool] | None = None  # per member: record its run (False: it finished before)
 
     @property
     def steps(self) -> int:

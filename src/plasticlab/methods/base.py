@@ -135,4 +135,4 @@ class PenaltyMethod(Method):
 
 
 STRENGTH = Param("strength", 1e-2, float, "λ: the penalty's strength (code form: gradient λ·(θ−target))",
-                 per_member=True)
+                 per_member=True, low=0)

@@ -329,11 +329,11 @@ class ContinualBackprop(Method):
     description = "Continual Backprop: replace low-utility mature hidden units with fresh ones"
     hyperparameters = (
         Param("replacement_rate", 1e-4, float, "r: fraction of the eligible units replaced per step",
-              per_member=True),
+              per_member=True, low=0, high=1),
         Param("maturity", 100, int, "m: a unit is eligible for replacement once its age exceeds m steps",
-              per_member=True),
+              per_member=True, low=0),
         Param("decay", 0.99, float, "d: decay of the running utility and mean activation",
-              per_member=True),
+              per_member=True, low=0, high=1, high_open=True),
         Param("utility", "adaptable_contribution", str, "unit utility measure", choices=UTILITIES),
     )
     needs_features = True

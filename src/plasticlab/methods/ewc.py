@@ -25,14 +25,16 @@ from ..params import Param
 from ..regularizers import EWC as EWCPenalty
 from .base import Method
 
-EWC_STRENGTH = Param("ewc_strength", 10.0, float, "β: strength of the EWC penalty", per_member=True)
+EWC_STRENGTH = Param("ewc_strength", 10.0, float, "β: strength of the EWC penalty", per_member=True,
+                     low=0)
 ANCHOR = Param("anchor", "last", str, "last: θ*, F replaced at each task end (authors'); sum: one "
                "anchor per task (Kirkpatrick)", choices=EWCPenalty.ANCHORS)
 FISHER = Param("fisher", "empirical", str, "empirical: the data's labels (authors'); true: labels "
                "sampled from the model (Kirkpatrick)", choices=FISHER_KINDS)
 FISHER_DATA = Param("fisher_data", "test", str, "test: the finished task's held-out test images "
                     "(authors'); train: its training images", choices=("test", "train"))
-FISHER_SAMPLES = Param("fisher_samples", 992, int, "examples of the finished task used to estimate F")
+FISHER_SAMPLES = Param("fisher_samples", 992, int, "examples of the finished task used to estimate F",
+                        low=1)
 
 
 class EWC(Method):

@@ -9,7 +9,7 @@ class HuberInit(PenaltyMethod):
     name = "huber_init"
     description = "Huber regularization toward θ₀"
     hyperparameters = (STRENGTH, Param("delta", 1.0, float, "δ: where the penalty turns linear",
-                                       per_member=True))
+                                       per_member=True, low=0, low_open=True))
 
     def make_regularizer(self, net, hp, context):
         return HuberInitPenalty(net, hp["strength"], hp["delta"], member_dim=True)

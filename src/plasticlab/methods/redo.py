@@ -221,9 +221,9 @@ class UnitRecycler:
 # --- the method for the ensemble engine --------------------------------------------------------
 
 PERIOD = Param("period", 625, int, "steps between recycles (SPEC §6 gives it in tasks: × steps_per_task)",
-               in_steps=True)
+               in_steps=True, low=1)
 THRESHOLD = Param("threshold", 0.0, float, "τ: a unit whose normalised score is ≤ τ is dormant "
-                  "(0: exactly inactive)", per_member=True)
+                  "(0: exactly inactive)", per_member=True, low=0)
 REINIT = Param("reinit", "fresh", str, "fresh: redraw from the init distribution; initial: restore θ₀",
                choices=REINIT_CHOICES)
 

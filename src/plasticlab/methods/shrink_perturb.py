@@ -18,9 +18,9 @@ class ShrinkPerturb(Method):
     description = "θ ← p·θ + σ·ε after every step, ε ~ init"
     hyperparameters = (
         Param("shrink", 0.999, float, "p: the multiplier applied to θ after every step",
-              per_member=True),
+              per_member=True, low=0, high=1),
         Param("noise", 1e-2, float, "σ: scale of the fresh init-distribution noise",
-              per_member=True),
+              per_member=True, low=0),
     )
 
     def __init__(self, net, optimizer, hp, context):

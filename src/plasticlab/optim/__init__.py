@@ -26,12 +26,13 @@ def optimizer_options(name: str, seeds, device, settings: dict | None = None) ->
     return options
 
 
-def make_optimizer(name: str, params, lr: float, **options):
-    """The optimizer called ``name`` over ``params`` with step size ``lr`` and its own
-    ``options`` (:func:`optimizer_options`)."""
+def make_optimizer(name: str, params, lr: float, member_dim: bool = False, **options):
+    """The optimizer called ``name`` (``adam`` | ``sgd``) over ``params`` with step size ``lr``;
+    ``member_dim``: the parameters are stacked ensemble members ``[K, …]``; ``options``: the
+    optimizer's own (:func:`optimizer_options`)."""
     if name not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {name!r}; valid: {', '.join(OPTIMIZERS)}")
-    return OPTIMIZERS[name](params, lr=lr, **options)
+    return OPTIMIZERS[name](params, lr=lr, member_dim=member_dim, **options)
 
 
 __all__ = ["OPTIMIZERS", "SGD", "UPGD", "Adam", "NonprotectingUPGD", "make_optimizer",

@@ -18,13 +18,37 @@ from collections.abc import Sequence
 
 import torch
 
+MEMBER_ALIGNMENT = 64
+"""Elements per member slab that keep torch's fused Adam kernel from depending on K.
+
+The CPU kernel runs a vector loop (16 floats a step with AVX-512) over a tensor's flattened
+elements and finishes the last ``numel % 16`` in a scalar loop that rounds the second moment
+differently. Over a whole ``[K, …]`` tensor, which of member k's elements land in that tail
+depends on K and k; a member slab whose size is a multiple of 64 (any vector width up to 64
+elements divides it) starts and ends on a loop boundary in any ensemble, as when run alone."""
+
+
+def member_aligned(t: torch.Tensor) -> list[torch.Tensor]:
+    """A stacked ``[K, …]`` tensor as operands for the fused kernel whose per-member results do
+    not depend on K: the tensor itself when each member's slab is a multiple of
+    :data:`MEMBER_ALIGNMENT` elements, else its K members as separate tensors (so each member's
+    vector loop starts at its own first element and ends in its own tail, as when alone)."""
+    if t[0].numel() % MEMBER_ALIGNMENT == 0:
+        return [t]
+    return list(t.unbind(0))
+
 
 class Adam:
-    """Adam over a list of tensors whose gradients are in ``.grad``."""
+    """Adam over a list of tensors whose gradients are in ``.grad``.
+
+    ``member_dim``: the tensors are stacked ensemble members ``[K, …]`` (the engine's);
+    member k's update is then the same to the bit as in an ensemble of its own
+    (:func:`member_aligned`).
+    """
 
     def __init__(self, params: Sequence[torch.Tensor], lr: float,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, fused: bool = True,
-                 weight_decay: float = 0.0):
+                 weight_decay: float = 0.0, member_dim: bool = False):
         if not lr > 0:
             raise ValueError(f"Adam step size lr must be > 0, got {lr}")
         if not weight_decay >= 0:
@@ -44,6 +68,9 @@ class Adam:
         # minimum over them (the steps since the latest restart that covered it).
         self.restart_counts: list[list[torch.Tensor] | None] = [None] * len(self.params)
         self.fused = fused and hasattr(torch, "_fused_adam_")
+        # Stacked ensemble parameters [K, …]: the fused kernel then runs on member-aligned
+        # pieces (member_aligned), so that a member's update does not depend on K.
+        self.member_dim = bool(member_dim)
         self._steps_by_count: dict[int, torch.Tensor] = {}
         # The step count handed to the α = 0 moment update after restarts (its value is unused).
         self._unit_step = torch.ones((), device=self.params[0].device) if self.params else None
@@ -73,12 +100,12 @@ class Adam:
         # α = 0 it leaves θ as it is; its bias correction multiplies α, so the step count it
         # reads does not matter), then the per-element bias-corrected update as foreach ops.
         beta1, beta2 = self.betas
+        params, grads, ms, vs, steps = self._kernel_operands(indices, [self._unit_step] * len(indices))
+        torch._fused_adam_(params, grads, ms, vs, [], steps, lr=0.0, beta1=beta1, beta2=beta2,
+                           weight_decay=self.weight_decay, eps=self.eps, amsgrad=False,
+                           maximize=False)
         params = [self.params[i] for i in indices]
         ms, vs = [self.exp_avg[i] for i in indices], [self.exp_avg_sq[i] for i in indices]
-        torch._fused_adam_(params, [p.grad for p in params], ms, vs, [],
-                           [self._unit_step] * len(params), lr=0.0, beta1=beta1,
-                           beta2=beta2, weight_decay=self.weight_decay, eps=self.eps, amsgrad=False,
-                           maximize=False)
         bc1, bc2_sqrt = zip(*(self._corrections(i) for i in indices), strict=True)
         # θ ← θ − α · m / (bc1 · (√v / √bc2 + ε))
         denom = torch._foreach_sqrt(vs)
@@ -113,11 +140,26 @@ class Adam:
         for i in indices:
             self.step_counts[i] += 1
         beta1, beta2 = self.betas
-        torch._fused_adam_(
-            [self.params[i] for i in indices], [self.params[i].grad for i in indices],
-            [self.exp_avg[i] for i in indices], [self.exp_avg_sq[i] for i in indices], [],
-            self._step_tensors(indices), lr=self.lr, beta1=beta1, beta2=beta2,
-            weight_decay=self.weight_decay, eps=self.eps, amsgrad=False, maximize=False)
+        params, grads, ms, vs, steps = self._kernel_operands(indices, self._step_tensors(indices))
+        torch._fused_adam_(params, grads, ms, vs, [], steps, lr=self.lr, beta1=beta1, beta2=beta2,
+                           weight_decay=self.weight_decay, eps=self.eps, amsgrad=False,
+                           maximize=False)
+
+    def _kernel_operands(self, indices: list[int], steps: list[torch.Tensor]) -> tuple[list, ...]:
+        """The fused kernel's operand lists (θ, g, m, v, t) for tensors ``indices``, each
+        tensor cut by :func:`member_aligned` when the parameters are stacked members."""
+        if not self.member_dim:
+            return ([self.params[i] for i in indices], [self.params[i].grad for i in indices],
+                    [self.exp_avg[i] for i in indices], [self.exp_avg_sq[i] for i in indices], steps)
+        params, grads, ms, vs, ts = [], [], [], [], []
+        for i, t in zip(indices, steps, strict=True):
+            parts = member_aligned(self.params[i])
+            params += parts
+            grads += member_aligned(self.params[i].grad)
+            ms += member_aligned(self.exp_avg[i])
+            vs += member_aligned(self.exp_avg_sq[i])
+            ts += [t] * len(parts)
+        return params, grads, ms, vs, ts
 
     def _step_tensors(self, indices: list[int]) -> list[torch.Tensor]:
         # The kernel reads each tensor's t from a device tensor. One tensor per distinct count
@@ -197,6 +239,7 @@ class Adam:
     def state_dict(self) -> dict:
         """Everything needed to continue training exactly (for checkpoints)."""
         return {"lr": self.lr, "betas": self.betas, "eps": self.eps, "weight_decay": self.weight_decay,
+                "member_dim": self.member_dim,
                 "step_counts": list(self.step_counts),
                 "exp_avg": [m.clone() for m in self.exp_avg],
                 "exp_avg_sq": [v.clone() for v in self.exp_avg_sq],
@@ -207,6 +250,7 @@ class Adam:
         """Restore :meth:`state_dict`'s output."""
         self.lr, self.betas, self.eps = state["lr"], tuple(state["betas"]), state["eps"]
         self.weight_decay = state.get("weight_decay", 0.0)
+        self.member_dim = state.get("member_dim", False)
         self.step_counts = list(state["step_counts"])
         for dst, src in zip(self.exp_avg + self.exp_avg_sq, state["exp_avg"] + state["exp_avg_sq"],
                             strict=True):

@@ -11,11 +11,15 @@ class SGD:
     """Stateless gradient descent; :meth:`reset` exists so methods can treat every optimizer
     alike, and does nothing because there is no state to restart."""
 
-    def __init__(self, params: Sequence[torch.Tensor], lr: float):
+    def __init__(self, params: Sequence[torch.Tensor], lr: float, member_dim: bool = False):
         if not lr > 0:
             raise ValueError(f"SGD step size lr must be > 0, got {lr}")
         self.params = list(params)
         self.lr = float(lr)
+        # Stacked members need nothing special here: the update θ + (−α)·g rounds the same in
+        # torch's vector loop and in its scalar tail, so a member's result does not depend on
+        # where its elements fall (tests/test_member_independence.py).
+        self.member_dim = bool(member_dim)
 
     def zero_grad(self) -> None:
         """Drop every parameter's gradient."""

@@ -25,8 +25,8 @@ class ContinualImageNet(Problem):
     num_outputs = 2
     defaults = {"tasks": 500, "steps_per_task": 120, "batch_size": 100}
     parameters = (
-        Param("classes_per_task", 2, int, "new classes per task (labels 0..classes_per_task-1)"),
-        Param("train_per_class", 600, int, "images of each class used for training; the rest test"),
+        Param("classes_per_task", 2, int, "new classes per task (labels 0..classes_per_task-1)", low=1),
+        Param("train_per_class", 600, int, "images of each class used for training; the rest test", low=1),
     )
     has_test_sets = True
 

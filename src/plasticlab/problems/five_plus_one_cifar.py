@@ -26,8 +26,8 @@ class FivePlusOneCIFAR(Problem):
     num_outputs = 100
     defaults = {"tasks": 30, "steps_per_task": 780, "batch_size": 32}
     parameters = (
-        Param("hard_classes", 5, int, "new classes in a hard task (even task numbers)"),
-        Param("easy_classes", 1, int, "new classes in an easy task (odd task numbers)"),
+        Param("hard_classes", 5, int, "new classes in a hard task (even task numbers)", low=1),
+        Param("easy_classes", 1, int, "new classes in an easy task (odd task numbers)", low=1),
     )
     has_test_sets = True
 

@@ -24,7 +24,7 @@ class PermutedMNIST(Problem):
     num_outputs = 10
     defaults = {"tasks": 500, "steps_per_task": 625, "batch_size": 16}
     parameters = (
-        Param("examples_per_task", 10_000, int, "training images drawn afresh for each task"),
+        Param("examples_per_task", 10_000, int, "training images drawn afresh for each task", low=1),
         Param("identity_first_task", False, bool, "task 0 sees unpermuted images"),
     )
     has_test_sets = True

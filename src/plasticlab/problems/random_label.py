@@ -20,7 +20,7 @@ CIFAR_STD = (0.247, 0.243, 0.261)
 
 class _RandomLabel(Problem):
     defaults = {"tasks": 50, "steps_per_task": 30_000, "batch_size": 16}
-    parameters = (Param("examples", 1200, int, "training images, fixed for the whole run"),)
+    parameters = (Param("examples", 1200, int, "training images, fixed for the whole run", low=1),)
 
     def _dataset(self):
         raise NotImplementedError

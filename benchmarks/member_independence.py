@@ -1,0 +1,123 @@
+"""Does a seed's run depend on its ensemble? Member k of ``--seeds`` against seed k run alone.
+
+    python benchmarks/member_independence.py --data-dir ../shared/data [--tasks 6 --steps 800]
+
+For each configuration (Permuted MNIST MLP: Baseline, L2 Init, L1 Init, Huber Init with Adam,
+Baseline and L2 Init with SGD, with the hand-written and autograd backward; Random Label CIFAR
+CNN: Baseline and L2 Init with Adam, ``--cnn-tasks`` × ``--cnn-steps``), trains the ensemble of
+seeds 0…7 and seed ``--member`` alone through :func:`plasticlab.engine.train_ensemble` (one
+torch thread, task-end measurements off: they do not change training), and prints the first
+task after which member ``--member``'s parameters or online accuracy differ from the lone
+run's (``-``: none, bit for bit), the largest gap in online accuracy over the tasks (points)
+and the largest parameter difference at the end of any task.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from unittest import mock
+
+import torch
+
+from plasticlab import engine
+from plasticlab.experiments.config import resolve_config
+
+MLP = [
+    ("baseline + adam", "baseline", {}, "adam", "manual"),
+    ("baseline + adam, autograd", "baseline", {}, "adam", "autograd"),
+    ("l2_init + adam", "l2_init", {"strength": 1e-2}, "adam", "manual"),
+    ("l2_init + adam, autograd", "l2_init", {"strength": 1e-2}, "adam", "autograd"),
+    ("l1_init + adam", "l1_init", {"strength": 1e-4}, "adam", "manual"),
+    ("huber_init + adam", "huber_init", {"strength": 1e-2, "delta": 0.01}, "adam", "manual"),
+    ("baseline + sgd", "baseline", {}, "sgd", "manual"),
+    ("l2_init + sgd", "l2_init", {"strength": 1e-2}, "sgd", "manual"),
+]
+CNN = [
+    ("cnn baseline + adam", "baseline", {}, "adam", "autograd"),
+    ("cnn l2_init + adam", "l2_init", {"strength": 1e-2}, "adam", "autograd"),
+]
+LR = {"adam": 1e-3, "sgd": 1e-2}
+
+
+def train_recording(config, seeds, data_dir, backprop: str):
+    """Train one ensemble; return its result and every parameter ``[K, …]`` at each task end."""
+    built, snapshots = [], []
+
+    def build_and_keep(*args, **kwargs):
+        built.append(engine_build(*args, **kwargs))
+        return built[-1]
+
+    def snapshot(task, accuracies):
+        snapshots.append([p.detach().clone() for p in built[-1].parameters()])
+
+    engine_build = engine.build_network
+    with mock.patch.object(engine, "build_network", build_and_keep):
+        result = engine.train_ensemble(config, seeds, data_dir=data_dir, measure=False, threads=1,
+                                       backprop=backprop, on_task_end=snapshot)
+    return result, snapshots
+
+
+def compare(config, seeds: list[int], member: int, data_dir, backprop: str) -> dict:
+    """Member ``seeds.index(member)`` of the ensemble ``seeds`` against ``member`` alone:
+    ``first_task`` (first task end where the parameters or the online accuracy differ, None if
+    none), ``accuracy_gap`` (largest |Δ online accuracy| over the tasks, in points),
+    ``max_param_gap`` (largest |Δθ| at any task end), ``equal`` (bit for bit throughout)."""
+    k = seeds.index(member)
+    together, params_together = train_recording(config, seeds, data_dir, backprop)
+    alone, params_alone = train_recording(config, [member], data_dir, backprop)
+    acc_t = together.members[k].task_online_accuracy
+    acc_a = alone.members[0].task_online_accuracy
+    first, param_gap = None, 0.0
+    for task, (ps_t, ps_a) in enumerate(zip(params_together, params_alone, strict=True)):
+        same = acc_t[task] == acc_a[task]
+        for p, q in zip(ps_t, ps_a, strict=True):
+            same = same and torch.equal(p[k], q[0])
+            param_gap = max(param_gap, float((p[k] - q[0]).abs().max()))
+        if not same and first is None:
+            first = task
+    gap = max(abs(a - b) for a, b in zip(acc_t, acc_a, strict=True)) * 100
+    return {"first_task": first, "accuracy_gap": gap, "max_param_gap": param_gap,
+            "equal": first is None}
+
+
+def configurations(args) -> list[tuple[str, object, str]]:
+    out = []
+    for rows, problem, tasks, steps, extra in (
+            (MLP, "permuted_mnist", args.tasks, args.steps, {}),
+            (CNN, "random_label_cifar", args.cnn_tasks, args.cnn_steps, {})):
+        for label, method, params, optimizer, backprop in rows:
+            config = resolve_config({"problem": problem, "method": method, "params": params,
+                                     "optimizer": optimizer, "lr": LR[optimizer], "tasks": tasks,
+                                     "steps_per_task": steps, **extra})
+            out.append((f"{label} ({tasks}×{steps})", config, backprop))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir")
+    parser.add_argument("--tasks", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=800)
+    parser.add_argument("--cnn-tasks", type=int, default=3)
+    parser.add_argument("--cnn-steps", type=int, default=200)
+    parser.add_argument("--seeds", type=int, default=8, help="the ensemble: seeds 0…N−1")
+    parser.add_argument("--member", type=int, default=3)
+    parser.add_argument("--only", help="run only configurations whose label contains this")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    print(f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}, "
+          f"1 thread; member {args.member} of seeds 0-{args.seeds - 1} vs seed {args.member} alone")
+    print(f"{'configuration':<44}{'first task':>11}{'acc gap (pts)':>15}{'max |Δθ|':>11}{'s':>6}")
+    for label, config, backprop in configurations(args):
+        if args.only and args.only not in label:
+            continue
+        start = time.perf_counter()
+        row = compare(config, list(range(args.seeds)), args.member, args.data_dir, backprop)
+        first = "-" if row["first_task"] is None else str(row["first_task"])
+        print(f"{label:<44}{first:>11}{row['accuracy_gap']:>15.3g}{row['max_param_gap']:>11.2g}"
+              f"{time.perf_counter() - start:>6.0f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

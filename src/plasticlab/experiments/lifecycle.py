@@ -1,0 +1,104 @@
+"""How training processes stop: on a signal, at a task end, or with the process that started them.
+
+- **The driver** (``plasticlab run`` or a sweep's driver) turns SIGTERM into
+  :class:`Terminated`, a :class:`KeyboardInterrupt`, so SIGINT (Ctrl-C) and SIGTERM (what
+  ``kill`` and the OOM killer's warnings send) take the same path: training stops, the runs are
+  recorded as interrupted, and the command exits 130 (SIGINT) or 143 (SIGTERM).
+- **Workers** ignore SIGINT (Ctrl-C in a terminal reaches every process of the group; the
+  driver decides) and stop at their next task end, after its checkpoint is saved, once the
+  driver sets the stop event (:class:`StopRequested`).
+- **Workers never outlive their driver.** On Linux the kernel kills a worker when its driver
+  dies, however it dies (``prctl(PR_SET_PDEATHSIG)``); elsewhere a watchdog thread notices that
+  the parent is gone within a second and exits the worker.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+
+#: Exit codes of a command stopped by a signal: 128 + the signal's number.
+EXIT_CODES = {"SIGINT": 128 + signal.SIGINT, "SIGTERM": 128 + signal.SIGTERM}
+
+
+class Terminated(KeyboardInterrupt):
+    """Raised in the main thread when the process receives SIGTERM."""
+
+
+class StopRequested(Exception):  # noqa: N818 - a request, not an error
+    """Raised in a worker at a task end (its checkpoint saved) when the driver asked it to stop."""
+
+    def __init__(self, task: int):
+        super().__init__(f"stopped at the end of task {task} (asked to by the driver)")
+        self.task = task
+
+    def __reduce__(self):
+        return (StopRequested, (self.task,))
+
+
+def signal_name(exc: BaseException) -> str:
+    """The signal behind an interruption: ``'SIGTERM'`` for :class:`Terminated`, else ``'SIGINT'``."""
+    return "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+
+
+def exit_code(exc: BaseException) -> int:
+    """The exit code for a command stopped by ``exc`` (130 for SIGINT, 143 for SIGTERM)."""
+    return EXIT_CODES[signal_name(exc)]
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated
+
+
+def handle_sigterm() -> None:
+    """Make SIGTERM raise :class:`Terminated` in the main thread (a no-op off the main thread)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+# --- in the worker processes ------------------------------------------------------------------
+
+_stop_event = None
+
+
+def worker_init(stop_event, parent_pid: int) -> None:
+    """Set up a worker process: ignore SIGINT, die with the driver, and remember the stop event
+    that :func:`check_stop` reads."""
+    global _stop_event
+    _stop_event = stop_event
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent(parent_pid)
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Exit this process as soon as ``parent_pid`` (our parent) is gone."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            PR_SET_PDEATHSIG = 1
+            if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0:
+                if os.getppid() != parent_pid:  # the parent died before prctl took effect
+                    os._exit(1)
+                return
+        except (OSError, AttributeError):
+            pass
+    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True,
+                     name="plasticlab-parent-watchdog").start()
+
+
+def _watch_parent(parent_pid: int) -> None:
+    while True:
+        if os.getppid() != parent_pid:
+            os._exit(1)
+        time.sleep(1.0)
+
+
+def check_stop(task: int) -> None:
+    """Raise :class:`StopRequested` if the driver asked this worker to stop (call at a task end,
+    after its checkpoint is saved)."""
+    if _stop_event is not None and _stop_event.is_set():
+        raise StopRequested(task)

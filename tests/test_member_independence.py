@@ -1,0 +1,153 @@
+"""A seed's run does not depend on its ensemble (DESIGN, "Rules that follow from it"): member k of
+the ensemble of seeds 0…7 equals seed k trained alone, bit for bit on CPU, over whole runs.
+Why it could fail, and what keeps it from failing: docs/member-independence.md."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from plasticlab import engine
+from plasticlab.experiments.config import resolve_config
+from plasticlab.optim import SGD, Adam
+from plasticlab.optim.adam import MEMBER_ALIGNMENT, member_aligned
+
+torch.set_num_threads(1)
+
+SEEDS, MEMBER = list(range(8)), 3
+VECTORISED = torch.backends.cpu.get_cpu_capability() != "DEFAULT"
+
+# --- the optimizers on their own --------------------------------------------------------------
+
+# Member slabs of 10, 100 and 1,000 elements (the MLP's biases and output weights: none a
+# multiple of the vector width) and one of 192 (a multiple of MEMBER_ALIGNMENT: kept whole).
+SHAPES = [(8, 10), (8, 100), (8, 10, 100), (8, 3, 64)]
+
+
+def train_stacked(optimizer_cls, params: list[torch.Tensor], grads: list[list[torch.Tensor]],
+                  resets=(), **options) -> list[torch.Tensor]:
+    """Step ``optimizer_cls`` over ``params`` (copies) with the given gradients per step;
+    ``resets``: (step, parameter index, mask) restarts of Adam's state before that step.
+    Returns the parameters, then Adam's moments (where the kernel's rounding shows first)."""
+    params = [p.clone() for p in params]
+    opt = optimizer_cls(params, lr=1e-3, **options)
+    for step, gs in enumerate(grads):
+        for when, index, mask in resets:
+            if when == step:
+                opt.reset(index, mask)
+        for p, g in zip(params, gs, strict=True):
+            p.grad = g.clone()
+        opt.step()
+    return params + getattr(opt, "exp_avg", []) + getattr(opt, "exp_avg_sq", [])
+
+
+def random_problem(steps: int = 60, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    params = [torch.randn(s, generator=gen) for s in SHAPES]
+    # Gradients of mixed scales, so the second moment's low bits matter.
+    grads = [[torch.randn(s, generator=gen) * 10.0 ** float(torch.randint(-4, 0, (), generator=gen))
+              for s in SHAPES] for _ in range(steps)]
+    return params, grads
+
+
+def member(tensors: list[torch.Tensor], k: int) -> list[torch.Tensor]:
+    return [t[k:k + 1] for t in tensors]
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 1e-2], ids=["adam", "adam-folded-decay"])
+@pytest.mark.parametrize("restart", [False, True], ids=["", "restarted"])
+def test_adam_updates_a_member_exactly_as_in_an_ensemble_of_its_own(weight_decay, restart):
+    params, grads = random_problem()
+    # A restart of units 0 and 2 of the (8, 10, 100) tensor's rows, as CBP restarts them.
+    mask = torch.zeros(8, 10, 1, dtype=torch.bool)
+    mask[:, [0, 2]] = True
+    resets = [(20, 2, mask)] if restart else []
+    together = train_stacked(Adam, params, grads, resets, weight_decay=weight_decay, member_dim=True)
+    for k in (0, MEMBER, 7):
+        alone = train_stacked(Adam, member(params, k), [member(gs, k) for gs in grads],
+                              [(s, i, m[k:k + 1]) for s, i, m in resets],
+                              weight_decay=weight_decay, member_dim=True)
+        for p, q in zip(member(together, k), alone, strict=True):
+            assert torch.equal(p, q)
+
+
+@pytest.mark.skipif(not VECTORISED, reason="CPU without vector kernels: no scalar tail to differ")
+def test_the_fused_kernel_over_whole_stacked_tensors_would_make_members_depend_on_k():
+    # Why member_dim exists, and proof that the comparison above can fail.
+    params, grads = random_problem()
+    together = train_stacked(Adam, params, grads, member_dim=False)
+    alone = train_stacked(Adam, member(params, MEMBER), [member(gs, MEMBER) for gs in grads],
+                          member_dim=False)
+    assert not all(torch.equal(p, q) for p, q in zip(member(together, MEMBER), alone, strict=True))
+
+
+def test_sgd_updates_a_member_exactly_as_in_an_ensemble_of_its_own():
+    params, grads = random_problem()
+    together = train_stacked(SGD, params, grads, member_dim=True)
+    alone = train_stacked(SGD, member(params, MEMBER), [member(gs, MEMBER) for gs in grads],
+                          member_dim=True)
+    for p, q in zip(member(together, MEMBER), alone, strict=True):
+        assert torch.equal(p, q)
+
+
+def test_member_aligned_keeps_a_tensor_whole_only_when_every_slab_is_a_multiple_of_the_alignment():
+    whole = torch.zeros(8, 3, MEMBER_ALIGNMENT)
+    assert member_aligned(whole) == [whole]
+    split = member_aligned(torch.zeros(8, 10, 100))
+    assert len(split) == 8 and all(t.shape == (10, 100) and t.is_contiguous() for t in split)
+
+
+# --- whole runs through the engine -----------------------------------------------------------
+
+MLP_RUN = {"problem": "permuted_mnist", "tasks": 6, "steps_per_task": 800,
+           "problem_params": {"examples_per_task": 2000}}
+# The CNN is ~10× slower per step: 3 tasks × 200 steps keep the file within minutes.
+CNN_RUN = {"problem": "random_label_cifar", "tasks": 3, "steps_per_task": 200}
+
+
+def train_keeping_network(monkeypatch, config, seeds, data_dir, backprop):
+    """Train through the engine; return the result and the network it trained."""
+    built = []
+    build = engine.build_network
+
+    def build_and_keep(*args, **kwargs):
+        built.append(build(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(engine, "build_network", build_and_keep)
+    result = engine.train_ensemble(config, seeds, data_dir=data_dir, measure=False, threads=1,
+                                   backprop=backprop)
+    monkeypatch.setattr(engine, "build_network", build)
+    return result, built[-1]
+
+
+def assert_member_is_seed_alone(monkeypatch, data_dir, run, method, params, optimizer, backprop):
+    config = resolve_config({**run, "method": method, "params": params, "optimizer": optimizer,
+                             "lr": 1e-3 if optimizer == "adam" else 1e-2})
+    together, net_together = train_keeping_network(monkeypatch, config, SEEDS, data_dir, backprop)
+    alone, net_alone = train_keeping_network(monkeypatch, config, [MEMBER], data_dir, backprop)
+    assert together.extra["backprop"] == alone.extra["backprop"] == backprop
+    assert together.members[MEMBER].task_online_accuracy == alone.members[0].task_online_accuracy
+    for (name, p), q in zip(net_together.named_parameters(), net_alone.parameters(), strict=True):
+        assert torch.equal(p[MEMBER], q[0]), name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method,params,optimizer,backprop", [
+    ("baseline", {}, "adam", "manual"),
+    ("baseline", {}, "adam", "autograd"),
+    ("l2_init", {"strength": 1e-2}, "adam", "manual"),
+    ("l1_init", {"strength": 1e-4}, "adam", "manual"),
+    ("huber_init", {"strength": 1e-2, "delta": 0.01}, "adam", "manual"),
+    ("l2_init", {"strength": 1e-2}, "sgd", "manual"),
+], ids=["baseline-adam", "baseline-adam-autograd", "l2_init-adam", "l1_init-adam",
+        "huber_init-adam", "l2_init-sgd"])
+def test_mlp_member_3_of_seeds_0_to_7_is_seed_3_alone_bit_for_bit_over_6_tasks(
+        monkeypatch, data_dir, method, params, optimizer, backprop):
+    assert_member_is_seed_alone(monkeypatch, data_dir, MLP_RUN, method, params, optimizer, backprop)
+
+
+@pytest.mark.slow
+def test_cnn_member_3_of_seeds_0_to_7_is_seed_3_alone_bit_for_bit_over_3_tasks(monkeypatch, cifar10_dir):
+    assert_member_is_seed_alone(monkeypatch, cifar10_dir, CNN_RUN, "l2_init", {"strength": 1e-2},
+                                "adam", "autograd")
