@@ -265,15 +265,16 @@ def test_lambda_sensitivity_draws_one_line_per_step_size(tmp_path):
     assert (tmp_path / "r" / "figures" / "permuted_mnist-adam-sweep-strength.png").is_file()
 
 
-def test_report_is_written_without_pandas_and_says_runs_csv_is_missing(results_dir, tmp_path,
-                                                                       monkeypatch):
+def test_report_writes_runs_csv_without_pandas(results_dir, tmp_path, monkeypatch):
+    import csv
     import sys
 
     monkeypatch.setitem(sys.modules, "pandas", None)  # `import pandas` now raises ImportError
     page = build_report(results_dir, tmp_path / "r", formats=("png",), reps=100)
-    assert page.is_file() and not (tmp_path / "r" / "runs.csv").exists()
-    assert "runs.csv not written" in (tmp_path / "r" / "report.md").read_text()
-    assert "pip install pandas" in page.read_text()
+    with open(tmp_path / "r" / "runs.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert page.is_file() and rows and {"run_id", "status", "seed", "method", "lr"} <= set(rows[0])
+    assert "runs.csv not written" not in (tmp_path / "r" / "report.md").read_text()
 
 
 def test_each_form_of_a_method_is_shown_apart_and_the_best_of_a_numeric_grid_once():

@@ -277,9 +277,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-progress", action="store_true")
     demo.set_defaults(func=cmd_demo)
 
+    from .cli_reproduce import register as register_reproduce
     from .cli_sweep import register
 
     register(sub)
+    register_reproduce(sub)
     return parser
 
 

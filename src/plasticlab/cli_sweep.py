@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .experiments import bench
 from .experiments.executor import EXECUTORS, default_workers
+from .experiments.export import EXPORT_NAME, read_export
 from .experiments.orchestrate import (
     evaluation_runs,
     grid_selection,
@@ -20,7 +21,7 @@ from .experiments.orchestrate import (
     write_selection,
 )
 from .experiments.presets import PRESETS, get_preset
-from .experiments.store import STATUSES, ResultStore
+from .experiments.store import DB_NAME, STATUSES, ResultStore
 from .experiments.sweep import expand
 
 try:
@@ -197,8 +198,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     results = load_results(args.dir)
     from .experiments.manifest import code_identity
 
-    with ResultStore(args.dir) as store:
-        other_code = store.runs_from_other_code(code_identity())
+    if (Path(args.dir) / DB_NAME).is_file():
+        with ResultStore(args.dir) as store:
+            other_code = store.runs_from_other_code(code_identity())
+    else:  # a compact export (plasticlab export): its runs carry their code too
+        other_code = [r for r in read_export(Path(args.dir) / EXPORT_NAME)[0]
+                      if r.get("code") != code_identity()]
     if other_code:
         results.warnings.append(f"{len(other_code)} finished run(s) were trained by other code than "
                                 f"this plasticlab ({code_identity()}): {_code_summary(other_code)}")

@@ -96,14 +96,17 @@ def build_report(directory: str | Path, out: str | Path | None = None, *,
 
 
 def _export_runs(directory, path: Path) -> str:
-    """Write every run as CSV (the store's pandas export); the header line saying so."""
-    from ..experiments.store import ResultStore
+    """Write every run as CSV (from the store, or from a compact export); the header line
+    saying so."""
+    from ..experiments.export import EXPORT_NAME, read_export, write_runs_csv
+    from ..experiments.store import DB_NAME, ResultStore
 
-    try:
+    if (Path(directory) / DB_NAME).is_file():
         with ResultStore(directory) as store:
-            store.export_csv(path)
-    except ImportError as e:  # pandas is optional for plasticlab, and only needed here
-        return f"runs.csv not written: {e}"
+            runs = store.runs()
+    else:
+        runs = read_export(Path(directory) / EXPORT_NAME)[0]
+    write_runs_csv(runs, path)
     return f"every run's config and summary: {path.name}"
 
 

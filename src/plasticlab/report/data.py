@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..experiments.export import EXPORT_NAME, read_export
 from ..experiments.orchestrate import PLAN_FILE, SELECTION_FILE
 from ..experiments.protocol import config_key
 from ..experiments.runner import STEP_PREFIX
@@ -181,20 +182,27 @@ def method_order(method: str) -> int:
 
 
 def load_results(directory: str | Path) -> Results:
-    """Read ``directory``'s results store (and ``selection.json``/``plan.json`` if present).
+    """Read ``directory``'s results store (and ``selection.json``/``plan.json`` if present), or
+    in its place a compact export (:mod:`plasticlab.experiments.export`).
 
     Raises ValueError when the directory holds no store. Finished runs are grouped by
     configuration; everything else becomes a warning.
     """
     directory = Path(directory)
-    if not (directory / DB_NAME).is_file():
-        raise ValueError(f"{directory} holds no results store ({DB_NAME}); give the --out directory "
-                         "of a `plasticlab run` or `plasticlab sweep`")
+    selection = None
+    if (directory / DB_NAME).is_file():
+        with ResultStore(directory) as store:
+            rows = store.runs()
+            finished = [r for r in rows if r["status"] == "finished"]
+            per_run = {r["run_id"]: store.task_metrics(r["run_id"]) for r in finished}
+    elif (directory / EXPORT_NAME).is_file():
+        rows, per_run, selection = read_export(directory / EXPORT_NAME)
+        finished = rows
+    else:
+        raise ValueError(f"{directory} holds no results store ({DB_NAME}) and no export "
+                         f"({EXPORT_NAME}); give the --out directory of a `plasticlab run` or "
+                         "`plasticlab sweep`")
     warnings: list[str] = []
-    with ResultStore(directory) as store:
-        rows = store.runs()
-        finished = [r for r in rows if r["status"] == "finished"]
-        per_run = {r["run_id"]: store.task_metrics(r["run_id"]) for r in finished}
     counts = Counter(r["status"] for r in rows)
     groups: dict[str, list[dict]] = {}
     for r in finished:
@@ -223,9 +231,8 @@ def load_results(directory: str | Path) -> Results:
             texts = [f"{_describe(p['config'])} seed {p['seed']}" for p in missing]
             warnings.append(f"{len(missing)} of {len(planned)} planned run(s) not started yet: "
                             f"{_some(texts)}")
-    selection = None
     sel_path = directory / SELECTION_FILE
-    if sel_path.is_file():
+    if selection is None and sel_path.is_file():
         selection = json.loads(sel_path.read_text())
     results = Results(directory, configs, counts, selection, warnings)
     eval_seeds = set((selection or {}).get("evaluation_seeds") or [])

@@ -1,0 +1,89 @@
+"""A compact, text-only export of a results directory: what a report needs, nothing else.
+
+``results.sqlite`` grows with every attempt, checkpoint reference and manifest detail; a study
+committed to a repository (``docs/reproduction/``) needs only its finished runs — config, seed,
+summary, manifest — with their per-task metrics, and the selection protocol's choices. That is
+one gzipped JSON file, :data:`EXPORT_NAME`, which :func:`plasticlab.report.data.load_results`
+reads in place of a store (``plasticlab report DIR`` works on either).
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from .orchestrate import SELECTION_FILE
+from .store import ResultStore
+
+EXPORT_NAME = "results.json.gz"
+FORMAT = "plasticlab-export/1"
+RUN_KEYS = ("run_id", "status", "config", "seed", "manifest", "summary", "code")
+
+
+def export_results(directory: str | Path, out: str | Path) -> int:
+    """Write the finished runs of ``directory``'s store (and its ``selection.json``) to
+    ``out`` (a file, or a folder that gets :data:`EXPORT_NAME`); return how many runs."""
+    directory, out = Path(directory), Path(out)
+    if out.is_dir() or out.suffix != ".gz":
+        out = out / EXPORT_NAME
+    with ResultStore(directory) as store:
+        runs = [{k: r[k] for k in RUN_KEYS} for r in store.runs("finished")]
+        metrics = {r["run_id"]: store.task_metrics(r["run_id"]) for r in runs}
+    selection_path = directory / SELECTION_FILE
+    selection = json.loads(selection_path.read_text()) if selection_path.is_file() else None
+    body = {"format": FORMAT, "runs": runs, "task_metrics": metrics, "selection": selection}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    # mtime=0: the same results give the same bytes, so a re-export changes nothing in git
+    with gzip.GzipFile(out, "wb", mtime=0) as f:
+        f.write(text.encode("utf-8"))
+    return len(runs)
+
+
+def read_export(path: str | Path) -> tuple[list[dict], dict[str, dict], dict | None]:
+    """The finished runs, their per-task metrics and the selection of an export file."""
+    path = Path(path)
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            body = json.load(f)
+    except (OSError, EOFError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not a readable plasticlab export ({e}); re-export it with "
+                         "`plasticlab export DIR`") from None
+    if body.get("format") != FORMAT:
+        raise ValueError(f"{path}: export format {body.get('format')!r}, this plasticlab reads {FORMAT!r}")
+    return body["runs"], body["task_metrics"], body.get("selection")
+
+
+def _cell(value) -> object:
+    """A CSV cell: lists and dicts as JSON text, so the file parses back unambiguously."""
+    return json.dumps(value) if isinstance(value, list | dict) else value
+
+
+def write_runs_csv(runs: Sequence[dict], path: str | Path) -> Path:
+    """One row per run — ``run_id``, ``status``, ``seed``, the config flattened (``params`` as
+    ``param.<name>``, other nested dicts dotted), the summary metrics, ``code`` — written with
+    the standard library's csv module (no pandas needed), atomically."""
+    from .store import _flatten_config
+
+    records, columns = [], {"run_id": None, "status": None, "seed": None}
+    for run in runs:
+        row = {"run_id": run["run_id"], "status": run["status"], "seed": run["seed"]}
+        row |= _flatten_config(run["config"])
+        for key, value in (run.get("summary") or {}).items():
+            row[key if key not in row else f"summary.{key}"] = value
+        row["code"] = run.get("code")
+        columns.update(dict.fromkeys(row))
+        records.append(row)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(columns))
+        writer.writeheader()
+        writer.writerows({k: _cell(v) for k, v in r.items()} for r in records)
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,62 @@
+"""``plasticlab export`` and ``plasticlab reproduce``: a study's compact export reports exactly
+as its results store does, and reproduce sweeps, exports and reports in one resumable command."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from plasticlab.cli import main
+from plasticlab.experiments.export import EXPORT_NAME, export_results, read_export
+from plasticlab.experiments.store import ResultStore
+from test_report_build import results_dir  # noqa: F401  (a fixture: a store with known curves)
+
+
+def _tables(report_md: str) -> str:
+    """The report without its header lines (which name the directory and the time)."""
+    return report_md[report_md.index("## Contents"):]
+
+
+def test_a_report_from_the_export_equals_the_report_from_the_store(results_dir, tmp_path):  # noqa: F811
+    runs = export_results(results_dir, tmp_path / "export")
+    with ResultStore(results_dir) as store:
+        assert runs == len(store.runs("finished"))
+    assert main(["report", str(results_dir), "--out", str(tmp_path / "a"), "--formats", "png"]) == 0
+    assert main(["report", str(tmp_path / "export"), "--out", str(tmp_path / "b"), "--formats", "png"]) == 0
+    a, b = ((tmp_path / d / "report.md").read_text() for d in ("a", "b"))
+    assert _tables(a) == _tables(b)
+    assert not (tmp_path / "export" / "results.sqlite").exists()  # reading never makes a store
+
+
+def test_the_export_is_deterministic_text_and_refuses_other_files(results_dir, tmp_path):  # noqa: F811
+    export_results(results_dir, tmp_path / "one")
+    export_results(results_dir, tmp_path / "two")
+    one, two = ((tmp_path / d / EXPORT_NAME).read_bytes() for d in ("one", "two"))
+    assert one == two
+    body = json.loads(gzip.decompress(one))
+    assert body["format"] == "plasticlab-export/1" and all(r["status"] == "finished" for r in body["runs"])
+    (tmp_path / "bad.json.gz").write_bytes(b"not gzip")
+    with pytest.raises(ValueError, match="bad.json.gz: not a readable plasticlab export"):
+        read_export(tmp_path / "bad.json.gz")
+
+
+def test_reproduce_sweeps_exports_reports_and_resumes(data_dir, tmp_path, capsys):
+    argv = ["reproduce", "lambda-sensitivity", "--scale", "0.004", "--out", str(tmp_path / "results"),
+            "--docs", str(tmp_path / "docs"), "--workers", "1", "--data-dir", str(data_dir),
+            "--no-progress"]
+    assert main(argv) == 0
+    docs = tmp_path / "docs" / "lambda-sensitivity"
+    runs, _, _ = read_export(docs / EXPORT_NAME)
+    assert len(runs) == 36  # 2 step sizes × 6 λ × 3 seeds
+    assert (docs / "report" / "report.md").is_file() and list((docs / "report" / "figures").glob("*.png"))
+    assert not (docs / "results.sqlite").exists()
+    record = json.loads((docs / "run.json").read_text())
+    assert record["scale"] == 0.004 and record["command"].startswith("plasticlab sweep --preset")
+    assert main(argv) == 0  # resumes: nothing left to train, one more sitting recorded
+    assert len(json.loads((docs / "run.json").read_text())["sittings"]) == 2
+    with pytest.raises(SystemExit):
+        main(["reproduce"])
+    assert main(["reproduce", "no-such-study", "--docs", str(tmp_path / "d")]) == 2
+    assert "unknown preset 'no-such-study'" in capsys.readouterr().err
