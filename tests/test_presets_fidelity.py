@@ -19,6 +19,8 @@ def test_forgetting_runs_ewc_as_the_authors_did_and_as_kirkpatrick_did():
     runs = expand(get_preset("forgetting"))
     assert {r.config.tasks for r in runs} == {20} and {r.config.lr for r in runs} == {1e-3}
     assert {r.seed for r in runs} == set(range(5))
+    assert {(r.config.test_examples, r.config.internals_on) for r in runs} == {("reference", "next")}
+    assert all(r.config.problem_params["identity_first_task"] for r in runs)
     for method in ("ewc", "l2_init_ewc"):
         forms = _forms(runs, method)
         assert len(forms) == 2 and set(forms.values()) == {5}
