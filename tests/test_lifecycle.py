@@ -1,0 +1,125 @@
+"""A sweep's processes: killed or signalled drivers, their workers, and exact resumes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SWEEP = """
+name = "life"
+problem = "permuted_mnist"
+method = "l2_init"
+seeds = "0-3"
+tasks = 5
+steps_per_task = 300
+[problem_params]
+examples_per_task = 1200
+"""
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(),
+                                reason="reads a process's children from /proc (Linux)")
+
+
+def start_sweep(tmp_path, data_dir, out: str, workers: int) -> subprocess.Popen:
+    (tmp_path / "sweep.toml").write_text(SWEEP)
+    env = dict(os.environ, PLASTICLAB_DATA=str(data_dir))
+    return subprocess.Popen([sys.executable, "-m", "plasticlab.cli", "sweep", str(tmp_path / "sweep.toml"),
+                             "--out", str(tmp_path / out), "--workers", str(workers), "--no-progress"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def children(pid: int) -> set[int]:
+    kids = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        kids.update(int(k) for k in (task / "children").read_text().split())
+    return kids
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def all_gone(pids: set[int], within: float = 10) -> bool:
+    deadline = time.monotonic() + within
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not any(alive(p) for p in pids)
+
+
+def wait_for_checkpoints(out: Path, n: int, proc: subprocess.Popen, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len(list((out / "checkpoints").glob("*.ckpt"))) >= n:
+            return
+        assert proc.poll() is None, f"the sweep ended before checkpointing: {proc.stdout.read()}"
+        time.sleep(0.05)
+    raise AssertionError("no checkpoint appeared")
+
+
+def results(out: Path) -> dict:
+    with sqlite3.connect(out / "results.sqlite") as db:
+        rows = db.execute("SELECT r.seed, a.summary FROM runs AS r JOIN attempts AS a USING (run_id) "
+                          "WHERE a.status = 'finished'").fetchall()
+    return {seed: json.loads(summary)["total_online_accuracy"] for seed, summary in rows}
+
+
+def run_to_end(tmp_path, data_dir, out: str, workers: int) -> str:
+    proc = start_sweep(tmp_path, data_dir, out, workers)
+    text = proc.communicate(timeout=600)[0]
+    assert proc.returncode == 0, text
+    return text
+
+
+def test_killing_the_driver_leaves_no_process_and_a_resume_with_other_workers_is_bit_identical(
+        tmp_path, data_dir):
+    proc = start_sweep(tmp_path, data_dir, "killed", workers=2)
+    wait_for_checkpoints(tmp_path / "killed", 2, proc)
+    workers = children(proc.pid)
+    assert workers
+    proc.kill()
+    proc.wait()
+    assert all_gone(workers), "workers outlived their killed driver"
+
+    # Resumed on one worker: the stored grouping (two ensembles of two) is used, so both
+    # checkpoints are picked up and nothing is left behind.
+    text = run_to_end(tmp_path, data_dir, "killed", workers=1)
+    assert "0 finished, 4 to run) in 2 ensembles" in text
+    assert not list((tmp_path / "killed" / "checkpoints").glob("*.ckpt"))
+    run_to_end(tmp_path, data_dir, "whole", workers=2)
+    resumed, whole = results(tmp_path / "killed"), results(tmp_path / "whole")
+    assert len(whole) == 4 and resumed == whole
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signalled_driver_stops_its_workers_at_a_task_end_and_records_the_runs_interrupted(
+        tmp_path, data_dir, sig, code):
+    proc = start_sweep(tmp_path, data_dir, "stopped", workers=2)
+    wait_for_checkpoints(tmp_path / "stopped", 2, proc)
+    workers = children(proc.pid)
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    text = proc.communicate(timeout=60)[0]
+    assert proc.returncode == code, text
+    assert time.monotonic() - sent < 30
+    assert "interrupted" in text and "Traceback" not in text
+    assert all_gone(workers)
+    with sqlite3.connect(tmp_path / "stopped" / "results.sqlite") as db:
+        statuses = dict(db.execute("SELECT status, COUNT(*) FROM attempts GROUP BY status").fetchall())
+    assert "running" not in statuses and statuses["interrupted"] + statuses.get("finished", 0) == 4
+    checkpoints = list((tmp_path / "stopped" / "checkpoints").glob("*.ckpt"))
+    assert checkpoints
+    text = run_to_end(tmp_path, data_dir, "stopped", workers=2)
+    assert "removed checkpoint" not in text
+    assert len(results(tmp_path / "stopped")) == 4
