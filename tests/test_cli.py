@@ -226,3 +226,123 @@ def test_toml_run_file_can_ask_for_forgetting(data_dir, tmp_path, capsys):
     assert main(["run", str(cfg), "--out", str(tmp_path / "o"), "--json", "--no-progress"]) == 0
     run = json.loads(capsys.readouterr().out)["runs"][0]
     assert len(run["accuracy_matrix"]) == 2 and "bwt" in run
+
+
+# -- results that are never lost, never silently changed, and never run code -------------------
+
+
+@pytest.mark.parametrize("setting,needle", [
+    (["--set", "strength=nan"], "strength must be a finite number >= 0"),
+    (["--set", "strength=-1"], "strength must be a finite number >= 0"),
+    (["--lr", "inf"], "lr must be a finite number > 0"),
+    (["--tasks", "0"], "tasks must be an integer >= 1"),
+    (["--batch-size", "0"], "batch_size must be an integer >= 1"),
+    (["--set", "shrink=1.5"], "shrink must be a finite number >= 0 and <= 1"),
+    (["--threads", "0"], "--threads must be >= 1"),
+])
+def test_invalid_numbers_are_one_line_errors_before_anything_is_created(setting, needle, tmp_path, capsys):
+    out = tmp_path / "out"
+    method = "shrink_perturb" if "shrink=1.5" in setting else "l2_init"
+    assert main(["run", *TINY, "--method", method, *setting, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_a_missing_cuda_device_is_a_one_line_error(tmp_path, capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["run", *TINY, "--method", "baseline", "--device", "cuda", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "--device cuda: no CUDA device here" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_corrupt_results_store_is_a_one_line_error_naming_it(tmp_path, capsys):
+    (tmp_path / "results.sqlite").write_bytes(b"not a database" * 100)
+    assert main(["status", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "results.sqlite" in err and "move the file away" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_diverged_run_prints_strict_json_and_a_warning(data_dir, tmp_path, capsys):
+    code = main(["run", *TINY, "--method", "baseline", "--optimizer", "sgd", "--lr", "1e30",
+                 "--data-dir", str(data_dir), "--out", str(tmp_path), "--json"])
+    assert code == 0
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert doc["runs"][0]["diverged_at_task"] == 0
+    assert doc["runs"][0]["weight_magnitude"][0] is None
+    assert "diverged" in captured.err
+
+
+def test_a_finished_run_is_skipped_unless_rerun_and_every_attempt_is_kept(data_dir, tmp_path, capsys):
+    args = ["run", *TINY, "--method", "baseline", "--data-dir", str(data_dir), "--out", str(tmp_path),
+            "--json"]
+    assert main(args) == 0
+    first = json.loads(capsys.readouterr().out)["runs"][0]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == {"runs": []} and "already finished" in captured.err
+    assert main([*args, "--rerun"]) == 0
+    capsys.readouterr()
+    with ResultStore(tmp_path) as store:
+        attempts = store.attempts(first["run_id"])
+        (run,) = store.runs()
+    assert [a["status"] for a in attempts] == ["finished", "finished"]
+    assert run["attempt"] == attempts[-1]["attempt"]
+    assert run["manifest"]["ensemble"] == {"members": 1, "index": 0, "run_ids": [first["run_id"]],
+                                           "seeds": [0], "params": [{}]}
+    assert run["manifest"]["data_files"] and not run["manifest"]["data_stand_in"]
+
+
+def test_an_interrupted_run_keeps_the_earlier_results_and_resumes_from_its_checkpoint(
+        data_dir, tmp_path, capsys, monkeypatch):
+    from plasticlab.experiments import runner
+
+    args = ["run", *TINY, "--method", "l2_init", "--set", "tasks=3", "--data-dir", str(data_dir),
+            "--out", str(tmp_path), "--json"]
+    assert main(args) == 0
+    first = json.loads(capsys.readouterr().out)["runs"][0]
+
+    real = runner.progress_bar
+
+    def interrupting_bar(*a, **k):  # Ctrl-C right after the first task's checkpoint
+        bar, on_task_end = real(*a, **k)
+
+        def stop(task, accs):
+            on_task_end(task, accs)
+            raise KeyboardInterrupt
+
+        return bar, stop
+
+    monkeypatch.setattr(runner, "progress_bar", interrupting_bar)
+    assert main([*args, "--rerun"]) == 130
+    assert "interrupted" in capsys.readouterr().err
+    with ResultStore(tmp_path) as store:
+        assert [a["status"] for a in store.attempts(first["run_id"])] == ["finished", "interrupted"]
+        assert store.runs()[0]["summary"]["total_online_accuracy"] == first["total_online_accuracy"]
+    assert list((tmp_path / "checkpoints").glob("run-*.ckpt"))
+
+    monkeypatch.setattr(runner, "progress_bar", real)
+    assert main([*args, "--rerun"]) == 0
+    captured = capsys.readouterr()
+    assert "resuming from" in captured.err and "at task 1" in captured.err
+    assert json.loads(captured.out)["runs"][0]["task_online_accuracy"] == first["task_online_accuracy"]
+    assert not list((tmp_path / "checkpoints").glob("*.ckpt"))
+
+
+def test_a_corrupt_checkpoint_is_a_one_line_error_naming_the_file(data_dir, tmp_path, capsys):
+    from plasticlab.experiments.config import resolve_config
+    from plasticlab.experiments.runner import checkpoint_path
+
+    config = resolve_config({"problem": "permuted_mnist", "method": "baseline", "tasks": 2,
+                             "steps_per_task": 10, "problem_params": {"examples_per_task": 160}})
+    path = checkpoint_path(tmp_path, config, [0])
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"\x80\x04garbage")
+    assert main(["run", *TINY, "--method", "baseline", "--data-dir", str(data_dir),
+                 "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and f"delete {path}" in err and len(err.strip().splitlines()) == 1

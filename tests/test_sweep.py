@@ -176,3 +176,68 @@ def test_a_rerun_plans_only_the_runs_that_did_not_finish(tmp_path):
     assert finished == 3 and len(todo) == len(runs) - 3
     p = plan(runs, tmp_path, max_members=16)
     assert p.runs == len(runs) - 3 and p.finished_runs == 3
+
+
+def test_the_stored_grouping_is_reused_whatever_the_workers_and_max_members(tmp_path):
+    from plasticlab.experiments.orchestrate import write_plan
+
+    runs = expand({"problem": "permuted_mnist", "method": "l2_init", "seeds": "0-5",
+                   "grid": {"l2_init": {"strength": [1e-2, 1e-3]}}})
+    first = plan(runs, tmp_path, max_members=16, workers=4)
+    write_plan(tmp_path, runs, "s", "grid", first.ensembles)
+    again = plan(runs, tmp_path, max_members=2, workers=1)
+    assert [(e.seeds, e.member_params) for e in again.ensembles] == \
+        [(e.seeds, e.member_params) for e in first.ensembles]
+    fresh = plan(runs, tmp_path / "elsewhere", max_members=2, workers=1)
+    assert [len(e.seeds) for e in fresh.ensembles] != [len(e.seeds) for e in first.ensembles]
+
+
+def test_an_ensemble_with_a_finished_member_trains_whole_and_records_only_the_rest(tmp_path):
+    from plasticlab.experiments.orchestrate import write_plan
+
+    runs = expand({"problem": "permuted_mnist", "method": "baseline", "seeds": "0-3"})
+    first = plan(runs, tmp_path, max_members=16)
+    write_plan(tmp_path, runs, "s", "grid", first.ensembles)
+    with ResultStore(tmp_path) as store:
+        rid = ResultStore.run_id(runs[1].config.to_dict(), runs[1].seed)
+        store.start_run(rid, runs[1].config.to_dict(), {"seed": 1})
+        store.finish_run(rid, {}, {})
+    (ensemble,) = plan(runs, tmp_path, max_members=2, workers=2).ensembles
+    assert ensemble.seeds == [0, 1, 2, 3] and ensemble.record == [True, False, True, True]
+
+
+@pytest.mark.parametrize("grid", ["strength = [1e-2, -1]", "strength = [1e-2, nan]"])
+def test_an_invalid_grid_value_fails_the_dry_run_and_creates_nothing(tmp_path, capsys, grid):
+    from plasticlab.cli import main
+
+    path = tmp_path / "bad.toml"
+    path.write_text(f'name = "bad"\nproblem = "permuted_mnist"\nmethod = "l2_init"\n'
+                    f"[grid.l2_init]\n{grid}\n")
+    for extra in (["--dry-run"], []):
+        assert main(["sweep", str(path), "--out", str(tmp_path / "out"), *extra]) == 2
+        assert "strength must be a finite number >= 0" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("flag", ["--workers", "--max-members"])
+def test_a_worker_count_below_one_is_an_error_before_anything_is_created(tmp_path, capsys, flag):
+    from plasticlab.cli import main
+
+    out = tmp_path / "out"
+    assert main(["sweep", "--preset", "main-permuted_mnist-adam", "--out", str(out), flag, "-1"]) == 2
+    assert f"{flag} must be >= 1" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_checkpoint_no_unfinished_ensemble_uses_is_reported_and_removed(tmp_path):
+    from plasticlab.experiments.orchestrate import tidy_checkpoints
+
+    runs = expand({"problem": "permuted_mnist", "method": "baseline", "seeds": "0-1"})
+    p = plan(runs, tmp_path, max_members=16)
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    (folder / "0123456789abcdef.ckpt").write_bytes(b"an old-format checkpoint")
+    (folder / "run-0123456789abcdef.ckpt").write_bytes(b"a plasticlab run's own")
+    (messages,) = tidy_checkpoints(tmp_path, p)
+    assert "removed checkpoint" in messages and "0123456789abcdef.ckpt" in messages
+    assert sorted(f.name for f in folder.iterdir()) == ["run-0123456789abcdef.ckpt"]
