@@ -10,6 +10,7 @@ import pytest
 from plasticlab import checkpoint as ckpt
 from plasticlab.engine import train_ensemble
 from plasticlab.experiments.config import resolve_config
+from plasticlab.methods import METHODS
 
 SMALL = {"problem": "permuted_mnist", "tasks": 3, "steps_per_task": 20,
          "problem_params": {"examples_per_task": 320}}
@@ -22,6 +23,12 @@ EVERY_METHOD = [
     ("layer_norm", {}, "adam"), ("redo", {"period": 15, "threshold": 0.1}, "adam"),
     ("ewc", {"fisher_samples": 8}, "adam"), ("l2_init_ewc", {"fisher_samples": 8}, "sgd"),
 ]
+# Every other registered method at its defaults, and every non-default form of every method
+# (its non-numeric settings), so a method added later is covered without editing this list.
+EVERY_METHOD += [(name, {}, "adam") for name in METHODS if name not in {m for m, _, _ in EVERY_METHOD}]
+EVERY_METHOD += [(name, {p.name: choice}, "adam") for name, cls in METHODS.items()
+                 for p in cls.hyperparameters if p.choices and p.kind is str
+                 for choice in p.choices if choice != p.default]
 
 
 class Crash(Exception):
