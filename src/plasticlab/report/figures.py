@@ -283,8 +283,13 @@ def line_figure(bands: Sequence[Band], *, xlabel: str, ylabel: str, title: str =
         ax = fig.add_subplot()
         scale = 100.0 if percent else 1.0
         handles = []
+        seen: dict[str, int] = {}
         for band in bands:
-            line, _ = _draw_band(ax, band, scale)
+            # a method shown in several forms (EWC's anchors, CBP's optimizers): same colour,
+            # another line style for each further form
+            method = _method_of(band.label, band.method)
+            occurrence = seen[method] = seen.get(method, -1) + 1
+            line, _ = _draw_band(ax, band, scale, linestyle=LINESTYLES[occurrence % len(LINESTYLES)])
             handles.append(line)
         if bands:
             _integer_ticks(ax, np.concatenate([b.x for b in bands]))
