@@ -184,6 +184,7 @@ def train_ensemble(
     optimizer = make_optimizer(config.optimizer, list(net.parameters()), config.lr, member_dim=True,
                                **optimizer_options(config.optimizer, seeds, device, config.optimizer_params))
     method = method_cls(net, optimizer, hp, MethodContext(seeds, device))
+    optimizer = method.optimizer  # a method may replace it (CBP's adam_variant=reference)
     needs_features = method.needs_features
     global_step = 0
     if measure_every is not None and int(measure_every) < 1:
@@ -222,6 +223,7 @@ def train_ensemble(
         pending: list[tuple[int, dict]] = []  # this task's step measurements, still on the device
         grad_norm = None
         for step in range(steps):
+            method.before_step(global_step)
             x, y = problem.batch(step)
             if hand is not None:
                 logits, hidden = hand.step(x, y)
@@ -249,7 +251,8 @@ def train_ensemble(
         accuracies.append(task_acc)
         if measurer is not None:
             t0 = time.perf_counter()
-            task_measures.append(to_host(measurer.task_end(task, grad_norm)))
+            task_measures.append(to_host({**measurer.task_end(task, grad_norm),
+                                          **method.extra_measurements(measurer, task)}))
             step_measures.extend(_read_back(pending))
             measure_time += time.perf_counter() - t0
         method.on_task_end(problem)

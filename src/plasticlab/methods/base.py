@@ -6,6 +6,7 @@ calls at fixed points of every step:
 1. ``architecture()`` (class level) — changes to the network builder (Concat ReLU, LayerNorm);
 2. ``add_penalty_grad()`` — after backprop of the task loss, add a regularizer's gradient;
 3. ``after_step(features, x, step)`` — after the optimizer step (Shrink & Perturb, CBP, ReDo);
+   ``before_step(step)`` — before a step's forward pass (ReDo's ``schedule=reference``);
 4. ``on_task_end(stream)`` — at a task boundary; only EWC may use it (SPEC §1).
 
 Per-member numeric hyper-parameters arrive as ``[K]`` tensors, so one ensemble can hold a
@@ -73,9 +74,20 @@ class Method:
         ``[K, B, …]``; ``step``: the number of optimizer steps taken so far (1 after the first).
         """
 
+    def before_step(self, step: int) -> None:
+        """Called at the start of every step, before its forward pass; ``step``: the number of
+        optimizer steps taken so far (0 before the first)."""
+
     def on_task_end(self, stream) -> None:
         """Called when a task ends, with the stream (still on that task). Only EWC may use
         this: every other method must work without knowing where tasks end (SPEC §1)."""
+
+    def extra_measurements(self, measurer, task: int) -> dict[str, torch.Tensor]:
+        """Task-end measurements of the method's own, merged into the measurer's (called after
+        :meth:`plasticlab.measure.Measurer.task_end`, before :meth:`on_task_end`, only when
+        measurements are on): name → ``[K]`` device tensor. None by default (Hare & Tortoise:
+        the tortoise's test accuracy)."""
+        return {}
 
     def penalty(self) -> torch.Tensor | None:
         """The current regularization penalty per member ``[K]`` (None if the method has none)."""

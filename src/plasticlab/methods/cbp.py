@@ -47,6 +47,16 @@ Differences from the public code, on purpose: the next-layer bias correction use
 correction into a no-op); Adam's per-element step count restarts (see above); the number of
 replacements is always accumulated (the public code's alternative of replacing one unit with
 probability r·#eligible < 1 is not offered).
+
+Two switches of the method ``cbp`` run it as the L2 Init authors' code does (SPEC §9;
+``docs/methods-reference-modes.md``), the defaults keeping the behaviour above:
+
+- ``adam_variant=reference``: with Adam, the whole network trains with
+  :class:`~plasticlab.optim.adam_gnt.AdamGnT` (θ ← θ − α·(1 − β₂ᵗ)·m/(√v + ε), per-element t
+  restarted with the replaced units) instead of Adam; with SGD it changes nothing (the public
+  code also trains with plain SGD there);
+- ``replacement_init=kaiming``: new units' incoming weights from U(±√(6/fan_in)) (the public
+  code's ``init='kaiming'``) instead of the network's own init distribution.
 """
 
 from __future__ import annotations
@@ -63,10 +73,14 @@ from ..device import to_device
 from ..nets import EnsembleNet
 from ..nets import init as init_schemes
 from ..nets.units import HiddenLayer, hidden_layers, parameter_index, sequential_hidden_layers
+from ..optim import Adam
+from ..optim.adam_gnt import AdamGnT
 from ..params import Param
 from .base import Method, MethodContext
 
 UTILITIES = ("adaptable_contribution", "contribution")
+ADAM_VARIANTS = ("standard", "reference")
+REPLACEMENT_INITS = ("network", "kaiming")
 
 COUNT_TOLERANCE = 1e-9
 """Added to the accumulator before flooring, so that rates whose sum is an integer in exact
@@ -319,10 +333,19 @@ class ContinualBackprop(Method):
     """Continual Backprop (method ``cbp``): after every optimizer step, replace the r·#eligible
     lowest-utility mature hidden units of each layer with fresh ones (SPEC §2.1).
 
-    Hyper-parameters: ``replacement_rate`` r, ``maturity`` m, ``decay`` d (per member) and
-    ``utility`` (``adaptable_contribution`` | ``contribution``). Fresh incoming weights come from
-    the network's own init scheme, member k's layer ℓ drawing from
-    ``context.generators("cbp", ℓ)[k]``.
+    Hyper-parameters: ``replacement_rate`` r, ``maturity`` m, ``decay`` d (per member),
+    ``utility`` (``adaptable_contribution`` | ``contribution``), and two switches towards the
+    public code (SPEC §9), shared by an ensemble:
+
+    - ``adam_variant``: ``standard`` (Adam, each element's bias correction restarted with it)
+      or ``reference`` (with Adam, the whole network trains with
+      :class:`~plasticlab.optim.adam_gnt.AdamGnT`, which replaces the optimizer the method is
+      handed: :attr:`optimizer`; with SGD (any optimizer but Adam), nothing changes —
+      :meth:`notes` says so);
+    - ``replacement_init``: ``network`` (fresh incoming weights from the network's own init
+      scheme) or ``kaiming`` (U(±√(6/fan_in)), fan_in = in_channels·kh·kw for a conv unit).
+
+    Member k's layer ℓ draws from ``context.generators("cbp", ℓ)[k]``; new units' biases are 0.
     """
 
     name = "cbp"
@@ -335,29 +358,71 @@ class ContinualBackprop(Method):
         Param("decay", 0.99, float, "d: decay of the running utility and mean activation",
               per_member=True, low=0, high=1, high_open=True),
         Param("utility", "adaptable_contribution", str, "unit utility measure", choices=UTILITIES),
+        Param("adam_variant", "standard", str,
+              "with Adam: standard Adam (per-element restarts) or reference: the public code's "
+              "AdamGnT for the whole network, θ ← θ − α(1−β₂ᵗ)m/(√v+ε); no effect with SGD",
+              choices=ADAM_VARIANTS),
+        Param("replacement_init", "network", str,
+              "new units' incoming weights: network: the network's init distribution; kaiming: "
+              "U(±√(6/fan_in)) as the public code", choices=REPLACEMENT_INITS),
     )
     needs_features = True
 
     def __init__(self, net: EnsembleNet, optimizer, hp: dict, context: MethodContext):
         super().__init__(net, optimizer, hp, context)
+        self.adam_variant = hp.get("adam_variant", "standard")
+        self.replacement_init = hp.get("replacement_init", "network")
+        if self.adam_variant not in ADAM_VARIANTS:
+            raise ValueError(f"method cbp: adam_variant must be one of {', '.join(ADAM_VARIANTS)}, "
+                             f"got {self.adam_variant!r}")
+        if self.replacement_init not in REPLACEMENT_INITS:
+            raise ValueError(f"method cbp: replacement_init must be one of {', '.join(REPLACEMENT_INITS)}, "
+                             f"got {self.replacement_init!r}")
+        if self.adam_variant == "reference":
+            self.optimizer = reference_optimizer(optimizer)
         layers = hidden_layers(net, self.name)
         K = net.members
         self.core = GenerateAndTest(
-            layers, optimizer,
+            layers, self.optimizer,
             replacement_rate=_per_member_values(hp["replacement_rate"], K, float),
             maturity=_per_member_values(hp["maturity"], K, int),
             decay=_per_member_values(hp["decay"], K, float),
-            utility=hp.get("utility", "adaptable_contribution"), init=net.init,
+            utility=hp.get("utility", "adaptable_contribution"),
+            init="kaiming_uniform" if self.replacement_init == "kaiming" else net.init,
             generators=[context.generators(self.name, i) for i in range(len(layers))])
 
     def after_step(self, features: list[torch.Tensor], x: torch.Tensor, step: int) -> None:
         """Generate-and-test on this step's hidden features."""
         self.core.step(features)
 
+    def notes(self) -> dict:
+        """The optimizer that trained the network when ``adam_variant=reference`` was asked for."""
+        if self.adam_variant != "reference":
+            return {}
+        if isinstance(self.optimizer, AdamGnT):
+            return {"optimizer": "AdamGnT (adam_variant=reference)"}
+        return {"adam_variant": f"reference: no effect with {type(self.optimizer).__name__} (the public "
+                                "code replaces only Adam)"}
+
     @property
     def replacements(self) -> list[np.ndarray]:
         """Units replaced so far per hidden layer, ``[K]`` each (host counts)."""
         return [r.copy() for r in self.core.replaced]
+
+
+def reference_optimizer(optimizer):
+    """The optimizer ``adam_variant=reference`` trains with: for a fresh
+    :class:`~plasticlab.optim.Adam`, an :class:`~plasticlab.optim.adam_gnt.AdamGnT` over the
+    same parameters with the same α, β and ε; any other optimizer (SGD) as it is — the public
+    code uses AdamGnT only in place of Adam."""
+    if not isinstance(optimizer, Adam):
+        return optimizer
+    if optimizer.weight_decay:
+        raise ValueError("method cbp: adam_variant=reference does not take Adam's weight_decay")
+    if any(optimizer.step_counts):
+        raise ValueError("method cbp: adam_variant=reference replaces Adam before training; this Adam "
+                         "has already taken steps")
+    return AdamGnT(optimizer.params, lr=optimizer.lr, betas=optimizer.betas, eps=optimizer.eps)
 
 
 # --- front end 2: a drop-in for nn.Sequential ---------------------------------------------------

@@ -20,6 +20,18 @@ activity on the batch. Each dormant unit is recycled:
 
 The output layer has no outgoing weights and is never recycled.
 
+*When* and *on what* it scores (``schedule``): by default right after every ``period``-th
+optimizer step, on a fresh forward pass of the just-updated network over that step's inputs.
+The L2 Init authors' code instead recycles at the *start* of a step whose step count (updates
+so far) is a positive multiple of ``period``, scoring the activations its network kept from
+its most recent forward pass; ``schedule="reference"`` scores that pass as a training loop
+with no other forward passes has it: the previous step's batch, before its update. (In the
+authors' own runs, whose periods are whole tasks, the most recent pass at a recycle is their
+task-end measurement over the next task's test images — not reproduced; see the docs.) Their
+code also leaves the optimizer state alone (``reset_optimizer=False``), restores θ₀
+(``reinit="initial"``) and recycles layer by layer (``layer_order="per_layer"``): the four
+settings of ``docs/methods-reference-modes.md``.
+
 Two front ends share one implementation, :class:`UnitRecycler` (a list of
 :class:`~plasticlab.nets.units.HiddenLayer` plus an optimizer adapter):
 
@@ -43,9 +55,13 @@ from ..params import Param
 from .base import Method, MethodContext
 
 SCORE_EPS = 1e-9
-"""Added to the layer's mean score, as in the authors' code: an all-silent layer scores 0."""
+"""Added to the layer's mean score (SPEC §2.2), so an all-silent layer scores 0 and is recycled
+whole. The L2 Init authors' code adds nothing: there such a layer scores 0/0 = NaN and is never
+recycled (no switch; docs/methods-reference-modes.md)."""
 
 REINIT_CHOICES = ("fresh", "initial")
+SCHEDULES = ("after_step", "reference")
+LAYER_ORDERS = ("incoming_first", "per_layer")
 
 
 # --- the dormant-neuron score ---------------------------------------------------------------
@@ -160,16 +176,24 @@ class UnitRecycler:
     ``reinit``: ``"fresh"`` draws new incoming weights and bias from init ``scheme`` with
     ``generators[l]`` (one generator per member for layer l, so member k's draws depend on its
     own generator only); ``"initial"`` restores θ₀, the values the layers hold when this object
-    is built. ``optimizer``: see :func:`optimizer_state`.
+    is built. ``optimizer``: see :func:`optimizer_state`; ``reset_optimizer=False`` leaves its
+    state (moments) as it is, as the L2 Init authors' code does. ``layer_order``: see
+    :meth:`recycle`.
     """
 
     def __init__(self, layers: Sequence[HiddenLayer], optimizer, reinit: str = "fresh",
                  scheme: str = "torch_default",
-                 generators: Sequence[Sequence[torch.Generator]] | None = None):
+                 generators: Sequence[Sequence[torch.Generator]] | None = None,
+                 reset_optimizer: bool = True, layer_order: str = "incoming_first"):
         if reinit not in REINIT_CHOICES:
             raise ValueError(f"ReDo: reinit must be one of {', '.join(REINIT_CHOICES)}, got {reinit!r}")
+        if layer_order not in LAYER_ORDERS:
+            raise ValueError(f"ReDo: layer_order must be one of {', '.join(LAYER_ORDERS)}, "
+                             f"got {layer_order!r}")
         self.layers = list(layers)
         self.reinit = reinit
+        self.reset_optimizer = bool(reset_optimizer)
+        self.layer_order = layer_order
         self.scheme = check_scheme(scheme)
         self.state = optimizer_state(optimizer, self.layers)
         if reinit == "fresh":
@@ -201,15 +225,23 @@ class UnitRecycler:
         batch *before* anything changes; ``threshold``: τ, a float or ``[K]``.
         """
         masks = [dormant_mask(a, threshold) for a in activity]
-        # Incoming sides first, then outgoing zeros (the authors' order): where a dormant unit
-        # of layer l meets a dormant unit of layer l+1, the weight ends at 0, so a recycled
-        # unit never feeds the next layer at the moment it is recycled.
+        # "incoming_first": every layer's incoming sides, then the outgoing zeros: where a
+        # dormant unit of layer l meets a dormant unit of layer l+1, the weight ends at 0, so a
+        # recycled unit never feeds the next layer at the moment it is recycled. "per_layer"
+        # (the L2 Init authors' loop): layer by layer, incoming then outgoing, so layer l+1's
+        # recycled rows, written after layer l's zeros, keep their new value there.
+        per_layer = self.layer_order == "per_layer"
         for i, (layer, mask) in enumerate(zip(self.layers, masks, strict=True)):
             weight, bias = self.replacement(i)
             layer.in_weight.copy_(torch.where(layer.incoming_mask(mask), weight, layer.in_weight))
             layer.in_bias.copy_(torch.where(mask, bias, layer.in_bias))
+            if per_layer:
+                layer.out_weight.masked_fill_(layer.outgoing_mask(mask), 0.0)
         for layer, mask in zip(self.layers, masks, strict=True):
-            layer.out_weight.masked_fill_(layer.outgoing_mask(mask), 0.0)
+            if not per_layer:
+                layer.out_weight.masked_fill_(layer.outgoing_mask(mask), 0.0)
+            if not self.reset_optimizer:
+                continue
             # Moments only (restart_count=False): ReDo keeps the step count and so Adam's bias
             # correction; the zeroed moments make the next update a plain normalised gradient.
             layer.reset_optimizer(self.state, "in_weight", layer.incoming_mask(mask), restart_count=False)
@@ -226,22 +258,41 @@ THRESHOLD = Param("threshold", 0.0, float, "τ: a unit whose normalised score is
                   "(0: exactly inactive)", per_member=True, low=0)
 REINIT = Param("reinit", "fresh", str, "fresh: redraw from the init distribution; initial: restore θ₀",
                choices=REINIT_CHOICES)
+SCHEDULE = Param("schedule", "after_step", str,
+                 "after_step: after every period-th step, on a fresh forward of that step's inputs; "
+                 "reference: at the start of the next step, on the kept activations of that step's "
+                 "forward (before its update), as the L2 Init authors' code", choices=SCHEDULES)
+RESET_OPTIMIZER = Param("reset_optimizer", True, bool,
+                        "zero the Adam moments of the recycled units' weights (the authors' code: false)")
+LAYER_ORDER = Param("layer_order", "incoming_first", str,
+                    "incoming_first: all layers' incoming sides, then outgoing zeros; per_layer: layer "
+                    "by layer, as the L2 Init authors' code (a recycled row keeps its new weights from a "
+                    "unit recycled in the layer before)", choices=LAYER_ORDERS)
 
 
 class ReDo(Method):
     """ReDo on an ensemble: every ``period`` steps, recycle each member's dormant units.
 
     Hyper-parameters: ``period`` (steps, shared by the ensemble: it decides *when* work
-    happens), ``threshold`` τ (per member, ``[K]``), ``reinit`` (``fresh`` | ``initial``).
-    The scores come from a fresh forward pass of the just-updated network on this step's
-    inputs. After each recycle, :attr:`last_recycled` ``[K]`` and
-    :attr:`last_recycled_per_layer` ``[K, L]`` hold how many units were recycled (on the
-    device; read them when a host sync is due anyway).
+    happens), ``threshold`` τ (per member, ``[K]``), ``reinit`` (``fresh`` | ``initial``),
+    ``schedule``, ``reset_optimizer`` and ``layer_order`` (shared; see :class:`UnitRecycler`).
+
+    ``schedule="after_step"``: after the optimizer step ``step`` with ``step % period == 0``,
+    score on a fresh forward pass of the just-updated network over this step's inputs.
+    ``schedule="reference"``: at that step's end only the per-unit activity E|h_i| of the
+    step's own forward pass (before the update) is kept, ``[K, U]`` per layer; the next step's
+    :meth:`before_step` recycles from it before its forward pass — so measurements taken at a
+    task end that coincides with a recycle still see the network as it was, as in the authors'
+    code. Neither makes a host synchronisation.
+
+    After each recycle, :attr:`last_recycled` ``[K]`` and :attr:`last_recycled_per_layer`
+    ``[K, L]`` hold how many units were recycled (on the device; read them when a host sync is
+    due anyway).
     """
 
     name = "redo"
     description = "ReDo: recycle dormant units every period steps"
-    hyperparameters = (PERIOD, THRESHOLD, REINIT)
+    hyperparameters = (PERIOD, THRESHOLD, REINIT, SCHEDULE, RESET_OPTIMIZER, LAYER_ORDER)
 
     def __init__(self, net: EnsembleNet, optimizer, hp: dict, context: MethodContext):
         super().__init__(net, optimizer, hp, context)
@@ -252,21 +303,49 @@ class ReDo(Method):
                                          device=context.device).reshape(-1)
         if bool((self.threshold < 0).any()):  # once, at construction
             raise ValueError("method redo: threshold τ must be >= 0")
+        self.schedule = hp.get("schedule", "after_step")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"method redo: schedule must be one of {', '.join(SCHEDULES)}, "
+                             f"got {self.schedule!r}")
+        if self.schedule == "reference":
+            self.needs_features = True  # the engine then hands after_step the step's features
         layers = hidden_layers(net, "ReDo")
         generators = [context.generators(self.name, i) for i in range(len(layers))]
-        self.recycler = UnitRecycler(layers, optimizer, hp["reinit"], net.init, generators)
+        self.recycler = UnitRecycler(layers, optimizer, hp["reinit"], net.init, generators,
+                                     reset_optimizer=hp.get("reset_optimizer", True),
+                                     layer_order=hp.get("layer_order", "incoming_first"))
         K, device = net.members, context.device
         self.last_recycled_per_layer = torch.zeros(K, len(layers), dtype=torch.long, device=device)
         self.last_recycled = torch.zeros(K, dtype=torch.long, device=device)
+        # schedule="reference": the activity kept from a step's forward pass for the next
+        # step's recycle (None when no recycle is due).
+        self.kept_activity: list[torch.Tensor] | None = None
 
     def after_step(self, features: list[torch.Tensor], x: torch.Tensor, step: int) -> None:
-        """On steps that are multiples of ``period``: score the units on ``x`` with the updated
-        network and recycle the dormant ones. Other steps do nothing."""
+        """On steps that are multiples of ``period``: with ``schedule="after_step"`` score the
+        units on ``x`` with the updated network and recycle the dormant ones; with
+        ``schedule="reference"`` keep this step's activity (from ``features``, the step's own
+        forward pass) for :meth:`before_step`. Other steps do nothing."""
         if step % self.period:
+            return
+        if self.schedule == "reference":
+            if not features:
+                raise ValueError("ReDo schedule='reference' scores the step's own forward pass: "
+                                 "after_step needs its hidden features")
+            self.kept_activity = [unit_activity(f) for f in features]
             return
         with torch.no_grad():
             _, feats = self.net(x, return_features=True)
         self.recycle([unit_activity(f) for f in feats])
+
+    def before_step(self, step: int) -> None:
+        """``schedule="reference"``: at the start of a step whose count of updates so far is a
+        positive multiple of ``period``, recycle from the activity kept at the end of the
+        previous step (its forward pass, before its update)."""
+        if self.kept_activity is None or step % self.period or step == 0:
+            return
+        kept, self.kept_activity = self.kept_activity, None
+        self.recycle(kept)
 
     def recycle(self, activity: Sequence[torch.Tensor]) -> torch.Tensor:
         """Recycle from per-layer :func:`unit_activity` ``[K, U]``; return ``[K, L]`` counts."""
@@ -289,17 +368,20 @@ class ReDoSequential:
             redo.recycle(x_batch)          # score on this batch, recycle now
 
     ``optimizer``: ``torch.optim.Adam``/``AdamW``/``SGD`` (their per-element moments and
-    momentum buffers of the touched weights are set to 0; step counts are kept), a
-    :mod:`plasticlab.optim` optimizer, or ``None``. ``threshold`` τ: a unit whose score is ≤ τ
-    is dormant (0: exactly inactive on the batch). ``reinit="fresh"`` redraws incoming weights
-    and bias from ``init`` (``torch_default`` is PyTorch's own Linear/Conv2d default) with a
-    generator seeded by ``seed``; ``reinit="initial"`` restores the values the model has when
-    this object is built (build it before training). Layers it cannot reason about (e.g.
-    BatchNorm) are refused with the layer named.
+    momentum buffers of the touched weights are set to 0, unless ``reset_optimizer=False``;
+    step counts are kept), a :mod:`plasticlab.optim` optimizer, or ``None``. ``threshold`` τ:
+    a unit whose score is ≤ τ is dormant (0: exactly inactive on the batch).
+    ``reinit="fresh"`` redraws incoming weights and bias from ``init`` (``torch_default`` is
+    PyTorch's own Linear/Conv2d default) with a generator seeded by ``seed``;
+    ``reinit="initial"`` restores the values the model has when this object is built (build it
+    before training). ``layer_order``: see
+    :meth:`UnitRecycler.recycle`. Layers it cannot reason about (e.g. BatchNorm) are refused
+    with the layer named.
     """
 
     def __init__(self, model: nn.Sequential, optimizer=None, threshold: float = 0.0,
-                 reinit: str = "fresh", seed: int = 0, init: str = "torch_default"):
+                 reinit: str = "fresh", seed: int = 0, init: str = "torch_default",
+                 reset_optimizer: bool = True, layer_order: str = "incoming_first"):
         if not threshold >= 0:
             raise ValueError(f"ReDo: threshold τ must be >= 0, got {threshold}")
         self.model, self.threshold = model, float(threshold)
@@ -307,7 +389,8 @@ class ReDoSequential:
         # Same streams as member `seed` of an ensemble: torch_generator(seed, "method", "redo", l).
         context = MethodContext([seed], torch.device("cpu"))
         generators = [context.generators("redo", i) for i in range(len(layers))]
-        self.recycler = UnitRecycler(layers, optimizer, reinit, init, generators)
+        self.recycler = UnitRecycler(layers, optimizer, reinit, init, generators,
+                                     reset_optimizer=reset_optimizer, layer_order=layer_order)
         # One hook per distinct ReLU module (a module may be reused at several places).
         self._relus = list({id(m): m for m in relus}.values())
         self.last_recycled = [0] * len(layers)
