@@ -113,7 +113,7 @@ def test_a_signalled_driver_stops_its_workers_at_a_task_end_and_records_the_runs
     text = proc.communicate(timeout=60)[0]
     assert proc.returncode == code, text
     assert time.monotonic() - sent < 30
-    assert "interrupted" in text and "Traceback" not in text
+    assert "interrupted" in text and "Traceback" not in text and "leaked" not in text
     assert all_gone(workers)
     with sqlite3.connect(tmp_path / "stopped" / "results.sqlite") as db:
         statuses = dict(db.execute("SELECT status, COUNT(*) FROM attempts GROUP BY status").fetchall())

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import tempfile
 import time
 import traceback
+import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures import TimeoutError as FuturesTimeout
@@ -189,9 +191,10 @@ def _overall_bar(jobs):
 
 def _run_local(jobs, order, finish, data_dir, device, workers, progress, grace_s) -> None:
     ctx = multiprocessing.get_context("spawn")
-    stop = ctx.Event()
+    # The stop request is a file, not a multiprocessing.Event: nothing to release at exit.
+    stop = Path(tempfile.gettempdir()) / f"plasticlab-stop-{os.getpid()}-{uuid.uuid4().hex}"
     pool = ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx,
-                               initializer=worker_init, initargs=(stop, os.getpid()))
+                               initializer=worker_init, initargs=(str(stop), os.getpid()))
     futures = {pool.submit(train_job, jobs[i], data_dir, device, slot % workers, progress): i
                for slot, i in enumerate(order)}
     handled = set()
@@ -202,7 +205,7 @@ def _run_local(jobs, order, finish, data_dir, device, workers, progress, grace_s
     except KeyboardInterrupt:
         # Stop at the next task end: what finishes in the meantime is recorded as finished,
         # what stops as interrupted (its checkpoint saved).
-        stop.set()
+        stop.touch()
         for fut in futures:
             fut.cancel()  # not started yet
         deadline = time.monotonic() + grace_s
@@ -215,10 +218,14 @@ def _run_local(jobs, order, finish, data_dir, device, workers, progress, grace_s
                     break
         except (FuturesTimeout, KeyboardInterrupt):
             pass  # a second signal, or workers far from a task end: they resume from the last
-        _kill_workers(pool)
+        if not all(f.done() for f in futures):
+            _kill_workers(pool)  # else they are idle and the shutdown below ends them cleanly
         raise
     finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+        # Every worker has returned or been killed by now: waiting is short, and lets the
+        # pool release its semaphores before the driver exits.
+        pool.shutdown(wait=True, cancel_futures=True)
+        stop.unlink(missing_ok=True)
 
 
 def _kill_workers(pool: ProcessPoolExecutor) -> None:

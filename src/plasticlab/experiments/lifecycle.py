@@ -6,7 +6,7 @@
   recorded as interrupted, and the command exits 130 (SIGINT) or 143 (SIGTERM).
 - **Workers** ignore SIGINT (Ctrl-C in a terminal reaches every process of the group; the
   driver decides) and stop at their next task end, after its checkpoint is saved, once the
-  driver sets the stop event (:class:`StopRequested`).
+  driver asks (it creates a stop file: :class:`StopRequested`).
 - **Workers never outlive their driver.** On Linux the kernel kills a worker when its driver
   dies, however it dies (``prctl(PR_SET_PDEATHSIG)``); elsewhere a watchdog thread notices that
   the parent is gone within a second and exits the worker.
@@ -62,14 +62,14 @@ def handle_sigterm() -> None:
 
 # --- in the worker processes ------------------------------------------------------------------
 
-_stop_event = None
+_stop_file: str | None = None
 
 
-def worker_init(stop_event, parent_pid: int) -> None:
-    """Set up a worker process: ignore SIGINT, die with the driver, and remember the stop event
-    that :func:`check_stop` reads."""
-    global _stop_event
-    _stop_event = stop_event
+def worker_init(stop_file: str, parent_pid: int) -> None:
+    """Set up a worker process: ignore SIGINT, die with the driver, and remember the file whose
+    existence asks it to stop (:func:`check_stop`)."""
+    global _stop_file
+    _stop_file = stop_file
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     die_with_parent(parent_pid)
 
@@ -100,5 +100,5 @@ def _watch_parent(parent_pid: int) -> None:
 def check_stop(task: int) -> None:
     """Raise :class:`StopRequested` if the driver asked this worker to stop (call at a task end,
     after its checkpoint is saved)."""
-    if _stop_event is not None and _stop_event.is_set():
+    if _stop_file is not None and os.path.exists(_stop_file):
         raise StopRequested(task)
