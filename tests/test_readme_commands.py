@@ -1,0 +1,146 @@
+"""The docs check: every command in the README's bash blocks runs, and every relative link of
+the README and the docs pages points to a file (and heading) that exists.
+
+Commands are the lines of the README's ```bash blocks (joined at a trailing backslash, comments
+dropped). Install lines (``pip …``, which also carry the demo and the test command) and the demo
+are not run here; every other line must be a ``plasticlab …`` command, run in order in one
+temporary directory, with ``--data-dir`` pointed at the real data."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REAL_DATA, REAL_DATA_MISSING, REPO
+
+README = REPO / "README.md"
+DOC_FILES = [README, *sorted((REPO / "docs").glob("*.md")), REPO / "benchmarks" / "README.md"]
+FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
+CLI = "import sys; from plasticlab.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def fenced_blocks(text: str, language: str) -> list[str]:
+    return [body for lang, body in FENCE.findall(text) if lang == language]
+
+
+def commands(block: str) -> list[list[str]]:
+    """The command lines of a bash block as argument lists (continuations joined, comments dropped)."""
+    out, pending = [], ""
+    for line in block.splitlines():
+        if line.rstrip().endswith("\\"):
+            pending += line.rstrip()[:-1] + " "
+            continue
+        words = shlex.split(pending + line, comments=True)
+        pending = ""
+        if words:
+            out.append(words)
+    assert not pending, f"a bash block ends in a line continuation: {block!r}"
+    return out
+
+
+def readme_commands() -> list[list[str]]:
+    return [c for block in fenced_blocks(README.read_text(), "bash") for c in commands(block)]
+
+
+def is_install(words: list[str]) -> bool:
+    return words[0] == "pip"
+
+
+def is_demo(words: list[str]) -> bool:
+    return words[:2] == ["plasticlab", "demo"]
+
+
+def with_real_data(words: list[str], data: Path) -> list[str]:
+    out = list(words)
+    for i, w in enumerate(out):
+        if w == "--data-dir":
+            out[i + 1] = str(data)
+        elif w.startswith("--data-dir="):
+            out[i] = f"--data-dir={data}"
+    return out
+
+
+def test_readme_opens_with_the_two_setup_commands():
+    head = "\n".join(README.read_text().splitlines()[:60])
+    blocks = fenced_blocks(head + "\n", "bash")
+    for command in ("pip install -c constraints.txt -e . && plasticlab demo --data-dir ../shared/data",
+                    'pip install -c constraints.txt -e ".[test]" && python -m pytest -q'):
+        assert any(command in b.splitlines() for b in blocks), (
+            f"not in a bash block of the README's first 60 lines: {command}")
+
+
+def test_every_readme_command_is_one_the_check_runs():
+    found = readme_commands()
+    assert any(w[0] == "plasticlab" and not is_demo(w) for w in found), "no plasticlab command to run"
+    for words in found:
+        assert is_install(words) or words[0] == "plasticlab", (
+            f"README bash line is neither an install line nor a plasticlab command: {shlex.join(words)}")
+
+
+@pytest.mark.skipif(REAL_DATA_MISSING["data_dir"] is not None, reason=REAL_DATA_MISSING["data_dir"] or "")
+def test_every_readme_command_runs(tmp_path):
+    env = dict(os.environ, PLASTICLAB_DATA=str(REAL_DATA), MPLBACKEND="Agg")
+    ran = 0
+    for words in readme_commands():
+        if is_install(words) or is_demo(words):
+            continue
+        argv = with_real_data(words, REAL_DATA)
+        if argv[1] in ("run", "sweep") and "--dry-run" not in argv:
+            argv.append("--no-progress")
+        done = subprocess.run([sys.executable, "-c", CLI, *argv[1:]], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, (f"README command failed (exit {done.returncode}): {shlex.join(words)}\n"
+                                      f"--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}")
+        ran += 1
+    assert ran > 0
+
+
+# --- links ------------------------------------------------------------------------------------
+
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+ANCHOR = re.compile(r"<a\s+(?:id|name)=\"([^\"]+)\"")
+
+
+def prose(text: str) -> str:
+    """``text`` without fenced code blocks and inline code (links there are not links)."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    return re.sub(r"`[^`\n]*`", "", text)
+
+
+def anchors(path: Path) -> set[str]:
+    """GitHub's heading anchors of a Markdown file, plus explicit <a id=…> ones."""
+    text = path.read_text()
+    out, seen = set(ANCHOR.findall(text)), {}
+    for line in re.sub(r"^```.*?^```", "", text, flags=re.S | re.M).splitlines():
+        m = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if not m:
+            continue
+        slug = re.sub(r"[^\w\- ]", "", m.group(1).lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+def relative_links(path: Path) -> list[str]:
+    return [t for t in LINK.findall(prose(path.read_text()))
+            if not re.match(r"^[a-z][a-z0-9+.-]*:", t, re.I)]
+
+
+@pytest.mark.parametrize("doc", [d for d in DOC_FILES if d.exists()], ids=lambda d: str(d.relative_to(REPO)))
+def test_every_relative_link_points_to_an_existing_file(doc):
+    broken = []
+    for target in relative_links(doc):
+        file, _, fragment = target.partition("#")
+        dest = (doc.parent / file).resolve() if file else doc
+        if not dest.exists():
+            broken.append(f"{target}: no such file")
+        elif fragment and dest.suffix == ".md" and fragment not in anchors(dest):
+            broken.append(f"{target}: no heading #{fragment} in {dest.relative_to(REPO)}")
+    assert not broken, f"{doc.relative_to(REPO)}: " + "; ".join(broken)
