@@ -551,3 +551,14 @@ def test_manifest_round_trips_through_the_store(tmp_path):
     assert run["seed"] == 2
     assert {k: v for k, v in run["manifest"].items() if k != "end_time"} == manifest
     assert run["manifest"]["end_time"] >= manifest["start_time"]
+
+
+def test_a_finished_attempt_never_becomes_failed_or_interrupted(tmp_path):
+    with ResultStore(tmp_path) as store:
+        run_id = _started(store)
+        store.finish_run(run_id, SUMMARY, METRICS)
+        store.fail_run(run_id, "late error")
+        store.interrupt_run(run_id, "late signal")
+        (attempt,) = store.attempts(run_id)
+        assert attempt["status"] == "finished" and attempt["error"] is None
+        assert store.task_metrics(run_id) == METRICS
