@@ -297,3 +297,15 @@ def test_each_form_of_a_method_is_shown_apart_and_the_best_of_a_numeric_grid_onc
     shown = {(c.method, float(c.total[0])) for c in headline}
     assert shown == {("ewc", 0.8), ("ewc", 0.6), ("l2_init", 0.9)}
     assert "each form of a method" in how
+
+
+def test_interrupted_runs_are_reported_as_unfinished_and_resumable(results_dir, tmp_path):  # noqa: F811
+    stopped = _config("l2", {"strength": 1e-3})
+    with ResultStore(results_dir) as store:
+        rid = ResultStore.run_id(stopped, 0)
+        store.start_run(rid, stopped, {})
+        store.interrupt_run(rid, "SIGINT")
+    results = load_results(results_dir)
+    assert any("1 run(s) interrupted" in w and "resumes them" in w for w in results.warnings)
+    build_report(results_dir, tmp_path / "r", formats=("png",), reps=100, results=results)
+    assert "2 unfinished" in (tmp_path / "r" / "report.md").read_text()  # 1 running + 1 interrupted

@@ -83,7 +83,7 @@ def build_report(directory: str | Path, out: str | Path | None = None, *,
     header = [f"results: {Path(directory).resolve()}",
               f"generated {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M UTC} by plasticlab "
               f"{_version()}",
-              f"runs: {counts['finished']} finished, {counts['running']} unfinished, "
+              f"runs: {counts['finished']} finished, {counts['running'] + counts['interrupted']} unfinished, "
               f"{counts['failed']} failed",
               "intervals: 95 % percentile bootstrap across seeds "
               f"({reps} resamples); IQM intervals: stratified bootstrap (rliable's definitions)"]

@@ -218,6 +218,10 @@ def load_results(directory: str | Path) -> Results:
         unfinished = [run_text(r) for r in rows if r["status"] == "running"]
         warnings.append(f"{counts['running']} run(s) unfinished (still running, or killed: re-run "
                         f"the sweep to finish them): {_some(unfinished)}")
+    if counts["interrupted"]:
+        stopped = [run_text(r) for r in rows if r["status"] == "interrupted"]
+        warnings.append(f"{counts['interrupted']} run(s) interrupted (stopped at a task end: the "
+                        f"same command resumes them): {_some(stopped)}")
     if counts["failed"]:
         failed = [f"{run_text(r)} ({(r['error'] or '').strip().splitlines()[-1:] or ['?']})"
                   for r in rows if r["status"] == "failed"]
