@@ -10,6 +10,10 @@ torch thread, task-end measurements off: they do not change training), and print
 task after which member ``--member``'s parameters or online accuracy differ from the lone
 run's (``-``: none, bit for bit), the largest gap in online accuracy over the tasks (points)
 and the largest parameter difference at the end of any task.
+
+``--every-method``: instead, every registered method on the MLP with Adam (its defaults, with
+settings that make replacement, resets and consolidation happen within a short run),
+``--tasks`` × ``--steps`` (default here 3 × 400).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import torch
 
 from plasticlab import engine
 from plasticlab.experiments.config import resolve_config
+from plasticlab.methods import METHODS
 
 MLP = [
     ("baseline + adam", "baseline", {}, "adam", "manual"),
@@ -38,6 +43,11 @@ CNN = [
     ("cnn l2_init + adam", "l2_init", {"strength": 1e-2}, "adam", "autograd"),
 ]
 LR = {"adam": 1e-3, "sgd": 1e-2}
+# --every-method: settings under which each method's own mechanism acts within a few hundred steps.
+ACTIVE = {"cbp": {"replacement_rate": 1e-3, "maturity": 50}, "redo": {"period": 100, "threshold": 0.1},
+          "ewc": {"fisher_samples": 64}, "l2_init_ewc": {"fisher_samples": 64},
+          "hare_tortoise": {"reset_period": 300}, "swr": {"period": 200},
+          "snr": {"initial_threshold": 100, "adapt_period": 200}}
 
 
 def train_recording(config, seeds, data_dir, backprop: str):
@@ -82,6 +92,13 @@ def compare(config, seeds: list[int], member: int, data_dir, backprop: str) -> d
 
 
 def configurations(args) -> list[tuple[str, object, str]]:
+    if args.every_method:
+        tasks, steps = args.tasks or 3, args.steps or 400
+        return [(f"{name} + adam ({tasks}×{steps})",
+                 resolve_config({"problem": "permuted_mnist", "method": name, "params": ACTIVE.get(name, {}),
+                                 "tasks": tasks, "steps_per_task": steps}), "auto")
+                for name in sorted(METHODS)]
+    args.tasks, args.steps = args.tasks or 6, args.steps or 800
     out = []
     for rows, problem, tasks, steps, extra in (
             (MLP, "permuted_mnist", args.tasks, args.steps, {}),
@@ -97,13 +114,14 @@ def configurations(args) -> list[tuple[str, object, str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir")
-    parser.add_argument("--tasks", type=int, default=6)
-    parser.add_argument("--steps", type=int, default=800)
+    parser.add_argument("--tasks", type=int, help="MLP tasks (default 6; 3 with --every-method)")
+    parser.add_argument("--steps", type=int, help="MLP steps per task (default 800; 400 with --every-method)")
     parser.add_argument("--cnn-tasks", type=int, default=3)
     parser.add_argument("--cnn-steps", type=int, default=200)
     parser.add_argument("--seeds", type=int, default=8, help="the ensemble: seeds 0…N−1")
     parser.add_argument("--member", type=int, default=3)
     parser.add_argument("--only", help="run only configurations whose label contains this")
+    parser.add_argument("--every-method", action="store_true", help="every registered method, MLP + Adam")
     args = parser.parse_args()
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}, "

@@ -56,17 +56,18 @@ def member(tensors: list[torch.Tensor], k: int) -> list[torch.Tensor]:
 
 @pytest.mark.parametrize("weight_decay", [0.0, 1e-2], ids=["adam", "adam-folded-decay"])
 @pytest.mark.parametrize("restart", [False, True], ids=["", "restarted"])
-def test_adam_updates_a_member_exactly_as_in_an_ensemble_of_its_own(weight_decay, restart):
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "simple-form"])
+def test_adam_updates_a_member_exactly_as_in_an_ensemble_of_its_own(weight_decay, restart, fused):
     params, grads = random_problem()
     # A restart of units 0 and 2 of the (8, 10, 100) tensor's rows, as CBP restarts them.
     mask = torch.zeros(8, 10, 1, dtype=torch.bool)
     mask[:, [0, 2]] = True
     resets = [(20, 2, mask)] if restart else []
-    together = train_stacked(Adam, params, grads, resets, weight_decay=weight_decay, member_dim=True)
+    options = {"weight_decay": weight_decay, "fused": fused, "member_dim": True}
+    together = train_stacked(Adam, params, grads, resets, **options)
     for k in (0, MEMBER, 7):
         alone = train_stacked(Adam, member(params, k), [member(gs, k) for gs in grads],
-                              [(s, i, m[k:k + 1]) for s, i, m in resets],
-                              weight_decay=weight_decay, member_dim=True)
+                              [(s, i, m[k:k + 1]) for s, i, m in resets], **options)
         for p, q in zip(member(together, k), alone, strict=True):
             assert torch.equal(p, q)
 

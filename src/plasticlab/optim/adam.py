@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import torch
 
 MEMBER_ALIGNMENT = 64
-"""Elements per member slab that keep torch's fused Adam kernel from depending on K.
+"""Elements per member slab that keep torch's fused Adam kernel on the CPU from depending on K.
 
 The CPU kernel runs a vector loop (16 floats a step with AVX-512) over a tensor's flattened
 elements and finishes the last ``numel % 16`` in a scalar loop that rounds the second moment
@@ -33,7 +33,7 @@ def member_aligned(t: torch.Tensor) -> list[torch.Tensor]:
     not depend on K: the tensor itself when each member's slab is a multiple of
     :data:`MEMBER_ALIGNMENT` elements, else its K members as separate tensors (so each member's
     vector loop starts at its own first element and ends in its own tail, as when alone)."""
-    if t[0].numel() % MEMBER_ALIGNMENT == 0:
+    if (t.numel() // t.shape[0]) % MEMBER_ALIGNMENT == 0:
         return [t]
     return list(t.unbind(0))
 
@@ -71,6 +71,7 @@ class Adam:
         # Stacked ensemble parameters [K, …]: the fused kernel then runs on member-aligned
         # pieces (member_aligned), so that a member's update does not depend on K.
         self.member_dim = bool(member_dim)
+        self._member_parts: list[tuple[list, list, list]] | None = None  # (θ, m, v) pieces, from first use
         self._steps_by_count: dict[int, torch.Tensor] = {}
         # The step count handed to the α = 0 moment update after restarts (its value is unused).
         self._unit_step = torch.ones((), device=self.params[0].device) if self.params else None
@@ -147,19 +148,29 @@ class Adam:
 
     def _kernel_operands(self, indices: list[int], steps: list[torch.Tensor]) -> tuple[list, ...]:
         """The fused kernel's operand lists (θ, g, m, v, t) for tensors ``indices``, each
-        tensor cut by :func:`member_aligned` when the parameters are stacked members."""
-        if not self.member_dim:
+        tensor cut by :func:`member_aligned` when the parameters are stacked members on the
+        CPU (the CUDA kernel computes every element alike: it has no scalar tail)."""
+        if not (self.member_dim and self.params[indices[0]].is_cpu):
             return ([self.params[i] for i in indices], [self.params[i].grad for i in indices],
                     [self.exp_avg[i] for i in indices], [self.exp_avg_sq[i] for i in indices], steps)
+        if self._member_parts is None:
+            # θ, m and v live as long as the optimizer (updated in place), so their pieces are
+            # cut once; the gradient may be a new tensor at every step.
+            self._member_parts = [tuple(map(member_aligned, tensors)) for tensors in
+                                  zip(self.params, self.exp_avg, self.exp_avg_sq, strict=True)]
         params, grads, ms, vs, ts = [], [], [], [], []
         for i, t in zip(indices, steps, strict=True):
-            parts = member_aligned(self.params[i])
-            params += parts
+            p_parts, m_parts, v_parts = self._member_parts[i]
+            params += p_parts
             grads += member_aligned(self.params[i].grad)
-            ms += member_aligned(self.exp_avg[i])
-            vs += member_aligned(self.exp_avg_sq[i])
-            ts += [t] * len(parts)
+            ms += m_parts
+            vs += v_parts
+            ts += [t] * len(p_parts)
         return params, grads, ms, vs, ts
+
+    def __getstate__(self) -> dict:
+        # The pieces are views into θ, m and v: cut again after unpickling (a checkpoint).
+        return {**self.__dict__, "_member_parts": None}
 
     def _step_tensors(self, indices: list[int]) -> list[torch.Tensor]:
         # The kernel reads each tensor's t from a device tensor. One tensor per distinct count
