@@ -60,3 +60,16 @@ def test_reproduce_sweeps_exports_reports_and_resumes(data_dir, tmp_path, capsys
         main(["reproduce"])
     assert main(["reproduce", "no-such-study", "--docs", str(tmp_path / "d")]) == 2
     assert "unknown preset 'no-such-study'" in capsys.readouterr().err
+
+
+def test_tasks_sets_every_runs_tasks_and_keeps_steps_per_task():
+    from plasticlab.cli_sweep import with_tasks
+    from plasticlab.experiments.presets import get_preset
+    from plasticlab.experiments.sweep import expand
+
+    runs = expand(with_tasks(get_preset("forgetting"), 3))
+    assert {r.config.tasks for r in runs} == {3} and {r.config.steps_per_task for r in runs} == {625}
+    varied = with_tasks({"variants": [{"tasks": 7}, {"lr": 1e-3}], "tasks": 5}, 2)
+    assert varied["tasks"] == 2 and varied["variants"] == [{"tasks": 2}, {"lr": 1e-3}]
+    with pytest.raises(ValueError, match="--tasks must be >= 1"):
+        with_tasks(get_preset("forgetting"), 0)

@@ -33,6 +33,8 @@ def _sweep_args(args: argparse.Namespace, study: str, out: Path, scale: float) -
     argv = ["sweep", "--preset", study, "--out", str(out)]
     if scale != 1.0:
         argv += ["--scale", repr(scale)]
+    if args.tasks is not None:
+        argv += ["--tasks", str(args.tasks)]
     for flag, value in (("--data-dir", args.data_dir), ("--workers", args.workers),
                         ("--device", args.device)):
         if value is not None:
@@ -58,7 +60,8 @@ def reproduce_study(args: argparse.Namespace, study: str) -> int:
     elapsed = time.perf_counter() - t0
     record_path = docs / "run.json"
     record = json.loads(record_path.read_text()) if record_path.is_file() else {"sittings": []}
-    record.update({"study": study, "scale": scale, "command": f"plasticlab {' '.join(sweep)}",
+    record.update({"study": study, "scale": scale, "tasks": args.tasks,
+                   "command": f"plasticlab {' '.join(sweep)}",
                    "machine": machine()})
     record["sittings"].append({"wall_time_s": round(elapsed, 1), "exit_code": code,
                                "ended": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())})
@@ -105,6 +108,8 @@ def register(sub) -> None:
     rp.add_argument("--scale", type=float,
                     help="shorten every run (default: full length, except "
                          + ", ".join(f"{k} {v}" for k, v in STUDY_SCALES.items()) + ")")
+    rp.add_argument("--tasks", type=int, help="run every study with this many tasks (steps per task "
+                                             "unchanged): a shorter study, said so in its run record")
     rp.add_argument("--data-dir", dest="data_dir")
     rp.add_argument("--workers", type=int)
     rp.add_argument("--device")

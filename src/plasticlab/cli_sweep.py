@@ -34,7 +34,24 @@ def _load_sweep(args) -> dict:
     if bool(args.file) == bool(args.preset):
         raise ValueError("give a sweep file or --preset NAME (one of them)")
     if args.preset:
-        return get_preset(args.preset)
+        return with_tasks(get_preset(args.preset), args.tasks)
+    return with_tasks(_read_sweep_file(args), args.tasks)
+
+
+def with_tasks(sweep: dict, tasks: int | None) -> dict:
+    """``sweep`` with every run's number of tasks set to ``tasks`` (None: unchanged), its
+    variants' too; steps per task stay as they are."""
+    if tasks is None:
+        return sweep
+    if tasks < 1:
+        raise ValueError(f"--tasks must be >= 1, got {tasks}")
+    out = dict(sweep, tasks=tasks)
+    if "variants" in out:
+        out["variants"] = [dict(v, tasks=tasks) if "tasks" in v else v for v in out["variants"]]
+    return out
+
+
+def _read_sweep_file(args) -> dict:
     path = Path(args.file)
     if not path.is_file():
         raise ValueError(f"sweep file {path} does not exist")
@@ -240,6 +257,8 @@ def register(sub) -> None:
     sw.add_argument("file", nargs="?", help="sweep TOML file")
     sw.add_argument("--preset", help="a preset name (see `plasticlab presets`)")
     sw.add_argument("--scale", type=float, help="shorten every run: tasks and steps × SCALE (0-1]")
+    sw.add_argument("--tasks", type=int,
+                    help="every run's number of tasks (steps per task unchanged; before --scale)")
     sw.add_argument("--out", help="results directory (default results/<sweep name>)")
     sw.add_argument("--data-dir", dest="data_dir")
     sw.add_argument("--device", default="cpu")
