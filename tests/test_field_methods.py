@@ -214,6 +214,26 @@ def test_hare_tortoise_reset_copies_the_tortoise_into_the_hare_and_the_next_step
     assert all(m.abs().sum() > 0 for m in moments)
 
 
+def test_hare_tortoise_measures_the_tortoises_test_accuracy_at_each_task_end(data_dir):
+    def run(momentum, reset_period, measure=True):
+        cfg = resolve_config({**TINY_MNIST, "lr": 1e-2, "method": "hare_tortoise",
+                              "params": {"momentum": momentum, "reset_period": reset_period}})
+        return train_ensemble(cfg, [0, 1], data_dir=data_dir, measure=measure).members
+
+    # m = 0: the tortoise is the hare after every step
+    for member in run(0.0, 1000):
+        assert len(member.task_metrics["tortoise_test_accuracy"]) == TINY_MNIST["tasks"]
+        assert member.task_metrics["tortoise_test_accuracy"] == member.task_metrics["task_test_accuracy"]
+    # m = 1: the tortoise stays θ₀ — the hare of a run reset to it after every step
+    frozen, at_theta0 = run(1.0, 1000), run(1.0, 1)
+    for f, z in zip(frozen, at_theta0, strict=True):
+        assert f.task_metrics["tortoise_test_accuracy"] == z.task_metrics["task_test_accuracy"]
+        assert f.task_metrics["tortoise_test_accuracy"] != f.task_metrics["task_test_accuracy"]
+    # measuring the tortoise in the hare's place leaves the hare's training as it was
+    unmeasured = run(1.0, 1000, measure=False)
+    assert [m.task_online_accuracy for m in frozen] == [m.task_online_accuracy for m in unmeasured]
+
+
 # --- full reset, head reset ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["full_reset", "head_reset"])

@@ -11,6 +11,7 @@ ensemble engine that trains K runs at once.
 
 from importlib.metadata import PackageNotFoundError, version
 
+from .dropin_field import SNR, SWR, UPGD, HareTortoise, Parseval
 from .perturb import ShrinkPerturb
 from .regularizers import EWC, L2, HuberInit, L1Init, L2Init, L2InitResample, Regularizer
 
@@ -20,4 +21,4 @@ except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0+unknown"
 
 __all__ = ["EWC", "HuberInit", "L1Init", "L2", "L2Init", "L2InitResample", "Regularizer",
-           "ShrinkPerturb", "__version__"]
+           "ShrinkPerturb", "__version__", "HareTortoise", "Parseval", "SNR", "SWR", "UPGD"]

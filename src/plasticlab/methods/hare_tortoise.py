@@ -10,9 +10,16 @@ and every ``reset_period`` steps the hare is sent back to it, θ_h ← θ_t (a c
 share storage — the reference code's assignment that aliases them is a bug). The optimizer's
 state is left as it is. m (``momentum``) and ``reset_period`` are per member; both copies start
 at θ₀.
+
+Online accuracy is the hare's. Where the problem has test sets, each task end also measures the
+tortoise on the finished task's test set, ``tortoise_test_accuracy`` (beside the hare's
+``task_test_accuracy``), through :meth:`HareTortoise.extra_measurements`. The drop-in
+:class:`plasticlab.dropin_field.HareTortoise` runs the same two updates on a plain model.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 
@@ -23,6 +30,22 @@ from .schedule import due_members, host_periods, member_mask
 MOMENTUM = Param("momentum", 0.999, float, "m: the tortoise's EMA coefficient", per_member=True)
 RESET_PERIOD = Param("reset_period", 1000, int, "optimizer steps between resets of the hare to "
                      "the tortoise", per_member=True, in_steps=True)
+
+
+def follow_hare_(tortoise: Sequence[torch.Tensor], hare: Sequence[torch.Tensor],
+                 momentum: torch.Tensor) -> None:
+    """θ_t ← m·θ_t + (1 − m)·θ_h for stacked ``[K, …]`` tensors, m per member ``[K]``, in place."""
+    for t, h in zip(tortoise, hare, strict=True):
+        m = momentum.to(t.dtype).view(-1, *([1] * (t.dim() - 1)))
+        # lerp: θ_t + (1−m)(θ_h − θ_t), the EMA in one pass
+        t.lerp_(h, 1 - m)
+
+
+def reset_hare_(hare: Sequence[torch.Tensor], tortoise: Sequence[torch.Tensor],
+                due: Sequence[bool]) -> None:
+    """θ_h ← θ_t (a copy) for the members flagged in ``due``, in place."""
+    for h, t in zip(hare, tortoise, strict=True):
+        h.copy_(torch.where(member_mask(due, h), t, h))
 
 
 class HareTortoise(Method):
@@ -45,11 +68,27 @@ class HareTortoise(Method):
     @torch.no_grad()
     def after_step(self, features, x, step):
         """θ_t ← m·θ_t + (1−m)·θ_h; then, for members whose period is due, θ_h ← θ_t."""
-        for hare, tortoise in zip(self.hare, self.tortoise, strict=True):
-            m = self.momentum.to(tortoise.dtype).view(-1, *([1] * (tortoise.dim() - 1)))
-            # lerp: θ_t + (1−m)(θ_h − θ_t), the EMA in one pass
-            tortoise.lerp_(hare, 1 - m)
+        follow_hare_(self.tortoise, self.hare, self.momentum)
         due = due_members(self.periods, step)
         if any(due):
-            for hare, tortoise in zip(self.hare, self.tortoise, strict=True):
-                hare.copy_(torch.where(member_mask(due, hare), tortoise, hare))
+            reset_hare_(self.hare, self.tortoise, due)
+
+    @torch.no_grad()
+    def extra_measurements(self, measurer, task: int) -> dict[str, torch.Tensor]:
+        """``tortoise_test_accuracy`` ``[K]``: the tortoise's accuracy on ``task``'s test set,
+        measured as ``task_test_accuracy`` is (same examples); nothing without test sets.
+
+        The tortoise is measured in the hare's place — its values copied into the network and
+        the hare's copied back after — so the measurement reuses every path of the measurer
+        and training resumes on exactly the hare it left."""
+        if not measurer.problem.has_test_sets:
+            return {}
+        hare = [h.clone() for h in self.hare]
+        for h, t in zip(self.hare, self.tortoise, strict=True):
+            h.copy_(t)
+        try:
+            accuracy = measurer.test_accuracy(task)
+        finally:
+            for h, saved in zip(self.hare, hare, strict=True):
+                h.copy_(saved)
+        return {} if accuracy is None else {"tortoise_test_accuracy": accuracy}

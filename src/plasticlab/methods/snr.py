@@ -21,7 +21,9 @@ cumulative count reaches p of the total); τᵢ ← qᵢ if qᵢ < τᵢ, else �
 recorded also grows its threshold); τᵢ is clipped to [B, τ_max] and Hᵢ is cleared.
 
 Ages move in steps of B, so the histogram has one bin per B samples. p (``percentile``),
-κ (``growth``), τ_max, τ_init and ``adapt_period`` are per member.
+κ (``growth``), τ_max, τ_init and ``adapt_period`` are per member. The rule's steps are
+functions (:func:`observe_firing`, :func:`reset_silent_units`, :func:`adapt_thresholds`) that
+the drop-in :class:`plasticlab.dropin_field.SNR` shares.
 """
 
 from __future__ import annotations
@@ -73,6 +75,67 @@ def adapted_threshold(tau: torch.Tensor, q: torch.Tensor, growth: torch.Tensor, 
     """τ ← q if q < τ else κ·τ, clipped to [B, τ_max]; κ and τ_max per member ``[K]``."""
     new = torch.where(q < tau, q, growth.view(-1, 1) * tau)
     return torch.minimum(new.clamp(min=float(batch)), max_age.view(-1, 1).to(new.dtype))
+
+
+def empty_histograms(layers: Sequence[HiddenLayer], members: int, batch: int, max_age: torch.Tensor,
+                     device) -> list[torch.Tensor]:
+    """One zero histogram per layer, ``[K, U, bins]``: one bin per B samples up to the largest
+    τ_max (read to the host once)."""
+    bins = int(max_age.max()) // batch + 1
+    return [torch.zeros(members, layer.units, bins, dtype=torch.int32, device=device) for layer in layers]
+
+
+def observe_firing(hist: torch.Tensor, ages: torch.Tensor, fire: torch.Tensor, batch: int,
+                   max_age: torch.Tensor) -> torch.Tensor:
+    """One layer's firing ``[K, U]`` on a batch: record the ages of the units that fired in
+    ``hist``; return the new ages (0 where fired, aᵢ + B elsewhere)."""
+    record_ages(hist, ages, fire, batch, max_age)
+    return torch.where(fire, 0, ages + batch)
+
+
+def reset_silent_units(layers: Sequence[HiddenLayer], ages: list[torch.Tensor],
+                       thresholds: Sequence[torch.Tensor], histograms: Sequence[torch.Tensor], batch: int,
+                       max_age: torch.Tensor, init: str, generators: Sequence[Sequence[torch.Generator]],
+                       optimizer) -> torch.Tensor:
+    """Reset every unit with aᵢ ≥ τᵢ (``ages[i]`` is replaced in the list); return how many per
+    member, ``[K]``. ``generators[i]``: layer i's, one per member; ``optimizer``: anything with
+    plasticlab's ``reset(index, mask, restart_count)``.
+
+    The fresh incoming weights are drawn for the whole layer at every step, reset or not:
+    the number of draws then never depends on the data, so no host synchronisation is
+    needed and member k's stream stays its own."""
+    total = None
+    masks = []
+    for i, layer in enumerate(layers):
+        mask = ages[i] >= thresholds[i]
+        record_ages(histograms[i], ages[i], mask, batch, max_age)
+        ages[i] = torch.where(mask, 0, ages[i])
+        weight, _ = layer.sample_init(init, generators[i])
+        layer.in_weight.copy_(torch.where(layer.incoming_mask(mask), weight.to(layer.in_weight.dtype),
+                                          layer.in_weight))
+        layer.in_bias.masked_fill_(mask, 0.0)
+        masks.append(mask)
+        total = mask.sum(dim=1) if total is None else total + mask.sum(dim=1)
+    for layer, mask in zip(layers, masks, strict=True):
+        # after every incoming side, as in ReDo: a reset unit never feeds a reset unit
+        layer.out_weight.masked_fill_(layer.outgoing_mask(mask), 0.0)
+        # moments only: the step count, and so Adam's bias correction, is kept
+        for which, where in (("in_weight", layer.incoming_mask(mask)), ("in_bias", mask),
+                             ("out_weight", layer.outgoing_mask(mask))):
+            layer.reset_optimizer(optimizer, which, where, restart_count=False)
+    return total
+
+
+def adapt_thresholds(histograms: Sequence[torch.Tensor], thresholds: list[torch.Tensor],
+                     member: torch.Tensor, percentile: torch.Tensor, growth: torch.Tensor, batch: int,
+                     max_age: torch.Tensor) -> None:
+    """For the members in ``member`` ``[K, 1]``: τ from each unit's firing-age percentile
+    (``thresholds[i]`` is replaced in the list), then clear their histograms."""
+    for i, hist in enumerate(histograms):
+        q = percentile_age(hist, percentile, batch)
+        new = adapted_threshold(thresholds[i], q, growth, batch, max_age)
+        thresholds[i] = torch.where(member, new, thresholds[i])
+        hist.masked_fill_(member.unsqueeze(2), 0)
 
 
 PERCENTILE = Param("percentile", 0.99, float, "p: the firing-age percentile a threshold adapts to",
@@ -135,51 +198,25 @@ class SelfNormalizedResets(Method):
     def start(self, batch: int) -> None:
         """Size the histograms: one bin per B samples up to the largest τ_max (read once)."""
         self.batch = batch
-        bins = int(self.max_age.max()) // batch + 1
-        K = self.net.members
-        self.histograms = [torch.zeros(K, layer.units, bins, dtype=torch.int32, device=self.context.device)
-                           for layer in self.layers]
+        self.histograms = empty_histograms(self.layers, self.net.members, batch, self.max_age,
+                                           self.context.device)
         self.thresholds = [t.clamp(min=float(batch)) for t in self.thresholds]
 
     def observe(self, i: int, fire: torch.Tensor) -> None:
         """Layer i's firing ``[K, U]``: record and zero the ages of the units that fired,
         age the others by B."""
-        record_ages(self.histograms[i], self.ages[i], fire, self.batch, self.max_age)
-        self.ages[i] = torch.where(fire, 0, self.ages[i] + self.batch)
+        self.ages[i] = observe_firing(self.histograms[i], self.ages[i], fire, self.batch, self.max_age)
 
     def reset_silent(self) -> torch.Tensor:
-        """Reset every unit with aᵢ ≥ τᵢ; return how many per member, ``[K]``.
-
-        The fresh incoming weights are drawn for the whole layer at every step, reset or not:
-        the number of draws then never depends on the data, so no host synchronisation is
-        needed and member k's stream stays its own."""
-        total = torch.zeros_like(self.last_reset)
-        masks = []
-        for i, layer in enumerate(self.layers):
-            mask = self.ages[i] >= self.thresholds[i]
-            record_ages(self.histograms[i], self.ages[i], mask, self.batch, self.max_age)
-            self.ages[i] = torch.where(mask, 0, self.ages[i])
-            weight, _ = layer.sample_init(self.net.init, self.generators[i])
-            layer.in_weight.copy_(torch.where(layer.incoming_mask(mask), weight.to(layer.in_weight.dtype),
-                                              layer.in_weight))
-            layer.in_bias.masked_fill_(mask, 0.0)
-            masks.append(mask)
-            total += mask.sum(dim=1)
-        for layer, mask in zip(self.layers, masks, strict=True):
-            # after every incoming side, as in ReDo: a reset unit never feeds a reset unit
-            layer.out_weight.masked_fill_(layer.outgoing_mask(mask), 0.0)
-            # moments only: the step count, and so Adam's bias correction, is kept
-            for which, where in (("in_weight", layer.incoming_mask(mask)), ("in_bias", mask),
-                                 ("out_weight", layer.outgoing_mask(mask))):
-                layer.reset_optimizer(self.optimizer, which, where, restart_count=False)
-        self.last_reset = total
-        return total
+        """Reset every unit with aᵢ ≥ τᵢ (:func:`reset_silent_units`); return how many per
+        member, ``[K]``."""
+        self.last_reset = reset_silent_units(self.layers, self.ages, self.thresholds, self.histograms,
+                                             self.batch, self.max_age, self.net.init, self.generators,
+                                             self.optimizer)
+        return self.last_reset
 
     def adapt(self, due: Sequence[bool]) -> None:
         """For the due members: τ from each unit's firing-age percentile, then clear H."""
         member = torch.tensor(list(due), device=self.context.device).view(-1, 1)
-        for i, hist in enumerate(self.histograms):
-            q = percentile_age(hist, self.percentile, self.batch)
-            new = adapted_threshold(self.thresholds[i], q, self.growth, self.batch, self.max_age)
-            self.thresholds[i] = torch.where(member, new, self.thresholds[i])
-            hist.masked_fill_(member.unsqueeze(2), 0)
+        adapt_thresholds(self.histograms, self.thresholds, member, self.percentile, self.growth,
+                         self.batch, self.max_age)

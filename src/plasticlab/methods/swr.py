@@ -13,7 +13,8 @@ and reinitializes the entries whose utility is at most a fraction ρ of the tens
 
 — weights with a fresh draw from the network's init distribution, biases with 0. The
 optimizer's state is left as it is. ρ (``threshold``) and ``period`` are per member; the mean
-is each member's own.
+is each member's own. The drop-in :class:`plasticlab.dropin_field.SWR` applies the same rule
+(:func:`reinitialize_low_utility_`) to a plain model.
 """
 
 from __future__ import annotations
@@ -35,6 +36,15 @@ def low_utility(weight: torch.Tensor, grad: torch.Tensor, threshold: torch.Tenso
     mean = u.flatten(1).mean(dim=1)
     bound = threshold.to(u.dtype) * mean
     return u <= bound.view(-1, *([1] * (u.dim() - 1)))
+
+
+def reinitialize_low_utility_(param: torch.Tensor, grad: torch.Tensor, new: torch.Tensor,
+                              threshold: torch.Tensor, members: torch.Tensor) -> torch.Tensor:
+    """θ ← ``new`` where :func:`low_utility` holds and the member acts (``members``, a bool
+    mask broadcastable to θ), in place; the count reinitialized per member, ``[K]``."""
+    mask = low_utility(param, grad, threshold) & members
+    param.copy_(torch.where(mask, new, param))
+    return mask.flatten(1).sum(dim=1)
 
 
 PERIOD = Param("period", 2048, int, "optimizer steps between reinitializations", per_member=True,
@@ -79,9 +89,8 @@ class SelectiveWeightReinit(Method):
             for param, new in ((layer.weight, fresh), (layer.bias, torch.zeros_like(layer.bias))):
                 if param.grad is None:
                     continue
-                mask = low_utility(param, param.grad, self.threshold) & member_mask(due, param)
-                param.copy_(torch.where(mask, new, param))
-                counts += mask.flatten(1).sum(dim=1)
+                counts += reinitialize_low_utility_(param, param.grad, new, self.threshold,
+                                                    member_mask(due, param))
         self.last_reinitialized = counts
         return counts
 

@@ -1,0 +1,366 @@
+"""The methods since the paper (SPEC §10) as drop-ins for your own PyTorch model.
+
+Each one runs the rule of its plasticlab method — the same functions, called on the model's
+own parameters seen as a one-member ensemble ``[1, …]`` — so a plain training loop gets what
+``plasticlab run --method …`` computes::
+
+    reg = Parseval(model, strength=1e-3)               # a penalty: loss + reg()
+    swr = SWR(model, period=2048, threshold=1e-5)       # swr.step() after optimizer.step()
+    snr = SNR(model, optimizer)                         # snr.step() after optimizer.step()
+    ht = HareTortoise(model, momentum=0.999, reset_period=1000)   # ht.step(); ht.tortoise
+    optimizer = UPGD(model.parameters(), lr=1e-2)       # a torch.optim.Optimizer
+
+    for x, y in stream:
+        loss = F.cross_entropy(model(x), y) + reg()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        swr.step(); snr.step(); ht.step()               # after the step, before the next zero_grad
+
+Call order: ``SWR`` scores weights by |g⊙w| with the gradients still in ``.grad`` — call its
+``step()`` after ``optimizer.step()`` and before the next ``zero_grad()`` (a ``zero_grad`` that
+fills zeros instead of ``None`` would give every weight utility 0 and reinitialize it).
+``SNR`` reads which units fired from forward hooks on the ReLUs during the training forward
+pass (passes under ``torch.no_grad()``, such as evaluation, are ignored): one training forward
+pass, then ``step()`` after the optimizer's.
+
+Random draws (SWR's and SNR's fresh weights, UPGD's noise when given a ``generator``) come
+from generators seeded by ``seed`` as plasticlab seeds member ``seed`` of an ensemble, so a
+drop-in and the engine's method draw the same numbers (``tests/test_dropin_field.py``).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+from .methods.base import MethodContext
+from .methods.hare_tortoise import follow_hare_, reset_hare_
+from .methods.parseval import parseval_penalty
+from .methods.redo import NoOptimizerState, TorchOptimizerState
+from .methods.schedule import due_members
+from .methods.snr import adapt_thresholds, empty_histograms, fired, observe_firing, reset_silent_units
+from .methods.swr import reinitialize_low_utility_
+from .nets.init import check_scheme, draw_members
+from .nets.units import HiddenLayer, parameter_index, sequential_hidden_layers
+from .optim.upgd import perturbed_update_, scaled_utility, trace_utility_, utility_max
+
+AFFINE = (nn.Linear, nn.Conv2d)
+
+
+def _affine_modules(model: nn.Module, who: str) -> list[nn.Module]:
+    """Every ``nn.Linear``/``nn.Conv2d`` of ``model`` in registration order (the last is taken
+    to be the output layer)."""
+    layers = [m for m in model.modules() if isinstance(m, AFFINE)]
+    if not layers:
+        raise ValueError(f"{who}: the model has no nn.Linear or nn.Conv2d layer")
+    return layers
+
+
+def _member(t: torch.Tensor) -> torch.Tensor:
+    """A plain tensor as a one-member ensemble ``[1, …]`` (a view: writes land in place)."""
+    return t.unsqueeze(0)
+
+
+def _fans(layer: nn.Module) -> tuple[int, int]:
+    """(fan_in, fan_out) as plasticlab's layers count them (conv: × kh·kw)."""
+    w = layer.weight
+    area = w[0, 0].numel() if w.dim() > 2 else 1
+    return w[0].numel(), w.shape[0] * area
+
+
+def _unit_optimizer_state(optimizer, layers: list[HiddenLayer], who: str):
+    """What zeroes the moments of reset units' weights: a ``torch.optim`` optimizer through
+    :class:`~plasticlab.methods.redo.TorchOptimizerState`, a :mod:`plasticlab.optim` one as it
+    is, ``None`` as no state. Every weight a reset touches must be one of its parameters."""
+    if optimizer is None:
+        return NoOptimizerState([t for layer in layers for t in _touched(layer)])
+    if isinstance(optimizer, torch.optim.Optimizer):
+        state = TorchOptimizerState(optimizer)
+    elif hasattr(optimizer, "reset") and hasattr(optimizer, "params"):
+        state = optimizer
+    else:
+        raise TypeError(f"{who} needs a torch.optim optimizer, a plasticlab.optim optimizer or None, "
+                        f"got {type(optimizer).__name__}")
+    for i, layer in enumerate(layers):
+        for tensor in _touched(layer):
+            try:
+                parameter_index(state, tensor)
+            except ValueError:
+                raise ValueError(f"{who}: a parameter of hidden layer {i} (or of the layer after it) "
+                                 "is not in the optimizer; give the optimizer all of the model's "
+                                 "weights") from None
+    return state
+
+
+def _touched(layer: HiddenLayer) -> tuple[torch.Tensor, ...]:
+    """The parameters a unit reset writes: incoming weights and bias, outgoing weights."""
+    return layer.in_weight_param, layer.in_bias_param, layer.out_weight_param
+
+
+class Parseval:
+    """Parseval regularization, λ·Σ_ℓ ‖W_ℓ W_ℓᵀ − s·I‖²_F over the hidden layers' weights.
+
+    The hidden layers are every ``nn.Linear``/``nn.Conv2d`` of ``model`` except the last one
+    registered (the output layer); biases are not penalised; a conv filter bank is
+    out × in·kh·kw. ``reg()`` is the penalty (add it to the loss); its autograd gradient is
+    4λ(W Wᵀ − s·I)W, what the engine's ``parseval`` adds to ``.grad``.
+    """
+
+    def __init__(self, model: nn.Module, strength: float, scale: float = 1.0):
+        if not strength >= 0 or not scale >= 0:
+            raise ValueError(f"Parseval: need strength λ >= 0 and scale s >= 0, got {strength}, {scale}")
+        layers = _affine_modules(model, "Parseval")
+        if len(layers) < 2:
+            raise ValueError("Parseval: the model needs a hidden layer (two Linear/Conv2d layers); "
+                             "the last one is the output layer, which is not penalised")
+        self.weights = [layer.weight for layer in layers[:-1]]
+        self.strength, self.scale = float(strength), float(scale)
+
+    def __call__(self) -> torch.Tensor:
+        """λ·Σ_ℓ ‖W_ℓ W_ℓᵀ − s·I‖²_F, a differentiable scalar."""
+        return parseval_penalty([_member(w) for w in self.weights], self.strength, self.scale)[0]
+
+
+class SWR:
+    """Selective Weight Reinitialization: every ``period`` calls of :meth:`step`, every weight
+    and bias of every ``nn.Linear``/``nn.Conv2d`` (the output layer included) with
+    |g⊙w| ≤ ρ·mean |g⊙w| over its tensor is reinitialized — weights from ``init``
+    (``torch_default``: PyTorch's own Linear/Conv2d default), biases to 0. Optimizer state is
+    left as it is. Needs the gradients of the step just taken: see the module's call order.
+    """
+
+    def __init__(self, model: nn.Module, period: int = 2048, threshold: float = 1e-5, *,
+                 seed: int = 0, init: str = "torch_default"):
+        if int(period) < 1 or not threshold >= 0:
+            raise ValueError(f"SWR: need period >= 1 step and threshold ρ >= 0, got {period}, {threshold}")
+        self.layers = _affine_modules(model, "SWR")
+        for layer in self.layers:
+            if layer.bias is None:
+                raise ValueError(f"SWR: {layer} has no bias; not supported")
+        self.period, self.init = int(period), check_scheme(init)
+        self.threshold = torch.tensor([float(threshold)])
+        # member `seed`'s stream of the method: torch_generator(seed, "method", "swr")
+        self.generator = MethodContext([int(seed)], torch.device("cpu")).generators("swr")[0]
+        self.steps = 0
+        self.last_reinitialized = 0
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """Count one optimizer step; on every ``period``-th, reinitialize the low-utility
+        entries (their number is in :attr:`last_reinitialized`)."""
+        self.steps += 1
+        if self.steps % self.period:
+            return
+        if all(t.grad is None for layer in self.layers for t in (layer.weight, layer.bias)):
+            raise RuntimeError("SWR.step(): no gradients; call it after optimizer.step() and "
+                               "before the next zero_grad()")
+        count = 0
+        for layer in self.layers:
+            fan_in, fan_out = _fans(layer)
+            # a whole fresh tensor each time, whatever the mask, as the method draws
+            fresh, _ = draw_members(self.init, tuple(layer.weight.shape), fan_in, fan_out,
+                                    [self.generator], layer.weight.device)
+            for param, new in ((layer.weight, fresh), (layer.bias, torch.zeros_like(_member(layer.bias)))):
+                if param.grad is None:
+                    continue
+                everyone = torch.ones((1,) * (param.dim() + 1), dtype=torch.bool, device=param.device)
+                count += int(reinitialize_low_utility_(_member(param), _member(param.grad),
+                                                       new.to(param.dtype), self.threshold.to(param.device),
+                                                       everyone)[0])
+        self.last_reinitialized = count
+
+
+class SNR:
+    """Self-Normalized Resets for an ``nn.Sequential`` of Linear (or Conv2d) layers and ReLUs.
+
+    Per hidden unit: its age (samples since it last fired), a histogram of the ages at which it
+    fired and a threshold τᵢ. Forward hooks on the ReLUs see which units fired (output > 0 for
+    some example) in each training forward pass; :meth:`step`, after ``optimizer.step()``, ages
+    or records every unit, resets those with age ≥ τᵢ (incoming weights from ``init``, bias 0,
+    outgoing weights 0, and their optimizer moments 0: ``torch.optim.Adam``/``AdamW``'s
+    ``exp_avg``/``exp_avg_sq``, ``torch.optim.SGD``'s momentum, or a :mod:`plasticlab.optim`
+    optimizer's; step counts kept) and every ``adapt_period`` steps adapts τᵢ to the p-th
+    percentile of the unit's firing ages. ``max_threshold`` and ``initial_threshold`` are in
+    samples. ``optimizer=None``: no state to reset.
+    """
+
+    def __init__(self, model: nn.Sequential, optimizer=None, percentile: float = 0.99,
+                 growth: float = 2.0, max_threshold: int = 20000, initial_threshold: int = 10000,
+                 adapt_period: int = 10000, *, seed: int = 0, init: str = "torch_default"):
+        if not 0 < percentile <= 1:
+            raise ValueError(f"SNR: percentile p must be in (0, 1], got {percentile}")
+        if not growth >= 1 or int(max_threshold) < 1 or int(adapt_period) < 1:
+            raise ValueError(f"SNR: need growth κ >= 1, max_threshold >= 1 sample and adapt_period "
+                             f">= 1 step; got {growth}, {max_threshold}, {adapt_period}")
+        self.layers, relus = sequential_hidden_layers(model, "SNR")
+        if len({id(r) for r in relus}) != len(relus):
+            raise ValueError("SNR: one ReLU module is used after several layers; give each hidden "
+                             "layer its own nn.ReLU so its firing can be told apart")
+        self.optimizer = _unit_optimizer_state(optimizer, self.layers, "SNR")
+        self.init = check_scheme(init)
+        device = self.layers[0].in_weight.device
+        self.percentile = torch.tensor([float(percentile)], device=device)
+        self.growth = torch.tensor([float(growth)], device=device)
+        self.max_age = torch.tensor([int(max_threshold)], device=device)
+        self.adapt_period = int(adapt_period)
+        self.ages = [torch.zeros(1, layer.units, dtype=torch.long, device=device) for layer in self.layers]
+        self.thresholds = [torch.full((1, layer.units), float(initial_threshold), device=device)
+                           for layer in self.layers]
+        self.histograms: list[torch.Tensor] | None = None  # sized by the batch, at the first step
+        self.batch: int | None = None
+        # member `seed`'s streams of the method: torch_generator(seed, "method", "snr", layer)
+        context = MethodContext([int(seed)], device)
+        self.generators = [context.generators("snr", i) for i in range(len(self.layers))]
+        self.steps = 0
+        self.last_reset = 0
+        self._fired: list[tuple[torch.Tensor, int] | None] = [None] * len(self.layers)
+        self._handles = [relu.register_forward_hook(self._capture(i)) for i, relu in enumerate(relus)]
+
+    def _capture(self, i: int):
+        conv = self.layers[i].is_conv
+
+        def hook(module, inputs, output):
+            if torch.is_grad_enabled():
+                h = output.detach()
+                # a member dimension of 1; any leading dims of a Linear's input are batch
+                h = h.reshape(1, -1, *h.shape[-3:]) if conv else h.reshape(1, -1, h.shape[-1])
+                self._fired[i] = (fired(h), h.shape[1])
+        return hook
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """Age or record every unit from the latest training forward pass, reset the units past
+        their threshold (their number is in :attr:`last_reset`), adapt on schedule."""
+        if any(f is None for f in self._fired):
+            raise RuntimeError("SNR.step(): no training forward pass since the last step; call it "
+                               "once after each optimizer.step()")
+        batch = self._fired[0][1]
+        if self.histograms is None:
+            self.batch = batch
+            self.histograms = empty_histograms(self.layers, 1, batch, self.max_age, self.max_age.device)
+            self.thresholds = [t.clamp(min=float(batch)) for t in self.thresholds]
+        elif batch != self.batch:
+            raise ValueError(f"SNR: the batch size changed from {self.batch} to {batch}")
+        for i, (fire, _) in enumerate(self._fired):
+            self.ages[i] = observe_firing(self.histograms[i], self.ages[i], fire, self.batch, self.max_age)
+        self.last_reset = int(reset_silent_units(self.layers, self.ages, self.thresholds, self.histograms,
+                                                 self.batch, self.max_age, self.init, self.generators,
+                                                 self.optimizer)[0])
+        self.steps += 1
+        if self.steps % self.adapt_period == 0:
+            member = torch.ones(1, 1, dtype=torch.bool, device=self.max_age.device)
+            adapt_thresholds(self.histograms, self.thresholds, member, self.percentile, self.growth,
+                             self.batch, self.max_age)
+        self._fired = [None] * len(self.layers)
+
+    def remove(self) -> None:
+        """Remove the forward hooks."""
+        for handle in self._handles:
+            handle.remove()
+
+
+class HareTortoise:
+    """Hare & Tortoise: ``model`` is the hare (trained, predicting); :attr:`tortoise` is a copy
+    (no gradients) that follows it, θ_t ← m·θ_t + (1 − m)·θ_h, at every :meth:`step`; every
+    ``reset_period`` steps the hare is set to a copy of the tortoise. The optimizer's state is
+    left as it is. Only parameters are averaged (buffers such as BatchNorm statistics are the
+    copy's own). Evaluate ``ht.tortoise(x)`` under ``torch.no_grad()`` for the tortoise's
+    predictions (the copy carries the model's forward hooks, e.g. an :class:`SNR`'s, which
+    ignore passes without gradients).
+    """
+
+    def __init__(self, model: nn.Module, momentum: float = 0.999, reset_period: int = 1000):
+        if not 0 <= momentum <= 1 or int(reset_period) < 1:
+            raise ValueError(f"HareTortoise: need 0 <= momentum m <= 1 and reset_period >= 1 step, "
+                             f"got {momentum}, {reset_period}")
+        self.hare = list(model.parameters())
+        self.tortoise = copy.deepcopy(model).requires_grad_(False)
+        for p in self.tortoise.parameters():
+            p.grad = None
+        self.momentum = torch.tensor([float(momentum)], device=self.hare[0].device)
+        self.reset_period = int(reset_period)
+        self.steps = 0
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """θ_t ← m·θ_t + (1 − m)·θ_h; on every ``reset_period``-th step then θ_h ← θ_t."""
+        hare = [_member(p) for p in self.hare]
+        tortoise = [_member(p) for p in self.tortoise.parameters()]
+        follow_hare_(tortoise, hare, self.momentum)
+        self.steps += 1
+        due = due_members([self.reset_period], self.steps)
+        if any(due):
+            reset_hare_(hare, tortoise, due)
+
+
+class UPGD(torch.optim.Optimizer):
+    """Utility-based perturbed gradient descent as a ``torch.optim.Optimizer``.
+
+    Per weight, u = −g⊙w, ū ← β·ū + (1 − β)·u, η = max of ū over **every** parameter of every
+    group, s = sigmoid((ū/(1 − βᵗ))/η) (s = 0 when η ≤ 0), ξ ~ N(0, σ²) fresh per weight:
+
+    - ``protecting=True``: w ← (1 − αλ)·w − α·(g + ξ)⊙(1 − s);
+    - ``protecting=False``: w ← (1 − αλ)·w − α·(g + ξ⊙(1 − s)).
+
+    α (``lr``), β, σ and λ (``weight_decay``, decoupled) may differ between parameter groups;
+    t counts each parameter's own steps (a parameter without a gradient is skipped). The noise
+    comes from torch's global generator, or from ``generator`` (one draw per step for all
+    parameters, in order — plasticlab's member streams use this). Same functions as the
+    engine's ``--optimizer upgd`` / ``upgd_nonprotecting`` (:mod:`plasticlab.optim.upgd`),
+    whose reference values are α 0.01, β 0.9999, σ 0.1, λ 0.01 (non-protecting: α 1e-3,
+    β 0.9), chosen by the reference for batch size 1.
+    """
+
+    def __init__(self, params: Iterable, lr: float = 1e-2, beta: float = 0.9999, sigma: float = 0.1,
+                 weight_decay: float = 0.01, protecting: bool = True,
+                 generator: torch.Generator | None = None):
+        if not lr > 0:
+            raise ValueError(f"UPGD step size lr must be > 0, got {lr}")
+        if not 0 <= beta < 1 or not sigma >= 0 or not weight_decay >= 0:
+            raise ValueError(f"UPGD needs 0 <= beta < 1, sigma >= 0, weight_decay >= 0; got beta "
+                             f"{beta}, sigma {sigma}, weight_decay {weight_decay}")
+        super().__init__(params, {"lr": lr, "beta": beta, "sigma": sigma, "weight_decay": weight_decay})
+        self.protecting = bool(protecting)
+        self.generator = generator
+
+    def _noise(self, params: list[torch.Tensor]) -> list[torch.Tensor]:
+        """N(0, 1) shaped like each of ``params`` (σ is applied per group)."""
+        if self.generator is None:
+            return [torch.randn_like(p) for p in params]
+        ref = params[0]
+        flat = torch.randn(sum(p.numel() for p in params), generator=self.generator,
+                           device=ref.device, dtype=ref.dtype)
+        return [t.view_as(p) for t, p in zip(flat.split([p.numel() for p in params]), params, strict=True)]
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One UPGD update of every parameter with a gradient; ``closure`` as torch's."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        groups = [(g, [p for p in g["params"] if p.grad is not None]) for g in self.param_groups]
+        active = [p for _, ps in groups for p in ps]
+        if not active:
+            return loss
+        for group, ps in groups:
+            for p in ps:
+                state = self.state[p]
+                if not state:
+                    state["step"] = 0
+                    state["utility"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["step"] += 1
+            trace_utility_([self.state[p]["utility"] for p in ps], ps, [p.grad for p in ps], group["beta"])
+        eta = utility_max([self.state[p]["utility"] for p in active], member_dim=False)
+        noise = iter(self._noise(active))
+        for group, ps in groups:
+            for p in ps:
+                state = self.state[p]
+                s = scaled_utility([state["utility"]], state["step"], group["beta"], False, eta=eta)[0]
+                perturbed_update_(p, p.grad, s, next(noise) * group["sigma"], group["lr"],
+                                  group["weight_decay"], self.protecting)
+        return loss
