@@ -15,7 +15,10 @@ members):
   (c) the single-core sgemm peak, which bounds each network's forward+backward throughput;
   (d) end to end, start-up included: ``plasticlab run`` of L2 Init with 8 members for 8 full
       Permuted MNIST tasks (a fresh process: imports, data loading, the run, the store), with
-      its task-end measurements on (the default) and off.
+      its task-end measurements on (the default) and off;
+  (e) the peer: the ``torch.func`` ensemble a PyTorch user would write (``peer_ensemble.py``),
+      eager and under ``torch.compile``, at ``--peer-members`` K (steady state; the compile time
+      is printed apart).
 For the Permuted MNIST MLP and the Random Label CIFAR CNN, batch 16. Prints member-samples/s,
 the ratio to (a), and the fraction of the sgemm bound; writes the table as CSV. Every figure is
 the best of ``--repeats`` rounds, each round measuring every figure once: this VM's speed
@@ -34,6 +37,7 @@ import time
 from functools import partial
 from pathlib import Path
 
+import peer_ensemble
 import torch
 from torch import nn
 
@@ -141,6 +145,20 @@ def cli_run(data_dir, members: int = 8, tasks: int = 8, measure: bool = True,
     return members * tasks * 625 * 16 / seconds
 
 
+COMPILE_SECONDS: dict[tuple[str, int], float] = {}
+"""Warm-up seconds of the compiled peer per (arch, K), mostly compilation: printed apart."""
+
+
+def peer(arch: str, members: int, steps: int, data_dir, compiled: bool, device: str = "cpu") -> float:
+    """Member-samples/s of the ``torch.func`` ensemble a user would write (e), eager or under
+    ``torch.compile`` (steady state; the compile time is kept in :data:`COMPILE_SECONDS`)."""
+    rate, warm = peer_ensemble.samples_per_second(arch, members, steps, data_dir, compiled=compiled,
+                                                  device=device)
+    if compiled:
+        COMPILE_SECONDS[(arch, members)] = max(COMPILE_SECONDS.get((arch, members), 0.0), warm)
+    return rate
+
+
 def measurements(args, members: list[int]) -> list[tuple[str, str, int, object]]:
     """Every figure of the table: (arch, label, K, a function returning member-samples/s)."""
     out = []
@@ -149,6 +167,11 @@ def measurements(args, members: list[int]) -> list[tuple[str, str, int, object]]
             continue
         out.append((arch, "plain_loop_l2_init", 1,
                     partial(plain_loop, arch, steps, args.data_dir, args.device)))
+        for k in args.peer_members:
+            for compiled in (False, True):
+                label = "torch_func_l2_init" + (", compiled" if compiled else "")
+                out.append((arch, label, k, partial(peer, arch, k, steps, args.data_dir, compiled,
+                                                    args.device)))
         variants = [(method, "auto") for method in METHODS if method in args.methods]
         if arch == "mlp" and "l2_init" in args.methods:
             variants.append(("l2_init", "autograd"))
@@ -179,6 +202,9 @@ def main() -> None:
     parser.add_argument("--methods", default=",".join(DEFAULT_METHODS),
                         help=f"which methods (default: {', '.join(DEFAULT_METHODS)}; any of "
                              f"{', '.join(METHODS)})")
+    parser.add_argument("--peer-members", default="8",
+                        help="K values of the torch.func peer ensemble, eager and compiled "
+                             "(default 8; empty: none)")
     parser.add_argument("--verbose", action="store_true", help="print each figure as it is measured")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -190,6 +216,7 @@ def main() -> None:
         parser.error(f"unknown methods {sorted(unknown)}: choose from {', '.join(METHODS)}")
     members = [int(k) for k in (args.members or ("1,4,8,16,32" if cpu else "1,64,256,1024")).split(",")]
     args.cli_members = args.cli_members or (8 if cpu else 256)
+    args.peer_members = [int(k) for k in args.peer_members.split(",") if k.strip()]
     where = "cpu" if cpu else f"{args.device} ({torch.cuda.get_device_name(args.device)})"
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread, device {where}, batch 16, "
           f"best of {args.repeats} rounds", flush=True)
@@ -226,6 +253,10 @@ def main() -> None:
     if "mlp" in args.archs:
         print(f"  (cli_run: a whole `plasticlab run`, L2 Init, K={args.cli_members}, 8 tasks × 625 "
               "steps, start-up included, task-end measurements on / off)")
+    if COMPILE_SECONDS:
+        print("  (torch_func: stack_module_state + vmap(grad(functional_call)) + torch.optim.Adam("
+              "foreach), steady state; compiled warm-up, mostly compilation: "
+              + ", ".join(f"{a} K={k} {t:.0f} s" for (a, k), t in sorted(COMPILE_SECONDS.items())) + ")")
     path = Path(args.csv)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
