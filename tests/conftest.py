@@ -12,6 +12,10 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 
+CHECKS_REQUIRED = os.environ.get("PLASTICLAB_REQUIRE_CHECKS") == "1"
+"""Set by CI (.ci/run): the browser and rliable checks run there, so they must not skip — a
+missing Chromium or rliable fails them instead."""
+
 torch.set_num_threads(1)
 
 

@@ -12,6 +12,7 @@ import re
 import numpy as np
 import pytest
 
+from conftest import CHECKS_REQUIRED
 from plasticlab.cli import main
 from plasticlab.experiments.config import resolve_config
 from plasticlab.experiments.store import ResultStore
@@ -192,7 +193,7 @@ def test_report_command_writes_the_page_and_rejects_a_directory_without_a_store(
     assert main(["report", str(results_dir), "--formats", "svg"]) == 2
 
 
-@pytest.mark.skipif(find_chromium() is None,
+@pytest.mark.skipif(find_chromium() is None and not CHECKS_REQUIRED,
                     reason="no Chromium: `apt-get install chromium` (or set $PLASTICLAB_CHROMIUM)")
 def test_report_page_loads_in_a_real_browser_without_errors(results_dir, tmp_path):
     page = build_report(results_dir, tmp_path / "r", formats=("png",), reps=100)

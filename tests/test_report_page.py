@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import CHECKS_REQUIRED
 from plasticlab.report import browser
 from plasticlab.report.browser import PageCheck, check_page, find_chromium
 from plasticlab.report.figures import (
@@ -157,7 +158,7 @@ def test_markdown_figures_headings_and_warnings(report_dir):
 # --- the browser check -----------------------------------------------------------------------------------
 
 needs_chromium = pytest.mark.skipif(
-    find_chromium() is None,
+    find_chromium() is None and not CHECKS_REQUIRED,
     reason=f"no Chromium for the browser check: {browser.INSTALL_HINT}")
 
 
