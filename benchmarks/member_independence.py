@@ -6,14 +6,16 @@ For each configuration (Permuted MNIST MLP: Baseline, L2 Init, L1 Init, Huber In
 Baseline and L2 Init with SGD, with the hand-written and autograd backward; Random Label CIFAR
 CNN: Baseline and L2 Init with Adam, ``--cnn-tasks`` × ``--cnn-steps``), trains the ensemble of
 seeds 0…7 and seed ``--member`` alone through :func:`plasticlab.engine.train_ensemble` (one
-torch thread, task-end measurements off: they do not change training), and prints the first
-task after which member ``--member``'s parameters or online accuracy differ from the lone
-run's (``-``: none, bit for bit), the largest gap in online accuracy over the tasks (points)
-and the largest parameter difference at the end of any task.
+torch thread unless ``--threads``; task-end measurements off: they do not change training), and
+prints the first task after which member ``--member``'s parameters or online accuracy differ
+from the lone run's (``-``: none, bit for bit), the largest gap in online accuracy over the
+tasks (points) and the largest parameter difference at the end of any task.
 
-``--every-method``: instead, every registered method on the MLP with Adam (its defaults, with
-settings that make replacement, resets and consolidation happen within a short run),
-``--tasks`` × ``--steps`` (default here 3 × 400).
+``--every-method``: instead, every registered method with ``--optimizer`` (default Adam; the
+methods' defaults, with settings
+that make replacement, resets and consolidation happen within a short run) on the MLP,
+``--tasks`` × ``--steps`` (default here 3 × 400), or with ``--arch cnn`` on the CNN,
+``--cnn-tasks`` × ``--cnn-steps``.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ ACTIVE = {"cbp": {"replacement_rate": 1e-3, "maturity": 50}, "redo": {"period": 
           "snr": {"initial_threshold": 100, "adapt_period": 200}}
 
 
-def train_recording(config, seeds, data_dir, backprop: str):
+def train_recording(config, seeds, data_dir, backprop: str, threads: int = 1):
     """Train one ensemble; return its result and every parameter ``[K, …]`` at each task end."""
     built, snapshots = [], []
 
@@ -63,19 +65,19 @@ def train_recording(config, seeds, data_dir, backprop: str):
 
     engine_build = engine.build_network
     with mock.patch.object(engine, "build_network", build_and_keep):
-        result = engine.train_ensemble(config, seeds, data_dir=data_dir, measure=False, threads=1,
+        result = engine.train_ensemble(config, seeds, data_dir=data_dir, measure=False, threads=threads,
                                        backprop=backprop, on_task_end=snapshot)
     return result, snapshots
 
 
-def compare(config, seeds: list[int], member: int, data_dir, backprop: str) -> dict:
+def compare(config, seeds: list[int], member: int, data_dir, backprop: str, threads: int = 1) -> dict:
     """Member ``seeds.index(member)`` of the ensemble ``seeds`` against ``member`` alone:
     ``first_task`` (first task end where the parameters or the online accuracy differ, None if
     none), ``accuracy_gap`` (largest |Δ online accuracy| over the tasks, in points),
     ``max_param_gap`` (largest |Δθ| at any task end), ``equal`` (bit for bit throughout)."""
     k = seeds.index(member)
-    together, params_together = train_recording(config, seeds, data_dir, backprop)
-    alone, params_alone = train_recording(config, [member], data_dir, backprop)
+    together, params_together = train_recording(config, seeds, data_dir, backprop, threads)
+    alone, params_alone = train_recording(config, [member], data_dir, backprop, threads)
     acc_t = together.members[k].task_online_accuracy
     acc_a = alone.members[0].task_online_accuracy
     first, param_gap = None, 0.0
@@ -93,10 +95,13 @@ def compare(config, seeds: list[int], member: int, data_dir, backprop: str) -> d
 
 def configurations(args) -> list[tuple[str, object, str]]:
     if args.every_method:
-        tasks, steps = args.tasks or 3, args.steps or 400
-        return [(f"{name} + adam ({tasks}×{steps})",
-                 resolve_config({"problem": "permuted_mnist", "method": name, "params": ACTIVE.get(name, {}),
-                                 "tasks": tasks, "steps_per_task": steps}), "auto")
+        cnn = args.arch == "cnn"
+        problem = "random_label_cifar" if cnn else "permuted_mnist"
+        tasks, steps = (args.cnn_tasks, args.cnn_steps) if cnn else (args.tasks or 3, args.steps or 400)
+        return [(f"{args.arch} {name} + {args.optimizer} ({tasks}×{steps})",
+                 resolve_config({"problem": problem, "method": name, "params": ACTIVE.get(name, {}),
+                                 "optimizer": args.optimizer, "tasks": tasks, "steps_per_task": steps}),
+                 "auto")
                 for name in sorted(METHODS)]
     args.tasks, args.steps = args.tasks or 6, args.steps or 800
     out = []
@@ -121,17 +126,21 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=8, help="the ensemble: seeds 0…N−1")
     parser.add_argument("--member", type=int, default=3)
     parser.add_argument("--only", help="run only configurations whose label contains this")
-    parser.add_argument("--every-method", action="store_true", help="every registered method, MLP + Adam")
+    parser.add_argument("--every-method", action="store_true", help="every registered method with Adam")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (the engine's default: 1)")
+    parser.add_argument("--arch", choices=("mlp", "cnn"), default="mlp", help="with --every-method")
+    parser.add_argument("--optimizer", default="adam", help="with --every-method (its default lr)")
     args = parser.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}, "
-          f"1 thread; member {args.member} of seeds 0-{args.seeds - 1} vs seed {args.member} alone")
+          f"{args.threads} thread(s); member {args.member} of seeds 0-{args.seeds - 1} "
+          f"vs seed {args.member} alone")
     print(f"{'configuration':<44}{'first task':>11}{'acc gap (pts)':>15}{'max |Δθ|':>11}{'s':>6}")
     for label, config, backprop in configurations(args):
         if args.only and args.only not in label:
             continue
         start = time.perf_counter()
-        row = compare(config, list(range(args.seeds)), args.member, args.data_dir, backprop)
+        row = compare(config, list(range(args.seeds)), args.member, args.data_dir, backprop, args.threads)
         first = "-" if row["first_task"] is None else str(row["first_task"])
         print(f"{label:<44}{first:>11}{row['accuracy_gap']:>15.3g}{row['max_param_gap']:>11.2g}"
               f"{time.perf_counter() - start:>6.0f}", flush=True)

@@ -10,7 +10,7 @@ import torch
 from plasticlab import engine
 from plasticlab.experiments.config import resolve_config
 from plasticlab.optim import SGD, Adam
-from plasticlab.optim.adam import MEMBER_ALIGNMENT, member_aligned
+from plasticlab.optim.adam import MEMBER_ALIGNMENT_BYTES, member_aligned
 
 torch.set_num_threads(1)
 
@@ -19,14 +19,15 @@ VECTORISED = torch.backends.cpu.get_cpu_capability() != "DEFAULT"
 
 # --- the optimizers on their own --------------------------------------------------------------
 
-# Member slabs of 10, 100 and 1,000 elements (the MLP's biases and output weights: none a
-# multiple of the vector width) and one of 192 (a multiple of MEMBER_ALIGNMENT: kept whole).
+# Member slabs of 10, 100 and 1,000 floats (the MLP's biases and output weights: none a multiple
+# of the vector width) and one of 192 (768 bytes, a multiple of MEMBER_ALIGNMENT_BYTES: kept whole).
 SHAPES = [(8, 10), (8, 100), (8, 10, 100), (8, 3, 64)]
 
 
 def train_stacked(optimizer_cls, params: list[torch.Tensor], grads: list[list[torch.Tensor]],
-                  resets=(), **options) -> list[torch.Tensor]:
-    """Step ``optimizer_cls`` over ``params`` (copies) with the given gradients per step;
+                  resets=(), buffers: bool = False, **options) -> list[torch.Tensor]:
+    """Step ``optimizer_cls`` over ``params`` (copies) with the given gradients per step, as new
+    tensors or (``buffers``) written into the same ones, as the hand-written backward does;
     ``resets``: (step, parameter index, mask) restarts of Adam's state before that step.
     Returns the parameters, then Adam's moments (where the kernel's rounding shows first)."""
     params = [p.clone() for p in params]
@@ -36,7 +37,10 @@ def train_stacked(optimizer_cls, params: list[torch.Tensor], grads: list[list[to
             if when == step:
                 opt.reset(index, mask)
         for p, g in zip(params, gs, strict=True):
-            p.grad = g.clone()
+            if buffers and p.grad is not None:
+                p.grad.copy_(g)
+            else:
+                p.grad = g.clone()
         opt.step()
     return params + getattr(opt, "exp_avg", []) + getattr(opt, "exp_avg_sq", [])
 
@@ -57,17 +61,19 @@ def member(tensors: list[torch.Tensor], k: int) -> list[torch.Tensor]:
 @pytest.mark.parametrize("weight_decay", [0.0, 1e-2], ids=["adam", "adam-folded-decay"])
 @pytest.mark.parametrize("restart", [False, True], ids=["", "restarted"])
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "simple-form"])
-def test_adam_updates_a_member_exactly_as_in_an_ensemble_of_its_own(weight_decay, restart, fused):
+@pytest.mark.parametrize("buffers", [False, True], ids=["", "gradient-buffers"])
+def test_adam_updates_a_member_exactly_as_in_an_ensemble_of_its_own(weight_decay, restart, fused,
+                                                                     buffers):
     params, grads = random_problem()
     # A restart of units 0 and 2 of the (8, 10, 100) tensor's rows, as CBP restarts them.
     mask = torch.zeros(8, 10, 1, dtype=torch.bool)
     mask[:, [0, 2]] = True
     resets = [(20, 2, mask)] if restart else []
     options = {"weight_decay": weight_decay, "fused": fused, "member_dim": True}
-    together = train_stacked(Adam, params, grads, resets, **options)
+    together = train_stacked(Adam, params, grads, resets, buffers, **options)
     for k in (0, MEMBER, 7):
         alone = train_stacked(Adam, member(params, k), [member(gs, k) for gs in grads],
-                              [(s, i, m[k:k + 1]) for s, i, m in resets], **options)
+                              [(s, i, m[k:k + 1]) for s, i, m in resets], buffers, **options)
         for p, q in zip(member(together, k), alone, strict=True):
             assert torch.equal(p, q)
 
@@ -92,8 +98,10 @@ def test_sgd_updates_a_member_exactly_as_in_an_ensemble_of_its_own():
 
 
 def test_member_aligned_keeps_a_tensor_whole_only_when_every_slab_is_a_multiple_of_the_alignment():
-    whole = torch.zeros(8, 3, MEMBER_ALIGNMENT)
+    whole = torch.zeros(8, 3, MEMBER_ALIGNMENT_BYTES // 4)
     assert member_aligned(whole) == [whole]
+    doubles = torch.zeros(8, 3, MEMBER_ALIGNMENT_BYTES // 8, dtype=torch.float64)
+    assert member_aligned(doubles) == [doubles]
     split = member_aligned(torch.zeros(8, 10, 100))
     assert len(split) == 8 and all(t.shape == (10, 100) and t.is_contiguous() for t in split)
 
@@ -152,3 +160,14 @@ def test_mlp_member_3_of_seeds_0_to_7_is_seed_3_alone_bit_for_bit_over_6_tasks(
 def test_cnn_member_3_of_seeds_0_to_7_is_seed_3_alone_bit_for_bit_over_3_tasks(monkeypatch, cifar10_dir):
     assert_member_is_seed_alone(monkeypatch, cifar10_dir, CNN_RUN, "l2_init", {"strength": 1e-2},
                                 "adam", "autograd")
+
+
+def test_the_manifest_statement_claims_bit_identity_only_where_this_file_tests_it():
+    from plasticlab.member_independence import member_independence
+
+    assert member_independence("cpu", threads=1, optimizer="adam", method="l2_init", arch="mlp")[
+        "bit_identical"] is True
+    assert member_independence("cpu", threads=1, optimizer="sgd")["bit_identical"] is True
+    assert member_independence("cuda")["bit_identical"] is False
+    assert member_independence("cpu", threads=1, method="fire", arch="cnn")["bit_identical"] is False
+    assert member_independence("cpu", threads=2)["bit_identical"] is None

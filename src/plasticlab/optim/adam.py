@@ -18,24 +18,29 @@ from collections.abc import Sequence
 
 import torch
 
-MEMBER_ALIGNMENT = 64
-"""Elements per member slab that keep torch's fused Adam kernel on the CPU from depending on K.
+MEMBER_ALIGNMENT_BYTES = 64
+"""Bytes per member slab that keep torch's fused Adam kernel on the CPU from depending on K.
 
 The CPU kernel runs a vector loop (16 floats a step with AVX-512) over a tensor's flattened
-elements and finishes the last ``numel % 16`` in a scalar loop that rounds the second moment
-differently. Over a whole ``[K, …]`` tensor, which of member k's elements land in that tail
-depends on K and k; a member slab whose size is a multiple of 64 (any vector width up to 64
-elements divides it) starts and ends on a loop boundary in any ensemble, as when run alone."""
+elements, split between threads in 64-byte units, and finishes the last ``numel % 16`` in a
+scalar loop that rounds the second moment differently. Over a whole ``[K, …]`` tensor, which
+of member k's elements land in that tail depends on K and k; a member slab of a multiple of 64
+bytes (AVX-512's vector, the widest torch uses) starts and ends on a loop boundary in any
+ensemble, as when run alone."""
 
 
 def member_aligned(t: torch.Tensor) -> list[torch.Tensor]:
     """A stacked ``[K, …]`` tensor as operands for the fused kernel whose per-member results do
     not depend on K: the tensor itself when each member's slab is a multiple of
-    :data:`MEMBER_ALIGNMENT` elements, else its K members as separate tensors (so each member's
+    :data:`MEMBER_ALIGNMENT_BYTES`, else its K members as separate tensors (so each member's
     vector loop starts at its own first element and ends in its own tail, as when alone)."""
-    if (t.numel() // t.shape[0]) % MEMBER_ALIGNMENT == 0:
+    if (t.numel() // t.shape[0]) * t.element_size() % MEMBER_ALIGNMENT_BYTES == 0:
         return [t]
     return list(t.unbind(0))
+
+
+def _same(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 class Adam:
@@ -72,6 +77,7 @@ class Adam:
         # pieces (member_aligned), so that a member's update does not depend on K.
         self.member_dim = bool(member_dim)
         self._member_parts: list[tuple[list, list, list]] | None = None  # (θ, m, v) pieces, from first use
+        self._last_operands: tuple | None = None
         self._steps_by_count: dict[int, torch.Tensor] = {}
         # The step count handed to the α = 0 moment update after restarts (its value is unused).
         self._unit_step = torch.ones((), device=self.params[0].device) if self.params else None
@@ -153,24 +159,31 @@ class Adam:
         if not (self.member_dim and self.params[indices[0]].is_cpu):
             return ([self.params[i] for i in indices], [self.params[i].grad for i in indices],
                     [self.exp_avg[i] for i in indices], [self.exp_avg_sq[i] for i in indices], steps)
+        grads = [self.params[i].grad for i in indices]
+        last = self._last_operands
+        # The hand-written backward writes into the same gradient buffers at every step, and the
+        # step-count tensors advance in place: then last step's lists serve again as they are.
+        if last is not None and last[0] == indices and _same(last[1], grads) and _same(last[2], steps):
+            return last[3]
         if self._member_parts is None:
-            # θ, m and v live as long as the optimizer (updated in place), so their pieces are
-            # cut once; the gradient may be a new tensor at every step.
+            # θ, m and v live as long as the optimizer (updated in place): cut once.
             self._member_parts = [tuple(map(member_aligned, tensors)) for tensors in
                                   zip(self.params, self.exp_avg, self.exp_avg_sq, strict=True)]
-        params, grads, ms, vs, ts = [], [], [], [], []
-        for i, t in zip(indices, steps, strict=True):
+        params, grad_parts, ms, vs, ts = [], [], [], [], []
+        for i, g, t in zip(indices, grads, steps, strict=True):
             p_parts, m_parts, v_parts = self._member_parts[i]
             params += p_parts
-            grads += member_aligned(self.params[i].grad)
+            grad_parts += member_aligned(g)
             ms += m_parts
             vs += v_parts
             ts += [t] * len(p_parts)
-        return params, grads, ms, vs, ts
+        operands = (params, grad_parts, ms, vs, ts)
+        self._last_operands = (list(indices), grads, list(steps), operands)
+        return operands
 
     def __getstate__(self) -> dict:
-        # The pieces are views into θ, m and v: cut again after unpickling (a checkpoint).
-        return {**self.__dict__, "_member_parts": None}
+        # The pieces are views into θ, m, v and g: cut again after unpickling (a checkpoint).
+        return {**self.__dict__, "_member_parts": None, "_last_operands": None}
 
     def _step_tensors(self, indices: list[int]) -> list[torch.Tensor]:
         # The kernel reads each tensor's t from a device tensor. One tensor per distinct count
