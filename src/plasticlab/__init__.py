@@ -12,6 +12,7 @@ ensemble engine that trains K runs at once.
 from importlib.metadata import PackageNotFoundError, version
 
 from .dropin_field import SNR, SWR, UPGD, HareTortoise, Parseval
+from .monitor import Monitor
 from .perturb import ShrinkPerturb
 from .regularizers import EWC, L2, HuberInit, L1Init, L2Init, L2InitResample, Regularizer
 
@@ -20,5 +21,5 @@ try:
 except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0+unknown"
 
-__all__ = ["EWC", "HuberInit", "L1Init", "L2", "L2Init", "L2InitResample", "Regularizer",
+__all__ = ["EWC", "HuberInit", "L1Init", "L2", "L2Init", "L2InitResample", "Monitor", "Regularizer",
            "ShrinkPerturb", "__version__", "HareTortoise", "Parseval", "SNR", "SWR", "UPGD"]
