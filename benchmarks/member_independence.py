@@ -16,6 +16,11 @@ methods' defaults, with settings
 that make replacement, resets and consolidation happen within a short run) on the MLP,
 ``--tasks`` × ``--steps`` (default here 3 × 400), or with ``--arch cnn`` on the CNN,
 ``--cnn-tasks`` × ``--cnn-steps``.
+
+``--cost``: instead, what member alignment costs: one Adam step over the MLP's parameters at
+K = 8 with L2 Init's folded decay, ``Adam(member_dim=False)`` (whole tensors, as before the fix)
+against ``member_dim=True`` (the engine's), with the gradients in the same buffers at every step
+(the hand-written backward) or new tensors (autograd); rounds interleaved, best of each.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import torch
 from plasticlab import engine
 from plasticlab.experiments.config import resolve_config
 from plasticlab.methods import METHODS
+from plasticlab.optim import Adam
 
 MLP = [
     ("baseline + adam", "baseline", {}, "adam", "manual"),
@@ -93,6 +99,31 @@ def compare(config, seeds: list[int], member: int, data_dir, backprop: str, thre
             "equal": first is None}
 
 
+def adam_step_cost(rounds: int = 25, steps: int = 200) -> dict:
+    """Seconds per Adam step, best of ``rounds``, for (member_dim, new gradient tensors)."""
+    shapes = [(8, 100, 784), (8, 100), (8, 100, 100), (8, 100), (8, 10, 100), (8, 10)]
+    cases = {}
+    for member_dim in (False, True):
+        for fresh in (False, True):
+            params = [torch.randn(s) for s in shapes]
+            grads = [[torch.randn(s) * 1e-3 for s in shapes] for _ in range(2)]
+            cases[member_dim, fresh] = (Adam(params, lr=1e-3, weight_decay=1e-2, member_dim=member_dim),
+                                        params, grads)
+    best = dict.fromkeys(cases, float("inf"))
+    for _ in range(rounds):
+        for (member_dim, fresh), (opt, params, grads) in cases.items():
+            for p, g in zip(params, grads[0], strict=True):
+                p.grad = g
+            start = time.perf_counter()
+            for i in range(steps):
+                if fresh:
+                    for p, g in zip(params, grads[i % 2], strict=True):
+                        p.grad = g
+                opt.step()
+            best[member_dim, fresh] = min(best[member_dim, fresh], (time.perf_counter() - start) / steps)
+    return best
+
+
 def configurations(args) -> list[tuple[str, object, str]]:
     if args.every_method:
         cnn = args.arch == "cnn"
@@ -130,7 +161,19 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the engine's default: 1)")
     parser.add_argument("--arch", choices=("mlp", "cnn"), default="mlp", help="with --every-method")
     parser.add_argument("--optimizer", default="adam", help="with --every-method (its default lr)")
+    parser.add_argument("--cost", action="store_true", help="the Adam step with and without member alignment")
     args = parser.parse_args()
+    if args.cost:
+        torch.set_num_threads(1)
+        best = adam_step_cost()
+        print(f"torch {torch.__version__}, 1 thread: one Adam step, MLP at K = 8, folded decay, "
+              "best of 25 rounds")
+        for fresh, label in ((False, "same gradient buffers (hand-written backward)"),
+                             (True, "new gradient tensors (autograd)")):
+            whole, aligned = best[False, fresh] * 1e6, best[True, fresh] * 1e6
+            print(f"  {label:<48} whole tensors {whole:5.0f} µs   member-aligned {aligned:5.0f} µs   "
+                  f"{aligned - whole:+4.0f} µs")
+        return
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}, "
           f"{args.threads} thread(s); member {args.member} of seeds 0-{args.seeds - 1} "
