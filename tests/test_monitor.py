@@ -21,7 +21,6 @@ from torch import nn
 import plasticlab
 from conftest import REPO
 from plasticlab import metrics
-from plasticlab.methods.redo import dormant_mask, unit_activity
 from plasticlab.monitor import (
     Monitor,
     PlasticityWarning,
@@ -29,6 +28,7 @@ from plasticlab.monitor import (
     TrainabilityProbe,
     find_activation_modules,
 )
+from plasticlab.nets.units import dormant_mask, unit_activity
 
 # --- helpers -----------------------------------------------------------------------------------
 

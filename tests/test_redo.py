@@ -12,15 +12,10 @@ from conftest import count_host_syncs
 from plasticlab.engine import train_ensemble
 from plasticlab.experiments.config import resolve_config
 from plasticlab.methods import MethodContext
-from plasticlab.methods.redo import (
-    ReDo,
-    ReDoSequential,
-    dormancy_scores,
-    dormant_mask,
-    unit_activity,
-)
+from plasticlab.methods.redo import ReDo, ReDoSequential
 from plasticlab.nets import build_network
 from plasticlab.nets.init import draw
+from plasticlab.nets.units import dormancy_scores, dormant_mask, unit_activity
 from plasticlab.optim import SGD, Adam
 from plasticlab.rng import torch_generator
 

@@ -44,10 +44,10 @@ import torch
 from torch import nn
 
 from . import metrics
-from .methods.redo import dormant_mask, unit_activity
 from .nets import EnsembleNet
 from .nets.layers import EnsembleLinear
 from .nets.network import Block
+from .nets.units import dormant_mask, unit_activity
 from .problems.base import Problem, TaskData
 
 DEFAULT_SAMPLES = 500

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .methods.redo import dormant_mask, unit_activity
+from .nets.units import dormant_mask, unit_activity
 
 SRANK_THRESHOLD = 0.99
 """1 − δ of Kumar et al. (2020): srank counts the singular values holding 99 % of Σσ."""
@@ -104,7 +104,7 @@ def dead_units(features: torch.Tensor) -> torch.Tensor:
     input x of the batch (and, for a conv channel, at every spatial position).
 
     ``features``: post-activation features ``[K, n, U]`` or ``[K, n, U, H, W]``. Equivalent to
-    ReDo's score at τ = 0 (:func:`plasticlab.methods.redo.unit_activity` is 0).
+    ReDo's score at τ = 0 (:func:`plasticlab.nets.units.unit_activity` is 0).
     """
     return unit_activity(features) == 0
 

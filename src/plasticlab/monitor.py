@@ -64,7 +64,7 @@ import torch
 from torch import nn
 
 from . import metrics
-from .methods.redo import dormant_mask, unit_activity
+from .nets.units import dormant_mask, unit_activity
 
 __all__ = ["ACTIVATION_TYPES", "Alert", "Monitor", "MonitorHistory", "PlasticityWarning", "Thresholds",
            "TrainabilityProbe", "find_activation_modules"]

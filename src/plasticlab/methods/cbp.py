@@ -72,7 +72,13 @@ from torch import nn
 from ..device import to_device
 from ..nets import EnsembleNet
 from ..nets import init as init_schemes
-from ..nets.units import HiddenLayer, hidden_layers, parameter_index, sequential_hidden_layers
+from ..nets.units import (
+    HiddenLayer,
+    hidden_layers,
+    parameter_index,
+    sequential_hidden_layers,
+    unit_mean,
+)
 from ..optim import Adam
 from ..optim.adam_gnt import AdamGnT
 from ..params import Param
@@ -138,11 +144,6 @@ class UnitStatistics:
     mean_activation: torch.Tensor
 
 
-def _per_unit_mean(features: torch.Tensor) -> torch.Tensor:
-    """Mean over the batch (and space for conv ``[K, B, U, H, W]``) → ``[K, U]``."""
-    return features.mean(dim=1) if features.dim() == 3 else features.mean(dim=(1, 3, 4))
-
-
 def _as_feature_shape(per_unit: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
     """``[K, U]`` → broadcastable against ``features`` ``[K, B, U(, H, W)]``."""
     return per_unit.view(per_unit.shape[0], 1, per_unit.shape[1], *([1] * (features.dim() - 3)))
@@ -157,10 +158,10 @@ def instantaneous_utility(layer: HiddenLayer, features: torch.Tensor, mean_activ
     space. ``mean_activation`` (f̂) is only read by the adaptable contribution.
     """
     if utility == "adaptable_contribution":
-        spread = _per_unit_mean((features - _as_feature_shape(mean_activation, features)).abs())
+        spread = unit_mean((features - _as_feature_shape(mean_activation, features)).abs())
         return layer.outgoing_abs_mean() * spread / layer.incoming_abs_mean()
     if utility == "contribution":
-        return layer.outgoing_abs_mean() * _per_unit_mean(features.abs())
+        return layer.outgoing_abs_mean() * unit_mean(features.abs())
     raise ValueError(f"unknown utility {utility!r}; valid: {', '.join(UTILITIES)}")
 
 
@@ -250,7 +251,7 @@ class GenerateAndTest:
         """Steps 1–4 for layer i; returns (1−dᵃ, f̂), both ``[K, U]``."""
         s, d = self.stats[i], self.decay
         s.age += 1
-        s.mean_activation.mul_(d).add_((1 - d) * _per_unit_mean(h))
+        s.mean_activation.mul_(d).add_((1 - d) * unit_mean(h))
         correction = 1 - torch.pow(d, s.age)
         mean = s.mean_activation / correction
         y = instantaneous_utility(self.layers[i], h, mean, self.utility)

@@ -50,50 +50,21 @@ from torch import nn
 
 from ..nets import EnsembleNet
 from ..nets.init import check_scheme
-from ..nets.units import HiddenLayer, hidden_layers, parameter_index, sequential_hidden_layers
+from ..nets.units import (
+    HiddenLayer,
+    dormancy_scores,
+    dormant_mask,
+    hidden_layers,
+    parameter_index,
+    sequential_hidden_layers,
+    unit_activity,
+)
 from ..params import Param
 from .base import Method, MethodContext
-
-SCORE_EPS = 1e-9
-"""Added to the layer's mean score (SPEC §2.2), so an all-silent layer scores 0 and is recycled
-whole. The L2 Init authors' code adds nothing: there such a layer scores 0/0 = NaN and is never
-recycled (no switch; docs/methods-reference-modes.md)."""
 
 REINIT_CHOICES = ("fresh", "initial")
 SCHEDULES = ("after_step", "reference")
 LAYER_ORDERS = ("incoming_first", "per_layer")
-
-
-# --- the dormant-neuron score ---------------------------------------------------------------
-
-def unit_activity(features: torch.Tensor) -> torch.Tensor:
-    """E|h_i|: each unit's mean absolute activation, ``[K, U]``.
-
-    ``features`` are post-activation features ``[K, B, U]`` (linear) or ``[K, B, U, H, W]``
-    (conv: the mean also runs over the spatial positions of the channel).
-    """
-    h = features.detach().abs()
-    return h.mean(dim=1) if h.dim() == 3 else h.mean(dim=(1, 3, 4))
-
-
-def dormancy_scores(activity: torch.Tensor) -> torch.Tensor:
-    """s_i = E|h_i| / (mean_k E|h_k| + 1e-9) from :func:`unit_activity` ``[K, U]`` → ``[K, U]``.
-
-    The normalisation by the layer's mean makes τ a fraction of the typical unit's activity,
-    the same for wide and narrow layers and for any activation scale.
-    """
-    return activity / (activity.mean(dim=1, keepdim=True) + SCORE_EPS)
-
-
-def dormant_mask(activity: torch.Tensor, threshold: torch.Tensor | float) -> torch.Tensor:
-    """Dormant units, ``[K, U]`` bool: s_i ≤ τ, with τ a float or a per-member ``[K]`` tensor.
-
-    With τ = 0 exactly the units with zero activity on every input of the batch are dormant
-    (scores are ≥ 0, and 0 only when E|h_i| = 0).
-    """
-    scores = dormancy_scores(activity)
-    tau = torch.as_tensor(threshold, dtype=scores.dtype, device=scores.device)
-    return scores <= tau.reshape(-1, 1)
 
 
 # --- optimizers ---------------------------------------------------------------------------------

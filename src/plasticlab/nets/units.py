@@ -1,4 +1,5 @@
-"""Hidden units of a network, as resetting methods (CBP, ReDo) see them.
+"""Hidden units of a network, as resetting methods (CBP, ReDo) and the measurements see them:
+which weights are a unit's, and the per-unit statistics (mean activation, ReDo's dormancy score).
 
 A *unit* is an output feature of a hidden Linear layer or an output channel of a hidden Conv
 layer. Its **incoming** weights are its row (or filter) of that layer plus its bias; its
@@ -172,3 +173,40 @@ def parameter_index(optimizer, tensor: torch.Tensor) -> int:
         if p is tensor:
             return i
     raise ValueError("tensor is not one of the optimizer's parameters")
+
+
+SCORE_EPS = 1e-9
+"""Added to the layer's mean score (SPEC §2.2), so an all-silent layer scores 0 and is recycled
+whole. The L2 Init authors' code adds nothing: there such a layer scores 0/0 = NaN and is never
+recycled (no switch; docs/methods-reference-modes.md)."""
+
+
+# --- the dormant-neuron score ---------------------------------------------------------------
+
+def unit_activity(features: torch.Tensor) -> torch.Tensor:
+    """E|h_i|: each unit's mean absolute activation, ``[K, U]``.
+
+    ``features`` are post-activation features ``[K, B, U]`` (linear) or ``[K, B, U, H, W]``
+    (conv: the mean also runs over the spatial positions of the channel).
+    """
+    return unit_mean(features.detach().abs())
+
+
+def dormancy_scores(activity: torch.Tensor) -> torch.Tensor:
+    """s_i = E|h_i| / (mean_k E|h_k| + 1e-9) from :func:`unit_activity` ``[K, U]`` → ``[K, U]``.
+
+    The normalisation by the layer's mean makes τ a fraction of the typical unit's activity,
+    the same for wide and narrow layers and for any activation scale.
+    """
+    return activity / (activity.mean(dim=1, keepdim=True) + SCORE_EPS)
+
+
+def dormant_mask(activity: torch.Tensor, threshold: torch.Tensor | float) -> torch.Tensor:
+    """Dormant units, ``[K, U]`` bool: s_i ≤ τ, with τ a float or a per-member ``[K]`` tensor.
+
+    With τ = 0 exactly the units with zero activity on every input of the batch are dormant
+    (scores are ≥ 0, and 0 only when E|h_i| = 0).
+    """
+    scores = dormancy_scores(activity)
+    tau = torch.as_tensor(threshold, dtype=scores.dtype, device=scores.device)
+    return scores <= tau.reshape(-1, 1)
