@@ -310,3 +310,21 @@ def test_interrupted_runs_are_reported_as_unfinished_and_resumable(results_dir, 
     assert any("1 run(s) interrupted" in w and "resumes them" in w for w in results.warnings)
     build_report(results_dir, tmp_path / "r", formats=("png",), reps=100, results=results)
     assert "2 unfinished" in (tmp_path / "r" / "report.md").read_text()  # 1 running + 1 interrupted
+
+
+@pytest.mark.skipif(find_chromium() is None and not CHECKS_REQUIRED,
+                    reason="no Chromium: `apt-get install chromium` (or set $PLASTICLAB_CHROMIUM)")
+def test_report_check_loads_the_page_in_chromium_and_says_ok(results_dir, tmp_path, capsys):
+    assert main(["report", str(results_dir), "--out", str(tmp_path / "r"), "--formats", "png",
+                 "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "images loaded" in out and out.rstrip().endswith("OK")
+
+
+def test_report_check_without_chromium_is_a_one_line_error(results_dir, tmp_path, capsys, monkeypatch):
+    from plasticlab.report import browser
+
+    monkeypatch.setattr(browser, "find_chromium", lambda: None)
+    assert main(["report", str(results_dir), "--out", str(tmp_path / "r"), "--formats", "png",
+                 "--check"]) == 2
+    assert "--check needs Chromium" in capsys.readouterr().err

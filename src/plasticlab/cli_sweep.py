@@ -231,7 +231,24 @@ def cmd_report(args: argparse.Namespace) -> int:
     print(f"report: {page}")
     print(f"        {page.parent / 'report.md'} (Markdown tables), {page.parent / 'figures'}/ "
           f"({', '.join(formats)})")
+    if args.check:
+        return _check_in_browser(page)
     return 0
+
+
+def _check_in_browser(page: Path) -> int:
+    """Load ``page`` in headless Chromium (:mod:`plasticlab.report.browser`) and print what it
+    saw: 0 when it loaded cleanly, 1 on any problem."""
+    from .report.browser import INSTALL_HINT, BrowserError, check_page, find_chromium
+
+    if find_chromium() is None:
+        raise ValueError(f"--check needs Chromium: {INSTALL_HINT}")
+    try:
+        check = check_page(page)
+    except BrowserError as e:
+        raise ValueError(f"--check: {e}") from None
+    print(check)
+    return 0 if check.ok else 1
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -292,6 +309,10 @@ def register(sub) -> None:
     rp.add_argument("--max-bins", dest="max_bins", type=int, default=50,
                     help="curves with more tasks are averaged in this many bins (default 50)")
     rp.add_argument("--reps", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    rp.add_argument("--check", action="store_true",
+                    help="then load the page in headless Chromium: console errors, uncaught "
+                         "exceptions, failed or external requests, images that did not load "
+                         "(exit 1 on any)")
     rp.set_defaults(func=cmd_report)
 
     be = sub.add_parser("bench", help="measure this machine's speed (for sweep --dry-run)")
