@@ -170,4 +170,6 @@ def test_the_manifest_statement_claims_bit_identity_only_where_this_file_tests_i
     assert member_independence("cpu", threads=1, optimizer="sgd")["bit_identical"] is True
     assert member_independence("cuda")["bit_identical"] is False
     assert member_independence("cpu", threads=1, method="fire", arch="cnn")["bit_identical"] is False
-    assert member_independence("cpu", threads=2)["bit_identical"] is None
+    assert member_independence("cpu", threads=2)["bit_identical"] is False
+    assert member_independence("cpu", threads=1, optimizer="upgd")["bit_identical"] is False
+    assert member_independence("cpu", threads=1, optimizer="lion")["bit_identical"] is None

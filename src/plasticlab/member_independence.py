@@ -28,10 +28,15 @@ NOT_BIT_IDENTICAL = {
              "block their sums differently for another K; tests/test_cuda.py bounds the "
              "difference at 2 predictions of 480 over 2 tasks × 30 steps (MLP, L2 Init). Its "
              "size over whole runs has not been measured."),
-    "threads": ("CPU with more than one torch thread: not tested. Work is split between "
-                "threads by tensor size, which grows with K."),
-    "other optimizers": ("Optimizers other than Adam and SGD (e.g. UPGD): not covered by the "
-                         "tests above."),
+    "threads": ("CPU with more than one torch thread: not bit-identical. Work is split between "
+                "threads by tensor size, which grows with K; measured with 2 threads (member 3 of "
+                "seeds 0-7 vs seed 3 alone): MLP L2 Init + Adam, 3 tasks × 400 steps, parameters "
+                "apart by up to 2.9e-7 from the first task on, online accuracies equal; CNN, 3 × "
+                "200, 0.5 points of online accuracy and 0.047 in a parameter."),
+    "upgd": ("UPGD: not bit-identical. Measured (MLP L2 Init, 3 tasks × 400 steps, member 3 of "
+             "seeds 0-7 vs seed 3 alone): parameters apart by up to 2.5e-5 from the first task "
+             "on, online accuracies equal."),
+    "other optimizers": "Optimizers other than Adam, SGD and UPGD: not tested.",
     "fire-cnn": ("FIRE on a CNN: not bit-identical. Alone, a member's conv filter bank reshapes "
                  "to a strided view, in an ensemble to a copy, and the Frobenius norm sums the two "
                  "in another order; measured on Random Label CIFAR, 2 tasks × 100 steps: member 3 "
@@ -55,7 +60,9 @@ def member_independence(device: str | torch.device = "cpu", threads: int = 1,
     elif device.type != "cpu":
         flag, text = None, f"{device.type}: not tested."
     elif int(threads) != 1:
-        flag, text = None, NOT_BIT_IDENTICAL["threads"]
+        flag, text = False, NOT_BIT_IDENTICAL["threads"]
+    elif optimizer.startswith("upgd"):
+        flag, text = False, NOT_BIT_IDENTICAL["upgd"]
     elif optimizer not in ("adam", "sgd"):
         flag, text = None, NOT_BIT_IDENTICAL["other optimizers"]
     else:
