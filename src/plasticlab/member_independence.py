@@ -37,11 +37,6 @@ NOT_BIT_IDENTICAL = {
              "seeds 0-7 vs seed 3 alone): parameters apart by up to 2.5e-5 from the first task "
              "on, online accuracies equal."),
     "other optimizers": "Optimizers other than Adam, SGD and UPGD: not tested.",
-    "fire-cnn": ("FIRE on a CNN: not bit-identical. Alone, a member's conv filter bank reshapes "
-                 "to a strided view, in an ensemble to a copy, and the Frobenius norm sums the two "
-                 "in another order; measured on Random Label CIFAR, 2 tasks × 100 steps: member 3 "
-                 "of seeds 0-7 left seed 3 alone at the first task end, by up to 0.125 points of "
-                 "online accuracy and 0.022 in a parameter."),
 }
 """What is not (or not known to be) bit-identical, and why."""
 
@@ -53,9 +48,7 @@ def member_independence(device: str | torch.device = "cpu", threads: int = 1,
     ``mlp``/``cnn``): ``bit_identical`` (True: tested or checked so; False: not; None: not
     tested), ``statement`` and ``doc`` (where the evidence is)."""
     device = torch.device(device)
-    if method == "fire" and arch == "cnn":
-        flag, text = False, NOT_BIT_IDENTICAL["fire-cnn"]
-    elif device.type == "cuda":
+    if device.type == "cuda":
         flag, text = False, NOT_BIT_IDENTICAL["cuda"]
     elif device.type != "cpu":
         flag, text = None, f"{device.type}: not tested."

@@ -53,7 +53,9 @@ def fire_weight(weight: torch.Tensor, iters: torch.Tensor | int) -> torch.Tensor
         return math.sqrt(out / fan) * newton_schulz(weight, counts)
     kh, kw = weight.shape[3:]
     # [K, out, in, kh, kw] → one [out, in] matrix per member and spatial position
-    slices = weight.permute(0, 3, 4, 1, 2).reshape(K * kh * kw, out, fan)
+    # contiguous: for K = 1 the reshape is a strided view, for K > 1 a copy, and the norm would
+    # sum the two in another order (member k would leave seed k alone)
+    slices = weight.permute(0, 3, 4, 1, 2).reshape(K * kh * kw, out, fan).contiguous()
     ortho = newton_schulz(slices, counts.repeat_interleave(kh * kw))
     ortho = ortho.view(K, kh, kw, out, fan).permute(0, 3, 4, 1, 2)
     return (math.sqrt(out / fan) / (kh * kw)) * ortho
