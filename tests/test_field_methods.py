@@ -524,3 +524,17 @@ def test_plasticlab_list_and_the_report_mark_the_boundary_oracles(capsys):
     assert any("privileged task-boundary information" in x for x in lines)
     assert _marked("fire", "fire") == "fire †" and _marked("l2_init", "l2_init") == "l2_init"
     assert "privileged" in _oracle_note(["l2_init", "head_reset"]) and _oracle_note(["l2_init"]) == ""
+
+
+@pytest.mark.parametrize("method,params,needle", [
+    ("snr", {"percentile": 1.5}, "percentile must be a finite number >= 0 and <= 1"),
+    ("swr", {"period": 0}, "period must be an integer >= 1"),
+    ("hare_tortoise", {"momentum": -1}, "momentum must be a finite number >= 0 and <= 1"),
+    ("parseval", {"scale": 0}, "scale must be a finite number > 0"),
+    ("fire", {"iters": 0}, "iters must be an integer >= 1"),
+])
+def test_the_field_methods_parameters_have_domains(method, params, needle):
+    from plasticlab.experiments.config import resolve_config
+
+    with pytest.raises(ValueError, match=needle):
+        resolve_config({"problem": "permuted_mnist", "method": method, "params": params})

@@ -61,7 +61,7 @@ def fire_weight(weight: torch.Tensor, iters: torch.Tensor | int) -> torch.Tensor
     return (math.sqrt(out / fan) / (kh * kw)) * ortho
 
 
-ITERS = Param("iters", 10, int, "Newton–Schulz iterations", per_member=True)
+ITERS = Param("iters", 10, int, "Newton–Schulz iterations", per_member=True, low=1)
 
 
 class FIRE(Method):

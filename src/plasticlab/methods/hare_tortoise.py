@@ -27,9 +27,10 @@ from ..params import Param
 from .base import Method
 from .schedule import due_members, host_periods, member_mask
 
-MOMENTUM = Param("momentum", 0.999, float, "m: the tortoise's EMA coefficient", per_member=True)
+MOMENTUM = Param("momentum", 0.999, float, "m: the tortoise's EMA coefficient", per_member=True,
+                 low=0.0, high=1.0)
 RESET_PERIOD = Param("reset_period", 1000, int, "optimizer steps between resets of the hare to "
-                     "the tortoise", per_member=True, in_steps=True)
+                     "the tortoise", per_member=True, in_steps=True, low=1)
 
 
 def follow_hare_(tortoise: Sequence[torch.Tensor], hare: Sequence[torch.Tensor],

@@ -54,9 +54,9 @@ def parseval_grad(weight: torch.Tensor, strength: torch.Tensor, scale: torch.Ten
     return (4 * strength.to(w.dtype).view(-1, 1, 1) * grad).view_as(weight)
 
 
-STRENGTH = Param("strength", 1e-3, float, "λ: strength of the Parseval penalty", per_member=True)
+STRENGTH = Param("strength", 1e-3, float, "λ: strength of the Parseval penalty", per_member=True, low=0.0)
 SCALE = Param("scale", 1.0, float, "s: the target W Wᵀ = s·I (the reference code uses 2)",
-              per_member=True)
+              per_member=True, low=0.0, low_open=True)
 
 
 class Parseval(Method):

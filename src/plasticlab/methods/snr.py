@@ -139,15 +139,15 @@ def adapt_thresholds(histograms: Sequence[torch.Tensor], thresholds: list[torch.
 
 
 PERCENTILE = Param("percentile", 0.99, float, "p: the firing-age percentile a threshold adapts to",
-                   per_member=True)
+                   per_member=True, low=0.0, high=1.0)
 GROWTH = Param("growth", 2.0, float, "κ: threshold growth when the percentile is not below it",
-               per_member=True)
+               per_member=True, low=1.0)
 MAX_THRESHOLD = Param("max_threshold", 20000, int, "τ_max in samples: the largest threshold; "
-                      "longer ages are not recorded", per_member=True)
+                      "longer ages are not recorded", per_member=True, low=1)
 INITIAL_THRESHOLD = Param("initial_threshold", 10000, int, "τ_init in samples (the public port: "
-                          "τ_max/2)", per_member=True)
+                          "τ_max/2)", per_member=True, low=1)
 ADAPT_PERIOD = Param("adapt_period", 10000, int, "optimizer steps between threshold adaptations "
-                     "(the reference: 16 tasks)", per_member=True, in_steps=True)
+                     "(the reference: 16 tasks)", per_member=True, in_steps=True, low=1)
 
 
 class SelfNormalizedResets(Method):

@@ -48,9 +48,9 @@ def reinitialize_low_utility_(param: torch.Tensor, grad: torch.Tensor, new: torc
 
 
 PERIOD = Param("period", 2048, int, "optimizer steps between reinitializations", per_member=True,
-               in_steps=True)
+               in_steps=True, low=1)
 THRESHOLD = Param("threshold", 1e-5, float, "ρ: reinitialize entries with |g⊙w| ≤ ρ·mean |g⊙w|",
-                  per_member=True)
+                  per_member=True, low=0.0)
 
 
 class SelectiveWeightReinit(Method):

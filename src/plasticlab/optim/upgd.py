@@ -82,9 +82,9 @@ def perturbed_update_(param: torch.Tensor, grad: torch.Tensor, scale: torch.Tens
     param.mul_(1 - lr * weight_decay).add_(update, alpha=-lr)
 
 
-BETA = Param("beta", 0.9999, float, "β: decay of the utility trace")
-SIGMA = Param("sigma", 0.1, float, "σ: standard deviation of the perturbation ξ")
-WEIGHT_DECAY = Param("weight_decay", 0.01, float, "λ: weight decay, w ← (1 − αλ)·w")
+BETA = Param("beta", 0.9999, float, "β: decay of the utility trace", low=0.0, high=1.0, high_open=True)
+SIGMA = Param("sigma", 0.1, float, "σ: standard deviation of the perturbation ξ", low=0.0)
+WEIGHT_DECAY = Param("weight_decay", 0.01, float, "λ: weight decay, w ← (1 − αλ)·w", low=0.0)
 
 
 class UPGD:
