@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from .experiments.config import RUN_PARAMETERS, apply_setting, parse_seeds, resolve_config
+from .optim import OPTIMIZERS
 
 try:
     import tomllib
@@ -226,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("config", nargs="?", help="TOML config file (options below override it)")
     run.add_argument("--problem", help="problem name (see `plasticlab list`)")
     run.add_argument("--method", help="method name (see `plasticlab list`)")
-    run.add_argument("--optimizer", help="adam | sgd")
+    run.add_argument("--optimizer", help=" | ".join(OPTIMIZERS) + " (their settings: plasticlab list)")
     run.add_argument("--lr", type=float, help="step size α")
     run.add_argument("--set", action="append", metavar="KEY=VALUE",
                      help="any method, problem or run parameter, e.g. --set strength=1e-2")

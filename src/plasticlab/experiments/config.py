@@ -20,7 +20,7 @@ from ..params import Param, resolve
 from ..problems import get_problem
 
 RUN_PARAMETERS = (
-    Param("optimizer", "adam", str, "adam | sgd", choices=tuple(OPTIMIZERS)),
+    Param("optimizer", "adam", str, "the optimizer", choices=tuple(OPTIMIZERS)),
     Param("lr", 1e-3, float, "step size α", low=0, low_open=True),
     Param("tasks", None, int, "number of tasks (default: the paper's)", low=1),
     Param("steps_per_task", None, int, "gradient steps per task (default: the paper's)", low=1),
