@@ -111,7 +111,7 @@ def member_hyperparameters(params: tuple[Param, ...], per_member: Sequence[dict]
 
 def configure_threads(device: torch.device, threads: int | None) -> int:
     """Use ``threads`` intra-op threads on CPU (default 1: for these small networks one thread
-    per process is 10–300× faster than two, measured), and return the count in force."""
+    per process is much faster than two, docs/performance.md), and return the count in force."""
     if device.type == "cpu":
         torch.set_num_threads(1 if threads is None else int(threads))
     elif threads is not None:
@@ -156,8 +156,7 @@ def train_ensemble(
 
     ``backprop``: how gradients are computed — ``"autograd"``, ``"manual"``
     (:class:`plasticlab.nets.backprop.ManualBackprop`, the ReLU MLP's gradients written out by
-    hand: same numbers up to rounding, 1.2–1.3× faster whole steps at the paper's batch size,
-    measured on one CPU core), or
+    hand: same numbers up to rounding, faster whole steps — docs/performance.md), or
     ``"auto"`` (manual wherever the network allows it).
     """
     if backprop not in ("auto", "autograd", "manual"):

@@ -147,10 +147,9 @@ def load(path: Path | None = None) -> dict | None:
 
 
 CPU_MEMBERS = 16  # without a calibration
-# On CUDA, per architecture. Measured on an H200 (benchmarks/recorded/h200-2026-11-26): the
-# MLP's rate still grows from K = 256 to 1024 (4.9M → 6.0M member-samples/s), but 256 keeps a
-# Permuted MNIST task's examples at 2 GB of device memory; the CNN's grouped convolution is
-# fastest at K = 64 (352k member-samples/s per step against 244k at K = 256).
+# On CUDA, per architecture: the MLP's rate still grows past K = 256, but 256 keeps a Permuted
+# MNIST task's examples at 2 GB of device memory; the CNN's grouped convolution is fastest at
+# K = 64 (benchmarks/recorded/h200-2026-11-26, docs/performance.md).
 CUDA_MEMBERS = {"mlp": 256, "cnn": 64}
 
 
@@ -160,8 +159,7 @@ def members_for(device: str, calibration: dict | None, workers: int = 1):
     On CPU, the K with the highest member-samples/s in this machine's calibration for the
     configuration's architecture (``plasticlab bench``) — measured with all workers at once
     when the sweep runs several and the calibration has that —, else 16; on CUDA 256 for the
-    MLP and 64 for the CNN (:data:`CUDA_MEMBERS`, measured on an H200; the calibration is
-    CPU-only).
+    MLP and 64 for the CNN (:data:`CUDA_MEMBERS`; the calibration is CPU-only).
     """
     if not str(device).startswith("cpu"):
         return lambda config: CUDA_MEMBERS[ARCH.get(config.problem, "mlp")]

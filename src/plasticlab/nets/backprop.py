@@ -10,9 +10,8 @@ with h_0 = x and h_l = ReLU(h_{l−1} W_lᵀ + b_l). :class:`ManualBackprop` com
 this with one batched matmul per product, writing each gradient straight into a ``.grad``
 buffer that lives as long as the network. Autograd computes the same numbers up to rounding,
 but its graph bookkeeping, the cross-entropy's separate reductions and a fresh gradient
-allocation per step made a whole L2 Init step at K = 8, batch 16, 1.2–1.3× slower on a CPU
-core (measured: ``benchmarks/speed.py``, the ``l2_init, autograd`` rows). A test keeps the two
-equal (``tests/test_backprop.py``).
+allocation per step make a whole step slower (``benchmarks/speed.py``, the ``l2_init, autograd``
+rows; docs/performance.md). A test keeps the two equal (``tests/test_backprop.py``).
 """
 
 from __future__ import annotations

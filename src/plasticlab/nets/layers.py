@@ -17,8 +17,8 @@ from torch import nn
 class _EnsembleLinearFunction(torch.autograd.Function):
     """y = x Wᵀ + b per member, with a backward that writes ∂L/∂W = δᵀx straight in W's own
     [K, out, in] layout. (Autograd's generic backward of ``baddbmm(b, x, Wᵀ)`` produces a
-    transposed gradient that AccumulateGrad then copies element by element — measured at half
-    of a whole training step for the paper's MLP on CPU.)"""
+    transposed gradient that AccumulateGrad then copies element by element, a large share of
+    the paper's MLP step on CPU: docs/performance.md.)"""
 
     @staticmethod
     def forward(ctx, x, weight, bias):
@@ -59,9 +59,8 @@ class EnsembleLinear(nn.Module):
 class _EnsembleConvLoopFunction(torch.autograd.Function):
     """y_k = conv2d(x_k, W_k) + b_k for each member k in turn (stride 1, no padding), with a
     backward that calls each member's convolution backward directly. (Through autograd, each
-    ``x[k]``/``W[k]`` selection's backward writes a zero-filled full-size tensor to be summed:
-    8 % of the paper's CNN step at K = 8 in a CPU profile; this form measured 3 % faster
-    steps.)"""
+    ``x[k]``/``W[k]`` selection's backward writes a zero-filled full-size tensor to be summed,
+    which this form avoids: docs/performance.md.)"""
 
     @staticmethod
     def forward(ctx, x, weight, bias):
@@ -88,10 +87,10 @@ class _EnsembleConvLoopFunction(torch.autograd.Function):
 class EnsembleConv2d(nn.Module):
     """K independent ``nn.Conv2d`` layers (stride 1, no padding).
 
-    ``kernel`` picks how the K convolutions run: ``"loop"`` (one conv per member; measured
-    fastest on CPU for the paper's small CNN), ``"grouped"`` (one grouped conv with
-    groups=K: on an H200, 2.3–5.8× the loop's speed for K = 16–1024,
-    ``benchmarks/conv_kernels.py``), or ``"auto"`` (grouped on CUDA, loop elsewhere).
+    ``kernel`` picks how the K convolutions run: ``"loop"`` (one conv per member, the faster
+    on CPU for the paper's small CNN), ``"grouped"`` (one grouped conv with groups=K, the
+    faster on a GPU), or ``"auto"`` (grouped on CUDA, loop elsewhere); the measurements:
+    ``benchmarks/conv_kernels.py``, docs/performance.md.
     """
 
     def __init__(self, members: int, in_channels: int, out_channels: int, kernel_size: int,
@@ -164,9 +163,9 @@ def _window_corners(H: int, W: int, device: torch.device) -> torch.Tensor:
 
 class _MaxPool2x2Function(torch.autograd.Function):
     """``F.max_pool2d(h, 2)`` of ``[N, C, H, W]`` with even H and W, the same values, indices
-    and gradient, computed from the four corners of every window with elementwise maxima:
-    measured 2.3× faster forward than PyTorch's CPU kernel for the paper's CNN (which loops
-    over every window element by element). Ties go to the first corner in row-major order,
+    and gradient, computed from the four corners of every window with elementwise maxima —
+    faster on CPU than PyTorch's kernel, which loops over every window element by element
+    (docs/performance.md). Ties go to the first corner in row-major order,
     as in ``max_pool2d``; the backward is ``max_pool2d``'s own, fed these indices."""
 
     @staticmethod

@@ -133,7 +133,7 @@ class Problem:
             raise ValueError(f"{self.name}: task {task} has {n} examples, fewer than batch_size "
                              f"{self.batch_size}")
         # The input permutation is applied once per task, not per batch: every example is seen
-        # about once an epoch either way, and one bulk gather is ~10× cheaper than 625 small ones.
+        # about once an epoch either way, and one bulk gather is much cheaper than 625 small ones.
         self._x = self._stage_on_host(parts) if self.device.type == "cpu" else self._gather_on_device(parts)
         self._y = torch.stack([p.y for p in parts]).to(self.device)
         plans = [self._batch_plan(seed, task, n) for seed in self.seeds]
@@ -153,12 +153,12 @@ class Problem:
         if self._staging is None or self._staging.shape != shape or self._staging.dtype != dtype:
             self._staging = torch.empty(shape, dtype=dtype)
         for k, p in enumerate(parts):
-            # numpy's row take: measured 4× faster than torch's index_select on uint8 rows
+            # numpy's row take: faster than torch's index_select on uint8 rows (docs/performance.md)
             rows = p.x if p.index is None else torch.from_numpy(
                 np.take(self._resident_copy(p.x, "host"), p.index, axis=0))
             if p.perm is None:
                 self._staging[k].copy_(rows)
-            else:  # gather with an expanded index: 4× faster than index_select on dim 1 here
+            else:  # gather with an expanded index: faster than index_select on dim 1 here
                 torch.gather(rows, 1, p.perm[None].expand_as(rows), out=self._staging[k])
         return self._staging
 
