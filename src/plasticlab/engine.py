@@ -27,7 +27,6 @@ import torch.nn.functional as F
 
 from . import checkpoint as ckpt
 from . import metrics
-from .experiments.config import RunConfig
 from .measure import Measurer, test_example_count, to_host
 from .methods import MethodContext, get_method
 from .nets import backprop as manual
@@ -36,6 +35,7 @@ from .optim import make_optimizer, optimizer_options
 from .params import Param
 from .problems import get_problem
 from .rng import torch_generator
+from .run_config import RunConfig
 
 
 @dataclass
@@ -146,8 +146,8 @@ def train_ensemble(
     Measurements (:mod:`plasticlab.measure`): ``measure`` turns the task-end measurements on
     (default); ``measure_every=N`` adds network internals and gradient norm after every N-th
     step; ``forgetting`` evaluates every earlier task's test set at each task end (the
-    accuracy matrix, BWT); ``measure_samples`` inputs per member (default: the measurer's) are used
-    for the feature measurements. None of them changes training.
+    accuracy matrix, BWT); ``measure_samples`` inputs per member (default: the measurer's) are
+    used for the feature measurements. None of them changes training.
 
     ``checkpoint``: a file to save the whole training state to at every task end and to
     resume from when it exists (:mod:`plasticlab.checkpoint`); a resumed run ends with exactly
@@ -158,128 +158,176 @@ def train_ensemble(
     (:class:`plasticlab.nets.backprop.ManualBackprop`, the ReLU MLP's gradients written out by
     hand: same numbers up to rounding, faster whole steps — docs/performance.md), or
     ``"auto"`` (manual wherever the network allows it).
+
+    The three stages — set up, run a task, finish — are :class:`EnsembleTraining`'s.
     """
-    if backprop not in ("auto", "autograd", "manual"):
-        raise ValueError(f"backprop must be 'auto', 'autograd' or 'manual', got {backprop!r}")
-    device = torch.device(device)
-    threads_used = configure_threads(device, threads)
-    seeds = [int(s) for s in seeds]
-    K = len(seeds)
-    per_member = [dict(config.params, **(member_params[k] if member_params else {}))
-                  for k in range(K)]
-    method_cls = get_method(config.method)
-    hp = member_hyperparameters(method_cls.hyperparameters, per_member, device, config.method)
+    training = EnsembleTraining(config, seeds, member_params, data_dir=data_dir, device=device,
+                                threads=threads, measure=measure, measure_every=measure_every,
+                                forgetting=forgetting, measure_samples=measure_samples,
+                                backprop=backprop)
+    if checkpoint is not None and training.resume(checkpoint) and on_steps is not None:
+        on_steps(training.next_task * training.problem.steps_per_task)
+    for task in range(training.next_task, training.problem.tasks):
+        task_acc = training.run_task(task, on_steps, progress_every)
+        if checkpoint is not None and task < training.problem.tasks - 1:
+            training.save(checkpoint)
+        if on_task_end is not None:
+            on_task_end(task, task_acc)
+    return training.result()
 
-    problem = get_problem(config.problem)(
-        seeds, tasks=config.tasks, steps_per_task=config.steps_per_task,
-        batch_size=config.batch_size, data_dir=data_dir, device=device, **config.problem_params)
-    plain = {"arch": problem.arch, "input_shape": problem.input_shape,
-             "num_outputs": problem.num_outputs, "width": config.width,
-             "extra_layers": config.extra_layers}
-    net = build_network(
-        members=K, init=config.init, generators=[torch_generator(s, "init") for s in seeds],
-        **plain, **method_cls.architecture(hp, plain),
-    ).to(device)
-    optimizer = make_optimizer(config.optimizer, list(net.parameters()), config.lr, member_dim=True,
-                               **optimizer_options(config.optimizer, seeds, device, config.optimizer_params))
-    method = method_cls(net, optimizer, hp, MethodContext(seeds, device))
-    optimizer = method.optimizer  # a method may replace it (CBP's adam_variant=reference)
-    needs_features = method.needs_features
-    global_step = 0
-    if measure_every is not None and int(measure_every) < 1:
-        raise ValueError(f"measure_every must be >= 1 step, got {measure_every}")
-    if (measure_every or forgetting) and not measure:
-        raise ValueError("measure_every and forgetting need measurements on (measure=True)")
-    every = int(measure_every or 0)
-    measurer = _measurer(net, problem, config, measure_samples, forgetting) if measure else None
-    parameters = list(net.parameters())
-    task_measures: list[list[dict]] = []  # [task][member] → {name: value}
-    step_measures: list[list[dict]] = []  # [measurement][member]
-    measure_time = 0.0
 
-    accuracies: list[list[float]] = []
-    first_task, wall_before = 0, 0.0
-    fingerprint = ckpt.fingerprint(config.to_dict(), seeds, member_params)
-    state = ckpt.load(checkpoint, fingerprint, device) if checkpoint is not None else None
-    if state is not None:
-        ckpt.restore_training(state["training"], net, optimizer, method)
-        accuracies, task_measures = state["accuracies"], state["task_measures"]
-        step_measures, measure_time = state["step_measures"], state["measure_time"]
-        global_step, first_task, wall_before = state["global_step"], state["next_task"], state["wall"]
-        if on_steps is not None:
-            on_steps(first_task * problem.steps_per_task)
+class EnsembleTraining:
+    """One ensemble's training in three stages: set up (:meth:`__init__`: stream, network,
+    optimizer, method, measurer; :meth:`resume` from a checkpoint), run a task
+    (:meth:`run_task`, then :meth:`save`), finish (:meth:`result`).
+    :func:`train_ensemble` is the loop over them; its docstring explains the arguments."""
 
-    if backprop == "manual" and not manual.supports(net):
-        raise ValueError(f"backprop='manual' needs a plain ReLU MLP; method {config.method} on "
-                         f"{config.problem} builds another network: use backprop='auto'")
-    hand = manual.ManualBackprop(net) if backprop != "autograd" and manual.supports(net) else None
+    def __init__(self, config: RunConfig, seeds: Sequence[int],
+                 member_params: Sequence[dict] | None = None, *, data_dir=None,
+                 device: str | torch.device = "cpu", threads: int | None = None,
+                 measure: bool = True, measure_every: int | None = None, forgetting: bool = False,
+                 measure_samples: int | None = None, backprop: str = "auto"):
+        if backprop not in ("auto", "autograd", "manual"):
+            raise ValueError(f"backprop must be 'auto', 'autograd' or 'manual', got {backprop!r}")
+        if measure_every is not None and int(measure_every) < 1:
+            raise ValueError(f"measure_every must be >= 1 step, got {measure_every}")
+        if (measure_every or forgetting) and not measure:
+            raise ValueError("measure_every and forgetting need measurements on (measure=True)")
+        self.config, self.member_params = config, member_params
+        self.device = device = torch.device(device)
+        self.threads = configure_threads(device, threads)
+        self.seeds = seeds = [int(s) for s in seeds]
+        K = len(seeds)
+        self.per_member = [dict(config.params, **(member_params[k] if member_params else {}))
+                           for k in range(K)]
+        method_cls = get_method(config.method)
+        hp = member_hyperparameters(method_cls.hyperparameters, self.per_member, device, config.method)
 
-    start = time.perf_counter()
-    steps, B = problem.steps_per_task, problem.batch_size
-    for task in range(first_task, problem.tasks):
+        self.problem = problem = get_problem(config.problem)(
+            seeds, tasks=config.tasks, steps_per_task=config.steps_per_task,
+            batch_size=config.batch_size, data_dir=data_dir, device=device, **config.problem_params)
+        plain = {"arch": problem.arch, "input_shape": problem.input_shape,
+                 "num_outputs": problem.num_outputs, "width": config.width,
+                 "extra_layers": config.extra_layers}
+        self.net = net = build_network(
+            members=K, init=config.init, generators=[torch_generator(s, "init") for s in seeds],
+            **plain, **method_cls.architecture(hp, plain),
+        ).to(device)
+        optimizer = make_optimizer(config.optimizer, list(net.parameters()), config.lr, member_dim=True,
+                                   **optimizer_options(config.optimizer, seeds, device,
+                                                       config.optimizer_params))
+        self.method = method_cls(net, optimizer, hp, MethodContext(seeds, device))
+        self.optimizer = self.method.optimizer  # a method may replace it (CBP's adam_variant=reference)
+        self.measure, self.forgetting = bool(measure), bool(forgetting)
+        self.every = int(measure_every or 0)
+        self.measurer = _measurer(net, problem, config, measure_samples, forgetting) if measure else None
+        self.parameters = list(net.parameters())
+        if backprop == "manual" and not manual.supports(net):
+            raise ValueError(f"backprop='manual' needs a plain ReLU MLP; method {config.method} on "
+                             f"{config.problem} builds another network: use backprop='auto'")
+        self.hand = manual.ManualBackprop(net) if backprop != "autograd" and manual.supports(net) else None
+        # what the run has produced so far (a checkpoint's contents besides the training state)
+        self.accuracies: list[list[float]] = []
+        self.task_measures: list[list[dict]] = []  # [task][member] → {name: value}
+        self.step_measures: list[list[dict]] = []  # [measurement][member]
+        self.measure_time = 0.0
+        self.global_step, self.next_task, self.wall = 0, 0, 0.0
+        self.fingerprint = ckpt.fingerprint(config.to_dict(), seeds, member_params)
+
+    # --- checkpoints -----------------------------------------------------------------------------
+    def resume(self, checkpoint: str | Path) -> bool:
+        """Continue from ``checkpoint`` if it exists (and is this run's); return whether it did."""
+        state = ckpt.load(checkpoint, self.fingerprint, self.device)
+        if state is None:
+            return False
+        ckpt.restore_training(state["training"], self.net, self.optimizer, self.method)
+        self.accuracies, self.task_measures = state["accuracies"], state["task_measures"]
+        self.step_measures, self.measure_time = state["step_measures"], state["measure_time"]
+        self.global_step, self.next_task, self.wall = (state["global_step"], state["next_task"],
+                                                       state["wall"])
+        return True
+
+    def save(self, checkpoint: str | Path) -> None:
+        """Write the whole training state, to resume at :attr:`next_task`."""
+        ckpt.save(checkpoint, self.fingerprint, {
+            "training": ckpt.training_state(self.net, self.optimizer, self.method),
+            "next_task": self.next_task, "global_step": self.global_step,
+            "accuracies": self.accuracies, "task_measures": self.task_measures,
+            "step_measures": self.step_measures, "measure_time": self.measure_time,
+            "wall": self.wall})
+
+    # --- one task --------------------------------------------------------------------------------
+    def run_task(self, task: int, on_steps: Callable[[int], None] | None = None,
+                 progress_every: int = 50) -> list[float]:
+        """Train every member on ``task`` (SPEC §3: predict, then one step, per batch), measure
+        at its end, tell a boundary oracle; return the task's online accuracy per member."""
+        start = time.perf_counter()
+        problem, method, optimizer, measurer = self.problem, self.method, self.optimizer, self.measurer
+        needs_features, every = method.needs_features, self.every
+        steps, B = problem.steps_per_task, problem.batch_size
         problem.start_task(task)
-        correct = torch.zeros(K, device=device)
+        correct = torch.zeros(len(self.seeds), device=self.device)
         pending: list[tuple[int, dict]] = []  # this task's step measurements, still on the device
         grad_norm = None
         for step in range(steps):
-            method.before_step(global_step)
+            method.before_step(self.global_step)
             x, y = problem.batch(step)
-            if hand is not None:
-                logits, hidden = hand.step(x, y)
+            if self.hand is not None:
+                logits, hidden = self.hand.step(x, y)
                 features = hidden if needs_features else []  # the after_step contract
             else:
-                logits, features = _autograd_step(net, optimizer, x, y, needs_features)
+                logits, features = _autograd_step(self.net, optimizer, x, y, needs_features)
             with torch.no_grad():
                 correct += (logits.argmax(-1) == y).sum(1)
-            step_due = every and (global_step + 1) % every == 0
+            step_due = every and (self.global_step + 1) % every == 0
             if measurer is not None and (step_due or step == steps - 1):
-                grad_norm = metrics.gradient_norm(parameters)  # the task loss's, before penalties
+                grad_norm = metrics.gradient_norm(self.parameters)  # the task loss's, before penalties
             method.add_penalty_grad()
             optimizer.step()
-            global_step += 1
-            method.after_step(features, x, global_step)
+            self.global_step += 1
+            method.after_step(features, x, self.global_step)
             if step_due and measurer is not None:
                 t0 = time.perf_counter()
-                pending.append((global_step, dict(measurer.internals(), grad_norm=grad_norm)))
-                measure_time += time.perf_counter() - t0
+                pending.append((self.global_step, dict(measurer.internals(), grad_norm=grad_norm)))
+                self.measure_time += time.perf_counter() - t0
             if on_steps is not None and (step + 1) % progress_every == 0:
                 on_steps(progress_every)
         if on_steps is not None and steps % progress_every:
             on_steps(steps % progress_every)
         task_acc = (correct / (steps * B)).tolist()  # the one host sync of the task
-        accuracies.append(task_acc)
+        self.accuracies.append(task_acc)
         if measurer is not None:
             t0 = time.perf_counter()
-            task_measures.append(to_host({**measurer.task_end(task, grad_norm),
-                                          **method.extra_measurements(measurer, task)}))
-            step_measures.extend(_read_back(pending))
-            measure_time += time.perf_counter() - t0
+            self.task_measures.append(to_host({**measurer.task_end(task, grad_norm),
+                                               **method.extra_measurements(measurer, task)}))
+            self.step_measures.extend(_read_back(pending))
+            self.measure_time += time.perf_counter() - t0
         method.on_task_end(problem)
-        if checkpoint is not None and task < problem.tasks - 1:
-            ckpt.save(checkpoint, fingerprint, {
-                "training": ckpt.training_state(net, optimizer, method), "next_task": task + 1,
-                "global_step": global_step, "accuracies": accuracies,
-                "task_measures": task_measures, "step_measures": step_measures,
-                "measure_time": measure_time, "wall": wall_before + time.perf_counter() - start})
-        if on_task_end is not None:
-            on_task_end(task, task_acc)
-    wall = wall_before + time.perf_counter() - start
+        self.next_task = task + 1
+        self.wall += time.perf_counter() - start
+        return task_acc
 
-    reported = [t for t in range(problem.tasks) if problem.reported(t)]
-    members = [MemberResult(seed=seeds[k], params=per_member[k],
-                            task_online_accuracy=[acc[k] for acc in accuracies],
-                            reported_tasks=reported, **_member_measures(k, task_measures, step_measures))
-               for k in range(K)]
-    return EnsembleResult(members=members, wall_time=wall, steps=problem.tasks * steps,
-                          device=str(device), threads=threads_used,
-                          data_source=getattr(problem, "source", ""), measure_time=measure_time,
-                          extra={"backprop": "manual" if hand is not None else "autograd",
-                                 "measurements": {"task_end": bool(measure), "every": every or None,
-                                                  "forgetting": bool(forgetting),
-                                                  "samples": measurer.samples if measurer else None,
-                                                  "test_examples": config.test_examples,
-                                                  "internals_on": config.internals_on},
-                                 "method": method.notes()})
+    # --- finish ----------------------------------------------------------------------------------
+    def result(self) -> EnsembleResult:
+        """Every member's results, with the setup that produced them."""
+        problem, config, measurer = self.problem, self.config, self.measurer
+        reported = [t for t in range(problem.tasks) if problem.reported(t)]
+        members = [MemberResult(seed=self.seeds[k], params=self.per_member[k],
+                                task_online_accuracy=[acc[k] for acc in self.accuracies],
+                                reported_tasks=reported,
+                                **_member_measures(k, self.task_measures, self.step_measures))
+                   for k in range(len(self.seeds))]
+        return EnsembleResult(
+            members=members, wall_time=self.wall, steps=problem.tasks * problem.steps_per_task,
+            device=str(self.device), threads=self.threads,
+            data_source=getattr(problem, "source", ""), measure_time=self.measure_time,
+            extra={"backprop": "manual" if self.hand is not None else "autograd",
+                   "measurements": {"task_end": self.measure, "every": self.every or None,
+                                    "forgetting": self.forgetting,
+                                    "samples": measurer.samples if measurer else None,
+                                    "test_examples": config.test_examples,
+                                    "internals_on": config.internals_on},
+                   "method": self.method.notes()})
 
 
 def _measurer(net, problem, config: RunConfig, samples: int | None, forgetting: bool) -> Measurer:

@@ -10,7 +10,6 @@ falls back to a default.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
 
 from ..measure import INTERNALS_ON, test_example_count
 from ..methods import get_method
@@ -18,6 +17,7 @@ from ..nets import INIT_SCHEMES
 from ..optim import OPTIMIZERS, optimizer_hyperparameters
 from ..params import Param, resolve
 from ..problems import get_problem
+from ..run_config import RunConfig
 
 RUN_PARAMETERS = (
     Param("optimizer", "adam", str, "the optimizer", choices=tuple(OPTIMIZERS)),
@@ -35,36 +35,6 @@ RUN_PARAMETERS = (
 )
 CONFIG_KEYS = ("problem", "method", "params", "problem_params", "optimizer_params",
                *(p.name for p in RUN_PARAMETERS))
-
-
-@dataclass
-class RunConfig:
-    """A fully resolved run configuration (everything but the seed)."""
-
-    problem: str
-    method: str
-    optimizer: str
-    lr: float
-    tasks: int
-    steps_per_task: int
-    batch_size: int
-    width: float = 1.0
-    extra_layers: int = 0
-    init: str = "torch_default"
-    test_examples: str = "all"
-    internals_on: str = "current"
-    params: dict = field(default_factory=dict)
-    problem_params: dict = field(default_factory=dict)
-    optimizer_params: dict = field(default_factory=dict)  # the optimizer's own settings (UPGD's β, σ, λ)
-
-    def to_dict(self) -> dict:
-        """JSON-able form, as stored in the results store and manifests (without
-        ``optimizer_params`` when the optimizer has no settings: Adam's and SGD's configs keep
-        the form they were stored in)."""
-        d = asdict(self)
-        if not d["optimizer_params"]:
-            del d["optimizer_params"]
-        return d
 
 
 def resolve_config(raw: dict) -> RunConfig:
