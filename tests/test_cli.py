@@ -117,6 +117,7 @@ def test_seed_lists_and_ranges():
     assert parse_seeds("0-3") == [0, 1, 2, 3]
     assert parse_seeds("0,3,5") == [0, 3, 5]
     assert parse_seeds("0-1,7") == [0, 1, 7]
+    assert parse_seeds([0, 3, "5-6"]) == [0, 3, 5, 6] and parse_seeds(4) == [4]  # TOML values
     with pytest.raises(ValueError):
         parse_seeds("a")
     with pytest.raises(ValueError):

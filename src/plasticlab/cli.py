@@ -68,7 +68,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     raw, ex = build_run_request(args)
     config = resolve_config(raw)
     seeds = ex.get("seeds", "0")
-    seeds = parse_seeds(",".join(map(str, seeds)) if isinstance(seeds, list) else seeds)
+    seeds = parse_seeds(seeds)
     out = Path(ex.get("out") or "plasticlab-results")
     threads = check_threads(ex.get("threads"))
     device = check_device(ex.get("device", "cpu"))

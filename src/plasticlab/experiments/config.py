@@ -92,8 +92,11 @@ def apply_setting(raw: dict, key: str, value: str) -> None:
         raise ValueError(f"unknown parameter {key!r}{where}; valid: {', '.join(valid)}")
 
 
-def parse_seeds(text: str) -> list[int]:
-    """``"0-7"`` → [0..7]; ``"0,3,5"`` → [0, 3, 5]; ranges and lists mix (``"0-2,9"``)."""
+def parse_seeds(text: str | int | list) -> list[int]:
+    """``"0-7"`` → [0..7]; ``"0,3,5"`` → [0, 3, 5]; ranges and lists mix (``"0-2,9"``); a TOML
+    list (``[0, 3, "5-7"]``) or a single number reads the same way."""
+    if isinstance(text, list | tuple):
+        text = ",".join(map(str, text))
     seeds: list[int] = []
     for part in str(text).split(","):
         part = part.strip()

@@ -216,7 +216,7 @@ def protocol_seeds(sweep: dict) -> list[int] | None:
     if unknown:
         raise ValueError(f"unknown protocol key(s) {sorted(unknown)}; valid: evaluation_seeds")
     seeds = protocol.get("evaluation_seeds", "100-109")
-    return parse_seeds(",".join(map(str, seeds)) if isinstance(seeds, list) else seeds)
+    return parse_seeds(seeds)
 
 
 __all__ = ["PLAN_FILE", "SELECTION_FILE", "Plan", "evaluation_runs", "grid_selection", "pending_runs",

@@ -107,7 +107,7 @@ def expand(sweep: dict, scale: float | None = None) -> list[Run]:
         get_method(m)
     optimizers = _pick(sweep, "optimizer", "optimizers", "adam")
     seeds = sweep.get("seeds", "0")
-    seeds = parse_seeds(",".join(map(str, seeds)) if isinstance(seeds, list) else seeds)
+    seeds = parse_seeds(seeds)
     grid = dict(sweep.get("grid") or {})
     method_grids = {m: grid.pop(m) for m in list(grid) if isinstance(grid[m], dict)}
     fixed_params = dict(sweep.get("params") or {})
