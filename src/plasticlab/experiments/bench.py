@@ -18,11 +18,16 @@ import torch
 
 from ..engine import train_ensemble
 from ..methods import METHODS
+from ..problems import get_problem
 from .config import resolve_config
 
 CALIBRATION_PROBLEMS = {"mlp": "permuted_mnist", "cnn": "random_label_cifar"}
-ARCH = {"permuted_mnist": "mlp", "random_label_mnist": "mlp", "random_label_cifar": "cnn",
-        "five_plus_one_cifar": "cnn", "continual_imagenet": "cnn"}
+
+
+def arch_of(problem: str) -> str:
+    """The network a problem trains (``Problem.arch``: ``mlp`` or ``cnn``)."""
+    return get_problem(problem).arch
+
 FAST_PARAMS = {"ewc": {"fisher_samples": 20}, "l2_init_ewc": {"fisher_samples": 20},
                "cbp": {"replacement_rate": 1e-3}, "redo": {"period": 100}}
 
@@ -162,7 +167,7 @@ def members_for(device: str, calibration: dict | None, workers: int = 1):
     MLP and 64 for the CNN (:data:`CUDA_MEMBERS`; the calibration is CPU-only).
     """
     if not str(device).startswith("cpu"):
-        return lambda config: CUDA_MEMBERS[ARCH.get(config.problem, "mlp")]
+        return lambda config: CUDA_MEMBERS[arch_of(config.problem)]
     calibration = calibration or {}
     table = calibration.get("samples_per_second") or {}
     if workers > 1 and calibration.get("samples_per_second_all_workers"):
@@ -170,7 +175,7 @@ def members_for(device: str, calibration: dict | None, workers: int = 1):
     best = {arch: int(max(rates, key=lambda k: rates[k])) for arch, rates in table.items() if rates}
 
     def choose(config) -> int:
-        return best.get(ARCH.get(config.problem, "mlp"), CPU_MEMBERS)
+        return best.get(arch_of(config.problem), CPU_MEMBERS)
 
     return choose
 
@@ -188,7 +193,7 @@ def estimate_seconds(ensembles, calibration: dict, workers: int = 1) -> float:
     # Several workers share the machine: their own rate each is the all-workers rate / workers.
     concurrent = workers > 1 and bool(calibration.get("samples_per_second_all_workers"))
     for e in ensembles:
-        arch = ARCH.get(e.config.problem, "mlp")
+        arch = arch_of(e.config.problem)
         if concurrent:
             rates = {int(k): v / calibration.get("workers", workers)
                      for k, v in calibration["samples_per_second_all_workers"][arch].items()}
