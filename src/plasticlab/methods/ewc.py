@@ -20,15 +20,15 @@ Kirkpatrick's form: ``--set anchor=sum --set fisher=true --set fisher_data=train
 
 from __future__ import annotations
 
+from .. import regularizers
 from ..fisher import FISHER_KINDS, diagonal_fisher
 from ..params import Param
-from ..regularizers import EWC as EWCPenalty
 from .base import Method
 
 EWC_STRENGTH = Param("ewc_strength", 10.0, float, "β: strength of the EWC penalty", per_member=True,
                      low=0)
 ANCHOR = Param("anchor", "last", str, "last: θ*, F replaced at each task end (authors'); sum: one "
-               "anchor per task (Kirkpatrick)", choices=EWCPenalty.ANCHORS)
+               "anchor per task (Kirkpatrick)", choices=regularizers.EWC.ANCHORS)
 FISHER = Param("fisher", "empirical", str, "empirical: the data's labels (authors'); true: labels "
                "sampled from the model (Kirkpatrick)", choices=FISHER_KINDS)
 FISHER_DATA = Param("fisher_data", "test", str, "test: the finished task's held-out test images "
@@ -46,7 +46,7 @@ class EWC(Method):
         super().__init__(net, optimizer, hp, context)
         if hp["fisher_samples"] < 1:
             raise ValueError(f"method {self.name}: fisher_samples must be >= 1, got {hp['fisher_samples']}")
-        self.ewc = EWCPenalty(net, hp["ewc_strength"], anchor=hp["anchor"], member_dim=True)
+        self.ewc = regularizers.EWC(net, hp["ewc_strength"], anchor=hp["anchor"], member_dim=True)
         self.generators = context.generators("ewc_fisher")
         self.fisher_data_used: str | None = None
 

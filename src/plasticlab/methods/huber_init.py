@@ -1,7 +1,7 @@
 """Huber Init: the task loss plus λ·Σ huber_δ(θ − θ₀), quadratic near θ₀ and linear beyond δ."""
 
+from .. import regularizers
 from ..params import Param
-from ..regularizers import HuberInit as HuberInitPenalty
 from .base import STRENGTH, PenaltyMethod
 
 
@@ -12,4 +12,4 @@ class HuberInit(PenaltyMethod):
                                        per_member=True, low=0, low_open=True))
 
     def make_regularizer(self, net, hp, context):
-        return HuberInitPenalty(net, hp["strength"], hp["delta"], member_dim=True)
+        return regularizers.HuberInit(net, hp["strength"], hp["delta"], member_dim=True)

@@ -1,6 +1,6 @@
 """L1 Init: the task loss plus λ‖θ − θ₀‖₁ (ablation of L2 Init's penalty shape)."""
 
-from ..regularizers import L1Init as L1InitPenalty
+from .. import regularizers
 from .base import STRENGTH, PenaltyMethod
 
 
@@ -10,4 +10,4 @@ class L1Init(PenaltyMethod):
     hyperparameters = (STRENGTH,)
 
     def make_regularizer(self, net, hp, context):
-        return L1InitPenalty(net, hp["strength"], member_dim=True)
+        return regularizers.L1Init(net, hp["strength"], member_dim=True)

@@ -1,6 +1,6 @@
 """L2: the task loss plus (λ/2)‖θ‖², a pull toward the origin."""
 
-from ..regularizers import L2 as L2Penalty
+from .. import regularizers
 from .base import STRENGTH, PenaltyMethod
 
 
@@ -10,4 +10,4 @@ class L2(PenaltyMethod):
     hyperparameters = (STRENGTH,)
 
     def make_regularizer(self, net, hp, context):
-        return L2Penalty(net, hp["strength"], member_dim=True)
+        return regularizers.L2(net, hp["strength"], member_dim=True)

@@ -5,7 +5,7 @@ pulled back toward it at every step, so parameters that recent losses do not nee
 and stay ready to learn the next task.
 """
 
-from ..regularizers import L2Init as L2InitPenalty
+from .. import regularizers
 from .base import STRENGTH, PenaltyMethod
 
 
@@ -15,4 +15,4 @@ class L2Init(PenaltyMethod):
     hyperparameters = (STRENGTH,)
 
     def make_regularizer(self, net, hp, context):
-        return L2InitPenalty(net, hp["strength"], member_dim=True)
+        return regularizers.L2Init(net, hp["strength"], member_dim=True)

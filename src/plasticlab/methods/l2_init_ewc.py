@@ -1,7 +1,7 @@
 """L2 Init + EWC: both penalties in the loss — (λ/2)‖θ − θ₀‖² keeps the network plastic,
 EWC's Fisher-weighted anchors at each task end limit forgetting (SPEC §7, forgetting study)."""
 
-from ..regularizers import L2Init as L2InitPenalty
+from .. import regularizers
 from .base import STRENGTH
 from .ewc import EWC
 
@@ -13,7 +13,7 @@ class L2InitEWC(EWC):
 
     def __init__(self, net, optimizer, hp, context):
         super().__init__(net, optimizer, hp, context)
-        self.l2_init = L2InitPenalty(net, hp["strength"], member_dim=True)
+        self.l2_init = regularizers.L2Init(net, hp["strength"], member_dim=True)
 
     def add_penalty_grad(self):
         self.l2_init.add_grad_()

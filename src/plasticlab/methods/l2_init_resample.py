@@ -3,7 +3,7 @@ step — the ablation that shows the pull must be toward the *same* θ₀."""
 
 from functools import partial
 
-from ..regularizers import L2InitResample as L2InitResamplePenalty
+from .. import regularizers
 from .base import STRENGTH, PenaltyMethod
 
 
@@ -14,5 +14,5 @@ class L2InitResample(PenaltyMethod):
 
     def make_regularizer(self, net, hp, context):
         generators = context.generators(self.name)
-        return L2InitResamplePenalty(net, hp["strength"], member_dim=True,
+        return regularizers.L2InitResample(net, hp["strength"], member_dim=True,
                                      sampler=partial(net.sample_init, generators))

@@ -8,8 +8,8 @@ paper's tables give it as 1 − x) and σ (``noise``) are per member.
 
 from functools import partial
 
+from .. import perturb
 from ..params import Param
-from ..perturb import ShrinkPerturb as ShrinkPerturbStep
 from .base import Method
 
 
@@ -26,7 +26,7 @@ class ShrinkPerturb(Method):
     def __init__(self, net, optimizer, hp, context):
         super().__init__(net, optimizer, hp, context)
         generators = context.generators(self.name)
-        self.perturb = ShrinkPerturbStep(net.regularized_parameters(), hp["shrink"], hp["noise"],
+        self.perturb = perturb.ShrinkPerturb(net.regularized_parameters(), hp["shrink"], hp["noise"],
                                          sampler=partial(net.sample_init, generators),
                                          member_dim=True)
 
