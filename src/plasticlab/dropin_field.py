@@ -40,12 +40,12 @@ from torch import nn
 from .methods.base import MethodContext
 from .methods.hare_tortoise import follow_hare_, reset_hare_
 from .methods.parseval import parseval_penalty
-from .methods.redo import NoOptimizerState, TorchOptimizerState
 from .methods.schedule import due_members
 from .methods.snr import adapt_thresholds, empty_histograms, fired, observe_firing, reset_silent_units
 from .methods.swr import reinitialize_low_utility_
 from .nets.init import check_scheme, draw_members
-from .nets.units import HiddenLayer, parameter_index, sequential_hidden_layers
+from .nets.units import sequential_hidden_layers
+from .optim.unit_reset import unit_reset_state
 from .optim.upgd import perturbed_update_, scaled_utility, trace_utility_, utility_max
 
 AFFINE = (nn.Linear, nn.Conv2d)
@@ -71,34 +71,6 @@ def _fans(layer: nn.Module) -> tuple[int, int]:
     area = w[0, 0].numel() if w.dim() > 2 else 1
     return w[0].numel(), w.shape[0] * area
 
-
-def _unit_optimizer_state(optimizer, layers: list[HiddenLayer], who: str):
-    """What zeroes the moments of reset units' weights: a ``torch.optim`` optimizer through
-    :class:`~plasticlab.methods.redo.TorchOptimizerState`, a :mod:`plasticlab.optim` one as it
-    is, ``None`` as no state. Every weight a reset touches must be one of its parameters."""
-    if optimizer is None:
-        return NoOptimizerState([t for layer in layers for t in _touched(layer)])
-    if isinstance(optimizer, torch.optim.Optimizer):
-        state = TorchOptimizerState(optimizer)
-    elif hasattr(optimizer, "reset") and hasattr(optimizer, "params"):
-        state = optimizer
-    else:
-        raise TypeError(f"{who} needs a torch.optim optimizer, a plasticlab.optim optimizer or None, "
-                        f"got {type(optimizer).__name__}")
-    for i, layer in enumerate(layers):
-        for tensor in _touched(layer):
-            try:
-                parameter_index(state, tensor)
-            except ValueError:
-                raise ValueError(f"{who}: a parameter of hidden layer {i} (or of the layer after it) "
-                                 "is not in the optimizer; give the optimizer all of the model's "
-                                 "weights") from None
-    return state
-
-
-def _touched(layer: HiddenLayer) -> tuple[torch.Tensor, ...]:
-    """The parameters a unit reset writes: incoming weights and bias, outgoing weights."""
-    return layer.in_weight_param, layer.in_bias_param, layer.out_weight_param
 
 
 class Parseval:
@@ -200,7 +172,7 @@ class SNR:
         if len({id(r) for r in relus}) != len(relus):
             raise ValueError("SNR: one ReLU module is used after several layers; give each hidden "
                              "layer its own nn.ReLU so its firing can be told apart")
-        self.optimizer = _unit_optimizer_state(optimizer, self.layers, "SNR")
+        self.optimizer = unit_reset_state(optimizer, self.layers, "SNR")
         self.init = check_scheme(init)
         device = self.layers[0].in_weight.device
         self.percentile = torch.tensor([float(percentile)], device=device)

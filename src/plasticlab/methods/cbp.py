@@ -81,6 +81,7 @@ from ..nets.units import (
 )
 from ..optim import Adam
 from ..optim.adam_gnt import AdamGnT
+from ..optim.unit_reset import unit_reset_state
 from ..params import Param
 from .base import Method, MethodContext
 
@@ -428,41 +429,6 @@ def reference_optimizer(optimizer):
 
 # --- front end 2: a drop-in for nn.Sequential ---------------------------------------------------
 
-class _StatelessOptimizer:
-    """``torch.optim.SGD`` without momentum seen through the ``params``/``reset`` interface:
-    it has no per-element state, so there is nothing to restart."""
-
-    def __init__(self, optimizer: torch.optim.Optimizer):
-        self.optimizer = optimizer
-        self.params = [p for group in optimizer.param_groups for p in group["params"]]
-
-    def reset(self, index: int, mask: torch.Tensor, restart_count: bool = True) -> None:
-        """Nothing to reset."""
-
-
-ADAM_REFUSED = (
-    "{name} keeps one step count per parameter tensor, so after Continual Backprop restarts a "
-    "replaced unit's moments their bias correction would use the whole run's step count (the "
-    "bug of the public AdamGnT). Use plasticlab.optim.Adam instead — same arguments "
-    "(params, lr, betas, eps), a drop-in with per-element step counts.")
-
-
-def _reset_capable(optimizer):
-    """The optimizer as an object with ``params`` and a correct per-element ``reset``."""
-    if hasattr(optimizer, "params") and hasattr(optimizer, "reset"):
-        return optimizer  # plasticlab.optim.Adam / SGD
-    if isinstance(optimizer, torch.optim.Adam | torch.optim.AdamW):
-        raise TypeError(ADAM_REFUSED.format(name=f"torch.optim.{type(optimizer).__name__}"))
-    if type(optimizer) is torch.optim.SGD:
-        if any(group.get("momentum", 0) != 0 for group in optimizer.param_groups):
-            raise TypeError("ContinualBackpropSequential: torch.optim.SGD with momentum is not supported "
-                            "(its momentum buffers would carry the old units' gradients); use momentum=0, "
-                            "plasticlab.optim.SGD or plasticlab.optim.Adam")
-        return _StatelessOptimizer(optimizer)
-    raise TypeError(f"ContinualBackpropSequential: unsupported optimizer {type(optimizer).__name__}; use "
-                    "plasticlab.optim.Adam, plasticlab.optim.SGD or torch.optim.SGD without momentum")
-
-
 class ContinualBackpropSequential:
     """Continual Backprop for your own ``nn.Sequential`` (Linear/Conv2d, ReLU, pooling,
     flatten, dropout).
@@ -501,8 +467,9 @@ class ContinualBackpropSequential:
         device = layers[0].in_weight.device
         context = MethodContext([int(seed)], device)
         # Seeded like member `seed` of an ensemble, so the drop-in and the method draw the same units.
+        state = unit_reset_state(optimizer, layers, name, restarts_counts=True)
         self.core = GenerateAndTest(
-            layers, _reset_capable(optimizer), replacement_rate=[replacement_rate], maturity=[maturity],
+            layers, state, replacement_rate=[replacement_rate], maturity=[maturity],
             decay=[decay], utility=utility, init=init,
             generators=[context.generators(ContinualBackprop.name, i) for i in range(len(layers))])
         self._features: list[torch.Tensor | None] = [None] * len(layers)

@@ -55,10 +55,10 @@ from ..nets.units import (
     dormancy_scores,
     dormant_mask,
     hidden_layers,
-    parameter_index,
     sequential_hidden_layers,
     unit_activity,
 )
+from ..optim.unit_reset import unit_reset_state
 from ..params import Param
 from .base import Method, MethodContext
 
@@ -69,75 +69,6 @@ LAYER_ORDERS = ("incoming_first", "per_layer")
 
 # --- optimizers ---------------------------------------------------------------------------------
 
-class TorchOptimizerState:
-    """Adapter giving a ``torch.optim`` optimizer the ``params`` / ``reset(index, mask)``
-    interface of :mod:`plasticlab.optim`, for :class:`ReDoSequential`.
-
-    ``reset`` sets to 0 every per-element state tensor of the parameter (tensors shaped like
-    it: Adam/AdamW's ``exp_avg``, ``exp_avg_sq`` and ``max_exp_avg_sq``, SGD's
-    ``momentum_buffer``) where ``mask`` is true. Scalar state such as Adam's ``step`` is
-    per tensor in ``torch.optim``, so a per-element count restart is impossible and refused —
-    ReDo never asks for one.
-    """
-
-    def __init__(self, optimizer: torch.optim.Optimizer):
-        self.optimizer = optimizer
-        self.params = [p for group in optimizer.param_groups for p in group["params"]]
-
-    @torch.no_grad()
-    def reset(self, index: int, mask: torch.Tensor, restart_count: bool = True) -> None:
-        """Zero the per-element state of parameter ``index`` where ``mask`` is true."""
-        if restart_count:
-            raise NotImplementedError("torch.optim keeps one step count per tensor; it cannot be "
-                                      "restarted for single elements")
-        p = self.params[index]
-        mask = mask.expand_as(p)
-        # State appears lazily at the optimizer's first step; before that there is nothing to zero.
-        for value in self.optimizer.state.get(p, {}).values():
-            if torch.is_tensor(value) and value.shape == p.shape:
-                value.masked_fill_(mask, 0.0)
-
-
-class NoOptimizerState:
-    """Stand-in when no optimizer is given: there is no state to reset."""
-
-    def __init__(self, params: Sequence[torch.Tensor]):
-        self.params = list(params)
-
-    def reset(self, index: int, mask: torch.Tensor, restart_count: bool = True) -> None:
-        """Nothing to reset."""
-
-
-def optimizer_state(optimizer, layers: Sequence[HiddenLayer]):
-    """The object whose ``reset`` zeroes moments: plasticlab optimizers as they are, a
-    ``torch.optim.Optimizer`` through :class:`TorchOptimizerState`, ``None`` as no state.
-
-    Every weight ReDo touches must be one of the optimizer's parameters (else its moments
-    would silently survive recycling); a missing one is an error naming the layer.
-    """
-    if optimizer is None:
-        return NoOptimizerState([t for layer in layers for t in _touched(layer)])
-    if isinstance(optimizer, torch.optim.Optimizer):
-        state = TorchOptimizerState(optimizer)
-    elif hasattr(optimizer, "reset") and hasattr(optimizer, "params"):
-        state = optimizer
-    else:
-        raise TypeError(f"ReDo needs a torch.optim optimizer or a plasticlab optimizer, "
-                        f"got {type(optimizer).__name__}")
-    for i, layer in enumerate(layers):
-        for tensor in _touched(layer):
-            try:
-                parameter_index(state, tensor)
-            except ValueError:
-                raise ValueError(f"ReDo: a parameter of hidden layer {i} (or of the layer after it) "
-                                 f"is not in the optimizer; give the optimizer all of the "
-                                 f"model's weights") from None
-    return state
-
-
-def _touched(layer: HiddenLayer) -> tuple[torch.Tensor, ...]:
-    return layer.in_weight_param, layer.in_bias_param, layer.out_weight_param
-
 
 # --- the recycling step, shared by both front ends ---------------------------------------------
 
@@ -147,9 +78,9 @@ class UnitRecycler:
     ``reinit``: ``"fresh"`` draws new incoming weights and bias from init ``scheme`` with
     ``generators[l]`` (one generator per member for layer l, so member k's draws depend on its
     own generator only); ``"initial"`` restores θ₀, the values the layers hold when this object
-    is built. ``optimizer``: see :func:`optimizer_state`; ``reset_optimizer=False`` leaves its
-    state (moments) as it is, as the L2 Init authors' code does. ``layer_order``: see
-    :meth:`recycle`.
+    is built. ``optimizer``: see :func:`plasticlab.optim.unit_reset.unit_reset_state`;
+    ``reset_optimizer=False`` leaves its state (moments) as it is, as the L2 Init authors' code
+    does. ``layer_order``: see :meth:`recycle`.
     """
 
     def __init__(self, layers: Sequence[HiddenLayer], optimizer, reinit: str = "fresh",
@@ -166,7 +97,7 @@ class UnitRecycler:
         self.reset_optimizer = bool(reset_optimizer)
         self.layer_order = layer_order
         self.scheme = check_scheme(scheme)
-        self.state = optimizer_state(optimizer, self.layers)
+        self.state = unit_reset_state(optimizer, self.layers, "ReDo")
         if reinit == "fresh":
             if generators is None or len(generators) != len(self.layers):
                 raise ValueError("ReDo: reinit='fresh' needs one list of per-member generators per layer")
