@@ -46,8 +46,7 @@ from plasticlab.experiments.bench import samples_per_second
 from plasticlab.experiments.config import resolve_config
 from plasticlab.problems import get_problem
 
-PROBLEMS = {"mlp": ("permuted_mnist", {"examples_per_task": 4000}),
-            "cnn": ("random_label_cifar", {"examples": 1200})}
+PROBLEMS = peer_ensemble.PROBLEMS  # the same streams for every row
 METHODS = {"baseline": {}, "l2_init": {"strength": 1e-2},
            "cbp": {"replacement_rate": 1e-4}, "redo": {"period": 625},
            # the field since the paper (SPEC §10) at its reference values; --methods picks them
@@ -87,15 +86,6 @@ def flops_per_sample(arch: str) -> float:
     return 3 * 2 * macs
 
 
-def plain_model(arch: str) -> nn.Module:
-    if arch == "mlp":
-        return nn.Sequential(nn.Linear(784, 100), nn.ReLU(), nn.Linear(100, 100), nn.ReLU(),
-                             nn.Linear(100, 10))
-    return nn.Sequential(nn.Conv2d(3, 16, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(16, 16, 5),
-                         nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(400, 100), nn.ReLU(),
-                         nn.Linear(100, 100), nn.ReLU(), nn.Linear(100, 10))
-
-
 def plain_loop(arch: str, steps: int, data_dir, device: str = "cpu") -> float:
     """Member-samples/s of the plain single-run loop (a)."""
     name, params = PROBLEMS[arch]
@@ -104,7 +94,7 @@ def plain_loop(arch: str, steps: int, data_dir, device: str = "cpu") -> float:
     stream.start_task(0)
     batches = [tuple(t[0] for t in stream.batch(s)) for s in range(steps)]
     torch.manual_seed(0)
-    model = plain_model(arch).to(device)
+    model = peer_ensemble.plain_model(arch).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     reg = L2Init(model, strength=1e-2)
     correct = 0
