@@ -18,7 +18,7 @@ that make replacement, resets and consolidation happen within a short run) on th
 ``--cnn-tasks`` × ``--cnn-steps``.
 
 ``--cost``: instead, what member alignment costs: one Adam step over the MLP's parameters at
-K = 8 with L2 Init's folded decay, ``Adam(member_dim=False)`` (whole tensors, as before the fix)
+K = 8 with L2 Init's decay in Adam's pass, ``Adam(member_dim=False)`` (whole tensors, as before the fix)
 against ``member_dim=True`` (the engine's), with the gradients in the same buffers at every step
 (the hand-written backward) or new tensors (autograd); rounds interleaved, best of each.
 """
@@ -166,7 +166,7 @@ def main() -> None:
     if args.cost:
         torch.set_num_threads(1)
         best = adam_step_cost()
-        print(f"torch {torch.__version__}, 1 thread: one Adam step, MLP at K = 8, folded decay, "
+        print(f"torch {torch.__version__}, 1 thread: one Adam step, MLP at K = 8, decay in Adam's pass, "
               "best of 25 rounds")
         for fresh, label in ((False, "same gradient buffers (hand-written backward)"),
                              (True, "new gradient tensors (autograd)")):

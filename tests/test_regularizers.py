@@ -19,7 +19,6 @@ from plasticlab.regularizers import (
     L1Init,
     L2Init,
     L2InitResample,
-    fold_decay,
     regularized_parameters,
 )
 from plasticlab.rng import torch_generator
@@ -506,16 +505,16 @@ def quadratic_method(name: str, strengths, optimizer: str = "adam", fused: bool 
 
 @pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("name", ["l2", "l2_init"])
-def test_decay_folded_into_adam_gives_the_unfolded_parameters_to_the_bit(name, fused):
-    folded, net_a, opt_a = quadratic_method(name, [0.05] * 3, fused=fused)
-    unfolded, net_b, opt_b = quadratic_method(name, [0.05] * 3, fused=fused)
-    assert folded.folded and opt_a.weight_decay == pytest.approx(0.05)
-    unfolded.folded, opt_b.weight_decay = False, 0.0  # the two-pass form: (g − λθ₀) + λθ
+def test_decay_in_the_optimizer_gives_the_split_decay_parameters_to_the_bit(name, fused):
+    in_opt, net_a, opt_a = quadratic_method(name, [0.05] * 3, fused=fused)
+    split, net_b, opt_b = quadratic_method(name, [0.05] * 3, fused=fused)
+    assert in_opt.gradient.decay_in_optimizer and opt_a.weight_decay == pytest.approx(0.05)
+    split.gradient.decay_in_optimizer, opt_b.weight_decay = False, 0.0  # (g − λθ₀) + λθ
     unpenalized, net_c, opt_c = quadratic_method("baseline", [0.0] * 3, fused=fused)
     gen = torch.Generator().manual_seed(0)
     for _ in range(20):
         grads = [torch.randn(p.shape, generator=gen) * 1e-2 for p in net_a.parameters()]
-        for method, net, opt in ((folded, net_a, opt_a), (unfolded, net_b, opt_b),
+        for method, net, opt in ((in_opt, net_a, opt_a), (split, net_b, opt_b),
                                  (unpenalized, net_c, opt_c)):
             for p, g in zip(net.parameters(), grads, strict=True):
                 p.grad = g.clone()
@@ -526,20 +525,45 @@ def test_decay_folded_into_adam_gives_the_unfolded_parameters_to_the_bit(name, f
     assert not torch.equal(net_a.blocks[0].affine.weight, net_c.blocks[0].affine.weight)
 
 
-def test_decay_is_folded_only_where_the_numbers_stay_the_same():
-    assert quadratic_method("l2_init", [1e-2, 1e-2])[0].folded
-    assert not quadratic_method("l2_init", [1e-2, 1e-3])[0].folded  # λ differs per member
-    assert not quadratic_method("l2_init", [1e-2], optimizer="sgd")[0].folded
+def test_the_decay_goes_to_the_optimizer_only_where_the_numbers_stay_the_same():
+    from plasticlab.fast.quadratic_penalty import penalty_gradient
+
+    def in_optimizer(*args, **kwargs):
+        return quadratic_method(*args, **kwargs)[0].gradient.decay_in_optimizer
+
+    assert in_optimizer("l2_init", [1e-2, 1e-2])
+    assert not in_optimizer("l2_init", [1e-2, 1e-3])  # λ differs per member
+    assert not in_optimizer("l2_init", [1e-2], optimizer="sgd")
     # LayerNorm gains are in the optimizer but not in the penalty
-    assert not quadratic_method("l2_init", [1e-2], layer_norm=True)[0].folded
-    assert not quadratic_method("l1_init", [1e-2])[0].folded  # not quadratic
+    assert not in_optimizer("l2_init", [1e-2], layer_norm=True)
+    assert not hasattr(quadratic_method("l1_init", [1e-2])[0].gradient, "pulls")  # not quadratic
     _, net, _ = quadratic_method("l2_init", [1e-2])
     opt = make_optimizer("adam", net.parameters(), 1e-3)
     opt.weight_decay = 1e-4  # the optimizer's own decay is never overwritten
     reg = L2Init(net, 1e-2, member_dim=True)
-    assert not fold_decay(reg, opt) and opt.weight_decay == 1e-4
+    assert not penalty_gradient(reg, opt).decay_in_optimizer and opt.weight_decay == 1e-4
     # off the CPU (where the identity is untested, and on CUDA did not hold) the decay stays apart
     reg = L2Init(net, 1e-2, member_dim=True)
     reg.params = [p.to("meta") for p in reg.params]  # (a device that is not the CPU)
     opt = make_optimizer("adam", reg.params, 1e-3)
-    assert not fold_decay(reg, opt) and opt.weight_decay == 0.0
+    assert not penalty_gradient(reg, opt).decay_in_optimizer and opt.weight_decay == 0.0
+
+
+@pytest.mark.parametrize("name", ["l2", "l2_init"])
+def test_the_split_decay_adds_the_plain_gradient_up_to_rounding(name):
+    from plasticlab.fast.quadratic_penalty import SplitDecayGradient
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 3))
+    reg = (L2Init if name == "l2_init" else L2)(model, strength=0.3)
+    perturb(list(model.parameters()), seed=4, scale=0.5)
+    grads = [torch.randn_like(p) for p in model.parameters()]
+    for p, g in zip(model.parameters(), grads, strict=True):
+        p.grad = g.clone()
+    reg.add_grad_()  # the plain form: g + λ(θ − target)
+    plain = [p.grad.clone() for p in model.parameters()]
+    for p, g in zip(model.parameters(), grads, strict=True):
+        p.grad = g.clone()
+    SplitDecayGradient(reg).add_()
+    for p, e in zip(model.parameters(), plain, strict=True):
+        torch.testing.assert_close(p.grad, e, rtol=1e-6, atol=1e-7)

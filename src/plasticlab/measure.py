@@ -27,7 +27,7 @@ What is measured, per member (definitions in :mod:`plasticlab.metrics`):
 - **test accuracy** ``task_test_accuracy`` on the finished task's whole held-out test set
   (problems with test sets only), evaluated in chunks without gradients; where all members
   share one image set under their own input permutations (Permuted MNIST) the permutation is
-  folded into the first layer's weights, so no permuted copy of the test set is ever made. At
+  moved into the first layer's weights, so no permuted copy of the test set is ever made. At
   K = 8 on one CPU thread this forward pass over 8 × 10,000 images is most of a task end's cost
   (``benchmarks/measurement_overhead.py``).
 - **forgetting** (opt-in): the row A[j, 0..j] of the accuracy matrix — every task's test set
@@ -195,7 +195,7 @@ def _permuted_shared_accuracy(net: EnsembleNet, problem: Problem, parts: list[Ta
     """Test accuracy when every member sees the same stored images under its own input
     permutation (Permuted MNIST) and the first layer is linear.
 
-    The permutation is folded into the first layer instead of applied to the images:
+    The permutation is moved into the first layer instead of applied to the images:
     x[perm_k] · W_kᵀ = x · (W_k[:, perm_k⁻¹])ᵀ, so all K members read the one normalised image
     chunk in a single matmul — no per-member copy of the test set is ever made. The other layers
     run as in :meth:`EnsembleNet.forward`.
@@ -205,8 +205,8 @@ def _permuted_shared_accuracy(net: EnsembleNet, problem: Problem, parts: list[Ta
     perm = torch.stack([p.perm for p in parts]).to(device)
     inverse = torch.argsort(perm, dim=1)
     w = first.affine.weight
-    folded = torch.gather(w, 2, inverse[:, None, :].expand(w.shape)).contiguous()
-    block = Block(_SharedInputLinear(folded, first.affine.bias), first.norm, first.activation,
+    unpermuted = torch.gather(w, 2, inverse[:, None, :].expand(w.shape)).contiguous()
+    block = Block(_SharedInputLinear(unpermuted, first.affine.bias), first.norm, first.activation,
                   first.pool, first.flatten)
     labels = torch.stack([p.y for p in parts]).to(device)
     correct = torch.zeros(len(parts), dtype=torch.int64, device=device)
@@ -226,7 +226,7 @@ def held_out_accuracy(net: EnsembleNet, problem: Problem, task: int, chunk: int 
 
     Evaluates exactly ``problem.test_set(task)``; when the members share one stored image set
     under per-member permutations and the network starts with a linear layer, the permutation is
-    folded into that layer's weights (one matmul for the ensemble, no permuted copies) —
+    moved into that layer's weights (one matmul for the ensemble, no permuted copies) —
     the same function, computed faster. ``examples``: as in :func:`held_out_batches`.
     """
     if chunk < 1:

@@ -15,7 +15,7 @@ DOC = "docs/member-independence.md"
 BIT_IDENTICAL = (
     "CPU, one torch thread (the engine's default): member k of an ensemble equals seed k run "
     "alone bit for bit — parameters and online accuracies — for the MLP (hand-written or "
-    "autograd backward) and the CNN, with Adam (penalties folded into its decay or not) and "
+    "autograd backward) and the CNN, with Adam (a penalty's decay in its pass or not) and "
     "SGD. Whole runs are tested (tests/test_member_independence.py: Permuted MNIST MLP 6 tasks × "
     "800 steps for Baseline, L2 Init, L1 Init, Huber Init with Adam and L2 Init with SGD; "
     "Random Label CIFAR CNN 3 × 200 with L2 Init and Adam); every registered method was checked "

@@ -22,7 +22,8 @@ normalisation (it is not decoupled weight decay).
 The same classes run inside plasticlab's ensemble engine on stacked ``[K, …]`` parameters
 (``member_dim=True``, λ a ``[K]`` tensor): the math is elementwise, so it is one code path.
 Besides ``reg()`` (autograd), :meth:`Regularizer.add_grad_` adds the closed-form gradient
-straight into ``.grad``, which is what the engine uses; a test keeps the two equal.
+straight into ``.grad`` as written; a test keeps the two equal. For the quadratic penalties the
+engine adds the same gradient through :mod:`plasticlab.fast.quadratic_penalty`.
 """
 
 from __future__ import annotations
@@ -98,7 +99,8 @@ class Regularizer:
         return d
 
     # --- shared machinery --------------------------------------------------------------------
-    def _strength_for(self, p: torch.Tensor) -> torch.Tensor:
+    def strength_for(self, p: torch.Tensor) -> torch.Tensor:
+        """λ shaped to broadcast against ``p`` (``[K, 1, …]`` for ensembles)."""
         if not self.member_dim:
             return self.strength
         return self.strength.view(-1, *([1] * (p.dim() - 1)))
@@ -126,80 +128,15 @@ class Regularizer:
     def add_grad_(self) -> None:
         """Add the penalty's gradient λ·ρ'(θ − target) to each parameter's ``.grad``."""
         for p, d in self._diffs():
-            s, r = self._strength_for(p), self.rho_grad(d)
+            s, r = self.strength_for(p), self.rho_grad(d)
             if p.grad is None:
                 p.grad = (s * r).expand_as(p).clone()
             else:
                 p.grad.addcmul_(s, r)  # one pass, no temporary for λ·ρ'(d)
 
 
-class _Quadratic(Regularizer):
-    """(λ/2)‖θ − target‖²: its gradient λθ − λ·target splits into a decay λθ, which an
-    optimizer with weight decay adds inside its own update pass (one pass over the parameters
-    fewer, :func:`fold_decay`), and the constant pull −λ·target."""
-
-    _pull: list[torch.Tensor | None] | None = None  # λ·target per parameter, from first use
-
-    def _pulls(self) -> list[torch.Tensor | None]:
-        # λ·target is fixed once computed: ``strength`` and the targets may not change after.
-        if self._pull is None:
-            self._pull = [None if t is None else self._strength_for(t) * t for t in self.targets()]
-        return self._pull
-
-    @torch.no_grad()
-    def add_grad_(self) -> None:
-        """Add λ(θ − target) to each ``.grad`` as (g − λ·target) + λθ: two in-place passes, no
-        temporary θ − target (faster than λ·(θ − target) with one: docs/performance.md). The
-        order is the one an optimizer's weight decay uses after :meth:`add_pull_grad_`, so
-        folded and unfolded updates agree to the bit."""
-        self.add_pull_grad_()
-        for p in self.params:
-            p.grad.addcmul_(self._strength_for(p), p)
-
-    @torch.no_grad()
-    def add_pull_grad_(self) -> None:
-        """Add −λ·target to each ``.grad`` (creating it where missing): the gradient without
-        its decay term λθ."""
-        for p, pull in zip(self.params, self._pulls(), strict=True):
-            if p.grad is None:
-                p.grad = torch.zeros_like(p) if pull is None else -pull
-            elif pull is not None:
-                p.grad.sub_(pull)
-
-    def uniform_strength(self) -> float | None:
-        """λ when every member has the same one (an optimizer's scalar weight decay can then
-        apply it), else None."""
-        s = self.strength
-        if s.dim() == 0:
-            return float(s)
-        return float(s[0]) if bool((s == s[0]).all()) else None
-
-
-def fold_decay(regularizer: Regularizer, optimizer) -> bool:
-    """Hand the decay λθ of a quadratic ``regularizer`` to ``optimizer``'s weight decay, so the
-    optimizer's pass adds it (then add only :meth:`_Quadratic.add_pull_grad_` per step).
-
-    Done only where the result is the same to the bit: an optimizer with a ``weight_decay`` of
-    0 that adds it as g + wd·θ before anything else (:class:`plasticlab.optim.Adam`), a λ
-    shared by every member, and a penalty on exactly the optimizer's parameters (not with
-    LayerNorm gains, which the penalties leave alone). Returns whether it folded.
-
-    CPU only: that is where the identity is tested. On CUDA the folded run was measured to
-    leave the unfolded one (docs/performance.md), so there the decay stays in
-    :meth:`_Quadratic.add_grad_`."""
-    if not isinstance(regularizer, _Quadratic) or getattr(optimizer, "weight_decay", None) != 0.0:
-        return False
-    if any(p.device.type != "cpu" for p in regularizer.params):
-        return False
-    strength = regularizer.uniform_strength()
-    if strength is None or {id(p) for p in optimizer.params} != {id(p) for p in regularizer.params}:
-        return False
-    optimizer.weight_decay = strength
-    return True
-
-
-class L2(_Quadratic):
-    """L2 regularization toward the origin: (λ/2)‖θ‖²; gradient λθ."""
+class L2(Regularizer):
+    """L2 regularization toward the origin: (λ/2)‖θ‖²; gradient λθ (ρ(d) = ½d², the base's)."""
 
     def targets(self):
         return [None] * len(self.params)
@@ -217,12 +154,19 @@ class _InitTarget(Regularizer):
         return self.initial
 
 
-class L2Init(_InitTarget, _Quadratic):
+class L2Init(_InitTarget):
     """L2 Init (regenerative regularization): (λ/2)‖θ − θ₀‖²; gradient λ(θ − θ₀).
 
     With SGD one step is θ ← (1 − αλ)θ + αλθ₀ − α∇L: a constant pull back to the initial
-    weights that keeps the network plastic.
+    weights that keeps the network plastic. (The engine adds this gradient through a fast path
+    with the same value, :mod:`plasticlab.fast.quadratic_penalty`.)
     """
+
+    def rho(self, d):
+        return 0.5 * d * d
+
+    def rho_grad(self, d):
+        return d
 
 
 class L1Init(_InitTarget):
@@ -358,7 +302,7 @@ class EWC(Regularizer):
     @torch.no_grad()
     def add_grad_(self):
         for p, a, b in zip(self.params, self.fisher_sum, self.anchor_sum, strict=True):
-            g = self._strength_for(p) * (a * p - b)
+            g = self.strength_for(p) * (a * p - b)
             if p.grad is None:
                 p.grad = g
             else:
@@ -405,4 +349,4 @@ def _module_sampler(module: nn.Module) -> Callable[[], list[torch.Tensor]]:
 
 
 __all__ = ["EWC", "L1Init", "L2", "L2Init", "L2InitResample", "HuberInit", "Regularizer",
-           "fold_decay", "regularized_parameters"]
+           "regularized_parameters"]

@@ -23,9 +23,9 @@ from typing import ClassVar
 import torch
 
 from ..checkpoint import Excluded, capture, restore
+from ..fast.quadratic_penalty import penalty_gradient
 from ..nets import EnsembleNet
 from ..params import Param
-from ..regularizers import fold_decay
 from ..rng import torch_generator
 
 
@@ -64,7 +64,8 @@ class Method:
         """Add the method's regularization gradient to ``.grad`` (after the task loss's).
 
         A quadratic penalty may leave its decay term λθ to the optimizer's weight decay
-        (:attr:`PenaltyMethod.folded`): the update is the same, ``.grad`` then lacks λθ."""
+        (:mod:`plasticlab.fast.quadratic_penalty`): the update is the same, ``.grad`` then
+        lacks λθ."""
 
     def after_step(self, features: list[torch.Tensor], x: torch.Tensor, step: int) -> None:
         """Update after the optimizer step.
@@ -128,18 +129,14 @@ class PenaltyMethod(Method):
     def __init__(self, net, optimizer, hp, context):
         super().__init__(net, optimizer, hp, context)
         self.regularizer = self.make_regularizer(net, hp, context)
-        # A quadratic penalty's decay λθ rides along in the optimizer's own pass where that
-        # gives the same numbers (one pass over the parameters fewer per step).
-        self.folded = fold_decay(self.regularizer, optimizer)
+        # the gradient λ·ρ'(θ − target), through a fast path where one applies
+        self.gradient = penalty_gradient(self.regularizer, optimizer)
 
     def make_regularizer(self, net, hp, context):
         raise NotImplementedError
 
     def add_penalty_grad(self) -> None:
-        if self.folded:
-            self.regularizer.add_pull_grad_()
-        else:
-            self.regularizer.add_grad_()
+        self.gradient.add_()
 
     def penalty(self):
         with torch.no_grad():

@@ -231,6 +231,17 @@ class Adam:
         return out
 
     @torch.no_grad()
+    def take_weight_decay(self, strength: float) -> None:
+        """From now on add ``strength``·θ to every gradient inside this optimizer's own pass
+        (g + wd·θ before the moments, ``torch.optim.Adam``'s weight decay): how a quadratic
+        penalty's decay λθ rides along (:mod:`plasticlab.fast.quadratic_penalty`)."""
+        if self.weight_decay:
+            raise ValueError(f"Adam already has a weight decay ({self.weight_decay}); a penalty's "
+                             "decay cannot be added to it")
+        if not strength >= 0:
+            raise ValueError(f"weight decay must be >= 0, got {strength}")
+        self.weight_decay = float(strength)
+
     def reset(self, index: int, mask: torch.Tensor, restart_count: bool = True) -> None:
         """Restart Adam for the elements of parameter ``index`` where ``mask`` is true.
 
