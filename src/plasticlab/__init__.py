@@ -7,6 +7,27 @@ ensemble engine that trains K runs at once.
     from plasticlab import L2Init
     reg = L2Init(model, strength=1e-2)
     loss = task_loss + reg()
+
+The package's layers, lowest first; a module imports only from its own layer or below
+(``tests/test_layers.py`` checks it):
+
+0. ``params``, ``rng``, ``device``, ``run_config``, ``checkpoint``, ``fisher`` — typed
+   parameters, seeded streams, devices, the resolved run configuration, safe checkpoints, the
+   Fisher information;
+1. ``data`` — datasets in their official formats, checked;
+2. ``problems`` — the continual streams (SPEC §3) for K seeded members;
+3. ``nets`` — ensemble layers, the MLP and CNN, and their units;
+4. ``metrics``, ``regularizers``, ``perturb``, ``optim`` — measurements of a network, the
+   drop-in penalties and Shrink & Perturb, optimizers with per-element state;
+5. ``fast`` — fast paths of the plain forms below, each tested against them;
+6. ``methods``, ``measure`` — one file per plasticity method; the measurements of an
+   ensemble at a task end;
+7. ``engine`` — the training loop over an ensemble;
+8. ``monitor``, ``dropin_field``, ``member_independence`` — the drop-ins for anyone's model
+   and what the engine guarantees;
+9. ``experiments`` — configs, presets, sweeps, the protocol, the results store, executors;
+10. ``report``, ``integrations`` — figures, tables and pages; framework callbacks;
+11. ``cli``, ``cli_sweep``, ``cli_reproduce``, ``demo`` — the ``plasticlab`` command.
 """
 
 from importlib.metadata import PackageNotFoundError, version

@@ -1,4 +1,5 @@
-"""Configs, the results store and run manifests."""
+"""Experiments: configs from user input, presets, sweeps and the paper's protocol, executors,
+the results store and run manifests."""
 
 from .config import RunConfig, apply_setting, parse_seeds, resolve_config
 from .manifest import build_manifest
