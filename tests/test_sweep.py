@@ -241,3 +241,14 @@ def test_a_checkpoint_no_unfinished_ensemble_uses_is_reported_and_removed(tmp_pa
     (messages,) = tidy_checkpoints(tmp_path, p)
     assert "removed checkpoint" in messages and "0123456789abcdef.ckpt" in messages
     assert sorted(f.name for f in folder.iterdir()) == ["run-0123456789abcdef.ckpt"]
+
+
+def test_dry_run_prints_how_the_runs_are_packed_into_ensembles(tmp_path, capsys):
+    from plasticlab.cli import main
+
+    assert main(["sweep", "--preset", "main-permuted_mnist-adam", "--dry-run", "--out",
+                 str(tmp_path / "x")]) == 0
+    out = capsys.readouterr().out
+    # 2 step sizes × 4 λ × 3 seeds: one ensemble of 12 per step size
+    assert "permuted_mnist l2_init adam: 2 ensemble(s), K = 12 ×2" in out
+    assert not (tmp_path / "x").exists()

@@ -75,6 +75,23 @@ def _describe(p, workers: int, calibration: dict | None) -> str:
     return text
 
 
+def packing(ensembles) -> list[str]:
+    """How a plan packs its runs: one line per problem × method × optimizer, with the members
+    of each of its ensembles (``K = 10 ×3, 4`` = three ensembles of 10 and one of 4)."""
+    groups: dict[tuple, list[int]] = {}
+    for e in ensembles:
+        c = e.config
+        groups.setdefault((c.problem, c.method, c.optimizer), []).append(len(e.seeds))
+    lines = []
+    for (problem, method, optimizer), sizes in sorted(groups.items()):
+        counts: dict[int, int] = {}
+        for k in sizes:
+            counts[k] = counts.get(k, 0) + 1
+        text = ", ".join(f"{k} ×{n}" if n > 1 else str(k) for k, n in sorted(counts.items(), reverse=True))
+        lines.append(f"{problem} {method} {optimizer}: {len(sizes)} ensemble(s), K = {text}")
+    return lines
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     sweep = _load_sweep(args)
     name = sweep.get("name", Path(args.file).stem if args.file else args.preset)
@@ -100,6 +117,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print("  (the estimate leaves out forgetting: every task end also tests all earlier tasks, "
               "which grows with the number of tasks)")
     if args.dry_run:
+        for line in packing(grid_plan.ensembles):
+            print("    " + line)
         if calibration is None:
             print("  (no calibration on this machine yet: run `plasticlab bench` for time estimates)")
         return 0
