@@ -73,3 +73,18 @@ def test_tasks_sets_every_runs_tasks_and_keeps_steps_per_task():
     assert varied["tasks"] == 2 and varied["variants"] == [{"tasks": 2}, {"lr": 1e-3}]
     with pytest.raises(ValueError, match="--tasks must be >= 1"):
         with_tasks(get_preset("forgetting"), 0)
+
+
+def test_the_synthetic_official_format_files_run_5_plus_1_cifar_and_continual_imagenet(tmp_path, capsys):
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    subprocess.run([sys.executable, str(REPO / "examples" / "synthetic_official_data.py"),
+                    str(tmp_path / "data")], check=True, capture_output=True)
+    for problem, batch in (("five_plus_one_cifar", "10"), ("continual_imagenet", "100")):
+        assert main(["run", "--problem", problem, "--method", "l2_init", "--tasks", "2",
+                     "--steps-per-task", "5", "--batch-size", batch, "--seeds", "0-1", "--data-dir",
+                     str(tmp_path / "data"), "--out", str(tmp_path / problem), "--no-progress"]) == 0
+    assert "continual_imagenet · l2_init" in capsys.readouterr().out
