@@ -8,30 +8,30 @@ from .base import Method, MethodContext, PenaltyMethod
 from .baseline import Baseline
 from .cbp import ContinualBackprop
 from .concat_relu import ConcatReLU
-from .ewc import EWC
+from .ewc import EWCMethod
 from .fire import FIRE
 from .full_reset import FullReset, HeadReset
-from .hare_tortoise import HareTortoise
-from .huber_init import HuberInit
-from .l1_init import L1Init
-from .l2 import L2
-from .l2_init import L2Init
+from .hare_tortoise import HareTortoiseMethod
+from .huber_init import HuberInitMethod
+from .l1_init import L1InitMethod
+from .l2 import L2Method
+from .l2_init import L2InitMethod
 from .l2_init_ewc import L2InitEWC
-from .l2_init_resample import L2InitResample
+from .l2_init_resample import L2InitResampleMethod
 from .layer_norm import LayerNorm
-from .parseval import Parseval
+from .parseval import ParsevalMethod
 from .redo import ReDo
-from .shrink_perturb import ShrinkPerturb
+from .shrink_perturb import ShrinkPerturbMethod
 from .snr import SelfNormalizedResets
 from .swr import SelectiveWeightReinit
 
 METHODS: dict[str, type[Method]] = {
-    cls.name: cls for cls in (Baseline, L2, L2Init, L1Init, HuberInit, L2InitResample,
-                              ShrinkPerturb, ContinualBackprop, ConcatReLU, LayerNorm, ReDo, EWC,
-                              L2InitEWC,
+    cls.name: cls for cls in (Baseline, L2Method, L2InitMethod, L1InitMethod, HuberInitMethod,
+                              L2InitResampleMethod, ShrinkPerturbMethod, ContinualBackprop,
+                              ConcatReLU, LayerNorm, ReDo, EWCMethod, L2InitEWC,
                               # the field since the paper (SPEC §10)
-                              SelfNormalizedResets, HareTortoise, Parseval, SelectiveWeightReinit,
-                              FullReset, HeadReset, FIRE)
+                              SelfNormalizedResets, HareTortoiseMethod, ParsevalMethod,
+                              SelectiveWeightReinit, FullReset, HeadReset, FIRE)
 }
 
 

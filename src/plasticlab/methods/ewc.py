@@ -37,7 +37,7 @@ FISHER_SAMPLES = Param("fisher_samples", 992, int, "examples of the finished tas
                         low=1)
 
 
-class EWC(Method):
+class EWCMethod(Method):
     name = "ewc"
     description = "Elastic Weight Consolidation (diagonal Fisher at a task end)"
     hyperparameters = (EWC_STRENGTH, ANCHOR, FISHER, FISHER_DATA, FISHER_SAMPLES)

@@ -13,7 +13,7 @@ at θ₀.
 
 Online accuracy is the hare's. Where the problem has test sets, each task end also measures the
 tortoise on the finished task's test set, ``tortoise_test_accuracy`` (beside the hare's
-``task_test_accuracy``), through :meth:`HareTortoise.extra_measurements`. The drop-in
+``task_test_accuracy``), through :meth:`HareTortoiseMethod.extra_measurements`. The drop-in
 :class:`plasticlab.dropin_field.HareTortoise` runs the same two updates on a plain model.
 """
 
@@ -49,7 +49,7 @@ def reset_hare_(hare: Sequence[torch.Tensor], tortoise: Sequence[torch.Tensor],
         h.copy_(torch.where(member_mask(due, h), t, h))
 
 
-class HareTortoise(Method):
+class HareTortoiseMethod(Method):
     """The trained network is the hare; :attr:`tortoise` is its slow EMA, copied into it every
     ``reset_period`` steps."""
 

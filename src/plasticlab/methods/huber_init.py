@@ -5,7 +5,7 @@ from ..params import Param
 from .base import STRENGTH, PenaltyMethod
 
 
-class HuberInit(PenaltyMethod):
+class HuberInitMethod(PenaltyMethod):
     name = "huber_init"
     description = "Huber regularization toward θ₀"
     hyperparameters = (STRENGTH, Param("delta", 1.0, float, "δ: where the penalty turns linear",

@@ -4,7 +4,7 @@ from .. import regularizers
 from .base import STRENGTH, PenaltyMethod
 
 
-class L1Init(PenaltyMethod):
+class L1InitMethod(PenaltyMethod):
     name = "l1_init"
     description = "L1 regularization toward θ₀"
     hyperparameters = (STRENGTH,)

@@ -4,7 +4,7 @@ from .. import regularizers
 from .base import STRENGTH, PenaltyMethod
 
 
-class L2(PenaltyMethod):
+class L2Method(PenaltyMethod):
     name = "l2"
     description = "L2 regularization toward 0"
     hyperparameters = (STRENGTH,)

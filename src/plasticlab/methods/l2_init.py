@@ -11,7 +11,7 @@ from .. import regularizers
 from .base import STRENGTH, PenaltyMethod
 
 
-class L2Init(PenaltyMethod):
+class L2InitMethod(PenaltyMethod):
     name = "l2_init"
     description = "L2 regularization toward the initial parameters θ₀"
     hyperparameters = (STRENGTH,)

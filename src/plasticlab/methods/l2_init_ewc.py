@@ -4,13 +4,13 @@ EWC's Fisher-weighted anchors at each task end limit forgetting (SPEC §7, forge
 from .. import regularizers
 from ..fast.quadratic_penalty import penalty_gradient
 from .base import STRENGTH
-from .ewc import EWC
+from .ewc import EWCMethod
 
 
-class L2InitEWC(EWC):
+class L2InitEWC(EWCMethod):
     name = "l2_init_ewc"
     description = "L2 Init and EWC together"
-    hyperparameters = (STRENGTH, *EWC.hyperparameters)
+    hyperparameters = (STRENGTH, *EWCMethod.hyperparameters)
 
     def __init__(self, net, optimizer, hp, context):
         super().__init__(net, optimizer, hp, context)

@@ -7,7 +7,7 @@ from .. import regularizers
 from .base import STRENGTH, PenaltyMethod
 
 
-class L2InitResample(PenaltyMethod):
+class L2InitResampleMethod(PenaltyMethod):
     name = "l2_init_resample"
     description = "L2 toward a fresh init draw every step"
     hyperparameters = (STRENGTH,)

@@ -59,7 +59,7 @@ SCALE = Param("scale", 1.0, float, "s: the target W Wᵀ = s·I (the reference c
               per_member=True, low=0.0, low_open=True)
 
 
-class Parseval(Method):
+class ParsevalMethod(Method):
     """Adds 4λ (W Wᵀ − s·I) W to each hidden weight's gradient at every step."""
 
     name = "parseval"

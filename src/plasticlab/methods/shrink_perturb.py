@@ -13,7 +13,7 @@ from ..params import Param
 from .base import Method
 
 
-class ShrinkPerturb(Method):
+class ShrinkPerturbMethod(Method):
     name = "shrink_perturb"
     description = "θ ← p·θ + σ·ε after every step, ε ~ init"
     hyperparameters = (
