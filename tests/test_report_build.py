@@ -297,7 +297,7 @@ def test_each_form_of_a_method_is_shown_apart_and_the_best_of_a_numeric_grid_onc
     headline, how = Results(Path("."), configs, Counter()).headline("permuted_mnist", "adam")
     shown = {(c.method, float(c.total[0])) for c in headline}
     assert shown == {("ewc", 0.8), ("ewc", 0.6), ("l2_init", 0.9)}
-    assert "each form of a method" in how
+    assert "a method's forms" in how
 
 
 def test_interrupted_runs_are_reported_as_unfinished_and_resumable(results_dir, tmp_path):  # noqa: F811

@@ -146,7 +146,7 @@ class Results:
                     how.add("best configuration per method by mean total online accuracy over "
                             "the seeds shown")
             if len(by_form) > 1:
-                how.add("each form of a method (its non-numeric settings, e.g. EWC's anchor) "
+                how.add("a method's forms — its non-numeric settings, e.g. EWC's anchor — "
                         "shown apart")
         return chosen, "; ".join(sorted(how))
 
