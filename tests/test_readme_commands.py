@@ -20,7 +20,7 @@ import pytest
 from conftest import REAL_DATA, REAL_DATA_MISSING, REPO
 
 README = REPO / "README.md"
-DOC_FILES = [README, *sorted((REPO / "docs").glob("*.md")), REPO / "benchmarks" / "README.md"]
+DOC_FILES = [README, *sorted((REPO / "docs").rglob("*.md")), REPO / "benchmarks" / "README.md"]
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
 CLI = "import sys; from plasticlab.cli import main; sys.exit(main(sys.argv[1:]))"
 
