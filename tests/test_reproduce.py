@@ -46,8 +46,12 @@ def test_reproduce_sweeps_exports_reports_and_resumes(data_dir, tmp_path, capsys
     argv = ["reproduce", "lambda-sensitivity", "--scale", "0.004", "--out", str(tmp_path / "results"),
             "--docs", str(tmp_path / "docs"), "--workers", "1", "--data-dir", str(data_dir),
             "--no-progress"]
-    assert main(argv) == 0
     docs = tmp_path / "docs" / "lambda-sensitivity"
+    docs.mkdir(parents=True)  # a record of another command (another scale): not added up
+    (docs / "run.json").write_text(json.dumps({"command": "plasticlab sweep --preset x --scale 0.5",
+                                               "sittings": [{"wall_time_s": 99.0}]}))
+    assert main(argv) == 0
+    assert len(json.loads((docs / "run.json").read_text())["sittings"]) == 1
     runs, _, _ = read_export(docs / EXPORT_NAME)
     assert len(runs) == 36  # 2 step sizes × 6 λ × 3 seeds
     assert (docs / "report" / "report.md").is_file() and list((docs / "report" / "figures").glob("*.png"))

@@ -59,9 +59,11 @@ def reproduce_study(args: argparse.Namespace, study: str) -> int:
     code = main(sweep)
     elapsed = time.perf_counter() - t0
     record_path = docs / "run.json"
-    record = json.loads(record_path.read_text()) if record_path.is_file() else {"sittings": []}
-    record.update({"study": study, "scale": scale, "tasks": args.tasks,
-                   "command": f"plasticlab {' '.join(sweep)}",
+    command = f"plasticlab {' '.join(sweep)}"
+    record = json.loads(record_path.read_text()) if record_path.is_file() else {}
+    if record.get("command") != command:  # sittings of another command (scale, tasks) do not add up
+        record = {"sittings": []}
+    record.update({"study": study, "scale": scale, "tasks": args.tasks, "command": command,
                    "machine": machine()})
     record["sittings"].append({"wall_time_s": round(elapsed, 1), "exit_code": code,
                                "ended": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())})
