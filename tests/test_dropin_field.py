@@ -50,6 +50,21 @@ def batch(step, size=4):
             torch.randint(0, 3, (size,), generator=g))
 
 
+def lockstep(method, net, opt, model, plain_opt, dropin_step, steps: int):
+    """Step the engine's method (one member) and the drop-in on the same batches, each after its
+    optimizer's step; check after every step that the two networks are equal; yield the step."""
+    for step in range(1, steps + 1):
+        x, y = batch(step)
+        ensemble_backward(net, x, y)
+        copy_grads(net, model)
+        opt.step()
+        method.after_step([], x.unsqueeze(0), step)
+        plain_opt.step()
+        dropin_step()
+        assert_same(net, model)
+        yield step
+
+
 def ensemble_backward(net, x, y):
     """Gradients of the engine's loss (Σₖ mean CE) in the net's .grad; returns its features."""
     for p in net.parameters():
@@ -110,15 +125,7 @@ def test_swr_dropin_equals_the_method_on_a_one_member_network():
     plain_opt = torch.optim.SGD(model.parameters(), lr=0.1)
     swr = SWR(model, period=2, threshold=0.5, seed=SEED)
     reinitialized = 0
-    for step in range(1, 7):
-        x, y = batch(step)
-        ensemble_backward(net, x, y)
-        copy_grads(net, model)
-        opt.step()
-        method.after_step([], x.unsqueeze(0), step)
-        plain_opt.step()
-        swr.step()
-        assert_same(net, model)
+    for step in lockstep(method, net, opt, model, plain_opt, swr.step, steps=6):
         if step % 2 == 0:
             assert swr.last_reinitialized == int(method.last_reinitialized[0])
             reinitialized += swr.last_reinitialized
@@ -209,15 +216,7 @@ def test_hare_tortoise_dropin_equals_the_method_on_a_one_member_network():
     model = plain_copy(net)
     plain_opt = torch.optim.SGD(model.parameters(), lr=0.1)
     ht = HareTortoise(model, momentum=0.8, reset_period=3)
-    for step in range(1, 8):
-        x, y = batch(step)
-        ensemble_backward(net, x, y)
-        copy_grads(net, model)
-        opt.step()
-        method.after_step([], x.unsqueeze(0), step)
-        plain_opt.step()
-        ht.step()
-        assert_same(net, model)
+    for _ in lockstep(method, net, opt, model, plain_opt, ht.step, steps=7):
         for t, mine in zip(method.tortoise, ht.tortoise.parameters(), strict=True):
             torch.testing.assert_close(mine, t[0], rtol=1e-6, atol=1e-12)  # m held as float32
     assert all(not p.requires_grad for p in ht.tortoise.parameters())

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import plasticlab.methods
+import test_cbp
 from conftest import count_host_syncs
 from plasticlab.engine import train_ensemble
 from plasticlab.experiments.config import resolve_config
@@ -30,13 +31,9 @@ BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
 # --- helpers -----------------------------------------------------------------------------------
 
 
-def mlp(K: int, sizes=(6, 10, 10, 3), seeds=None) -> EnsembleNet:
-    blocks = [Block(EnsembleLinear(K, a, b), activation="relu")
-              for a, b in zip(sizes[:-2], sizes[1:-1], strict=True)]
-    blocks.append(Block(EnsembleLinear(K, sizes[-2], sizes[-1])))
-    net = EnsembleNet(blocks, K)
-    net.initialize([torch_generator(s, "init") for s in (seeds or range(K))])
-    return net
+def mlp(K: int, seeds=None) -> EnsembleNet:
+    """test_cbp's hand-sized MLP with two hidden layers: 6 → 10 → 10 → 3."""
+    return test_cbp.mlp(K, sizes=(6, 10, 10, 3), seeds=seeds)
 
 
 def convnet(K: int) -> EnsembleNet:
