@@ -18,6 +18,8 @@ from collections.abc import Sequence
 
 import torch
 
+from .stacked import StackedOptimizer
+
 MEMBER_ALIGNMENT_BYTES = 64
 """Bytes per member slab that keep torch's fused Adam kernel on the CPU from depending on K.
 
@@ -43,7 +45,7 @@ def _same(a: list, b: list) -> bool:
     return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
-class Adam:
+class Adam(StackedOptimizer):
     """Adam over a list of tensors whose gradients are in ``.grad``.
 
     ``member_dim``: the tensors are stacked ensemble members ``[K, …]`` (the engine's);
@@ -81,11 +83,6 @@ class Adam:
         self._steps_by_count: dict[int, torch.Tensor] = {}
         # The step count handed to the α = 0 moment update after restarts (its value is unused).
         self._unit_step = torch.ones((), device=self.params[0].device) if self.params else None
-
-    def zero_grad(self) -> None:
-        """Drop every parameter's gradient."""
-        for p in self.params:
-            p.grad = None
 
     @torch.no_grad()
     def step(self) -> None:

@@ -28,8 +28,10 @@ from collections.abc import Iterable
 
 import torch
 
+from .stacked import StackedOptimizer
 
-class AdamGnT:
+
+class AdamGnT(StackedOptimizer):
     """The public AdamGnT update over a list of tensors whose gradients are in ``.grad``.
 
     ``lr`` α, ``betas`` (β₁, β₂) and ``eps`` ε as in the formula of the module docstring (the
@@ -53,11 +55,6 @@ class AdamGnT:
         # Per-element step counts (the tensor's dtype: whole numbers, exact to 2²⁴ steps),
         # created for a tensor at its first restart.
         self.counts: list[torch.Tensor | None] = [None] * len(self.params)
-
-    def zero_grad(self) -> None:
-        """Drop every parameter's gradient."""
-        for p in self.params:
-            p.grad = None
 
     @torch.no_grad()
     def step(self) -> None:

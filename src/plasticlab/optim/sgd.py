@@ -6,8 +6,10 @@ from collections.abc import Sequence
 
 import torch
 
+from .stacked import StackedOptimizer
 
-class SGD:
+
+class SGD(StackedOptimizer):
     """Stateless gradient descent; :meth:`reset` exists so methods can treat every optimizer
     alike, and does nothing because there is no state to restart."""
 
@@ -20,11 +22,6 @@ class SGD:
         # torch's vector loop and in its scalar tail, so a member's result does not depend on
         # where its elements fall (tests/test_member_independence.py).
         self.member_dim = bool(member_dim)
-
-    def zero_grad(self) -> None:
-        """Drop every parameter's gradient."""
-        for p in self.params:
-            p.grad = None
 
     @torch.no_grad()
     def step(self) -> None:

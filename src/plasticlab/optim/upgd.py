@@ -40,6 +40,7 @@ from typing import ClassVar
 import torch
 
 from ..params import Param
+from .stacked import StackedOptimizer
 
 
 def trace_utility_(utilities: Sequence[torch.Tensor], params: Sequence[torch.Tensor],
@@ -87,7 +88,7 @@ SIGMA = Param("sigma", 0.1, float, "σ: standard deviation of the perturbation �
 WEIGHT_DECAY = Param("weight_decay", 0.01, float, "λ: weight decay, w ← (1 − αλ)·w", low=0.0)
 
 
-class UPGD:
+class UPGD(StackedOptimizer):
     """Protecting UPGD over a list of tensors whose gradients are in ``.grad``.
 
     ``member_dim`` (default): the parameters are stacked ensemble members ``[K, …]``, each with
@@ -117,11 +118,6 @@ class UPGD:
             raise ValueError(f"UPGD needs one generator per member ({members}), got {len(self.generators)}")
         self.utility = [torch.zeros_like(p) for p in self.params]
         self.step_count = 0
-
-    def zero_grad(self) -> None:
-        """Drop every parameter's gradient."""
-        for p in self.params:
-            p.grad = None
 
     def noise(self, params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """σ·N(0, 1) shaped like each of ``params``; member k's from its own generator, one draw
