@@ -300,14 +300,14 @@ def test_a_finished_run_is_skipped_unless_rerun_and_every_attempt_is_kept(data_d
 
 def test_an_interrupted_run_keeps_the_earlier_results_and_resumes_from_its_checkpoint(
         data_dir, tmp_path, capsys, monkeypatch):
-    from plasticlab.experiments import runner
+    from plasticlab.experiments import executor
 
     args = ["run", *TINY, "--method", "l2_init", "--set", "tasks=3", "--data-dir", str(data_dir),
             "--out", str(tmp_path), "--json"]
     assert main(args) == 0
     first = json.loads(capsys.readouterr().out)["runs"][0]
 
-    real = runner.progress_bar
+    real = executor.progress_bar
 
     def interrupting_bar(*a, **k):  # Ctrl-C right after the first task's checkpoint
         bar, on_task_end = real(*a, **k)
@@ -318,7 +318,7 @@ def test_an_interrupted_run_keeps_the_earlier_results_and_resumes_from_its_check
 
         return bar, stop
 
-    monkeypatch.setattr(runner, "progress_bar", interrupting_bar)
+    monkeypatch.setattr(executor, "progress_bar", interrupting_bar)
     assert main([*args, "--rerun"]) == 130
     assert "interrupted" in capsys.readouterr().err
     with ResultStore(tmp_path) as store:
@@ -326,7 +326,7 @@ def test_an_interrupted_run_keeps_the_earlier_results_and_resumes_from_its_check
         assert store.runs()[0]["summary"]["total_online_accuracy"] == first["total_online_accuracy"]
     assert list((tmp_path / "checkpoints").glob("run-*.ckpt"))
 
-    monkeypatch.setattr(runner, "progress_bar", real)
+    monkeypatch.setattr(executor, "progress_bar", real)
     assert main([*args, "--rerun"]) == 0
     captured = capsys.readouterr()
     assert "resuming from" in captured.err and "at task 1" in captured.err

@@ -1,7 +1,9 @@
-"""Run several ensembles at once.
+"""Run ensembles and record their runs: the one driver of ``plasticlab run``, ``sweep`` and
+``demo``.
 
-Two executors share one driver loop:
+Three executors share one driver loop (start each run's attempt, train, record):
 
+- ``inline``: one ensemble after another in this process (``plasticlab run``);
 - ``local``: one worker process per core (spawned), one torch thread each;
 - ``ray``: the same jobs as Ray tasks on a cluster (``--ray-address`` or ``$RAY_ADDRESS``; a
   local Ray instance when neither is set). Ray is an optional extra: ``pip install plasticlab[ray]``.
@@ -39,7 +41,7 @@ from .lifecycle import StopRequested, check_stop, signal_name, worker_init
 from .runner import checkpoint_path, progress_bar, record_result, record_start
 from .store import ResultStore
 
-EXECUTORS = ("local", "ray")
+EXECUTORS = ("inline", "local", "ray")
 
 
 @dataclass
@@ -56,6 +58,7 @@ class Job:
     error: str | None = None
     record: list[bool] | None = None  # per member: record its run (False: it finished before)
     interrupted: str | None = None
+    exception: BaseException | None = None  # what failed it, when it trained in this process
 
 
 def default_workers() -> int:
@@ -114,10 +117,12 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
     workers = workers or default_workers()
     # A bar per ensemble while they all run at once; beyond that one overall bar in the driver
     # (runs done / total, member-steps/s, ETA), advanced as ensembles finish.
-    per_job_bars = progress and len(jobs) <= workers and executor == "local"
+    per_job_bars = progress and (executor == "inline"
+                                 or (len(jobs) <= workers and executor == "local"))
     overall = _overall_bar(jobs) if progress and not per_job_bars else None
     with ResultStore(out) as store:
         run_ids = {i: record_start(store, jobs[i].config, jobs[i].seeds, device=device,
+                                   threads=jobs[i].options.get("threads"),
                                    member_params=jobs[i].member_params, record=jobs[i].record)
                    for i in order}
         done: set[int] = set()
@@ -137,9 +142,9 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
                 for rid in filter(None, run_ids[i]):
                     store.interrupt_run(rid, job.interrupted)
                 return
-            except Exception:
+            except Exception as exc:
                 result = None
-                job.error = traceback.format_exc()
+                job.error, job.exception = traceback.format_exc(), exc
             try:
                 if result is not None:
                     job.records = record_result(store, job.config, run_ids[i], result)
@@ -147,8 +152,8 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
                         for record in job.records:
                             logger.log(record)
                     Path(job.options["checkpoint"]).unlink(missing_ok=True)
-            except Exception:
-                job.error = traceback.format_exc()
+            except Exception as exc:
+                job.error, job.exception = traceback.format_exc(), exc
             if job.error is not None:
                 for rid in filter(None, run_ids[i]):
                     store.fail_run(rid, job.error)
@@ -158,6 +163,8 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
         try:
             if executor == "ray":
                 _run_ray(jobs, order, finish, data_dir, device, ray_address)
+            elif executor == "inline":
+                _run_inline(jobs, order, finish, data_dir, device, progress)
             else:
                 _run_local(jobs, order, finish, data_dir, device, workers, per_job_bars, grace_s)
         except KeyboardInterrupt as exc:
@@ -187,6 +194,22 @@ def _overall_bar(jobs):
     bar.runs_done, bar.runs_total = 0, sum(len(j.seeds) for j in jobs)
     bar.set_postfix_str(f"runs 0/{bar.runs_total}")
     return bar
+
+
+def _run_inline(jobs, order, finish, data_dir, device, progress) -> None:
+    for i in order:
+        # An interrupt propagates from here, before ``finish``: the job is then recorded as
+        # interrupted, like a local worker's.
+        try:
+            result = train_job(jobs[i], data_dir, device, progress=progress)
+        except Exception as exc:
+            finish(i, lambda exc=exc: _reraise(exc))
+        else:
+            finish(i, lambda result=result: result)
+
+
+def _reraise(exc: BaseException):
+    raise exc
 
 
 def _run_local(jobs, order, finish, data_dir, device, workers, progress, grace_s) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import sys
-import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -12,9 +11,8 @@ import torch
 
 from .. import checkpoint as ckpt
 from ..data.checksums import data_provenance
-from ..engine import EnsembleResult, train_ensemble
+from ..engine import EnsembleResult
 from .config import RunConfig
-from .lifecycle import signal_name
 from .manifest import build_manifest, utc_now
 from .store import ResultStore
 
@@ -196,6 +194,10 @@ def run_ensemble(
 ) -> list[dict]:
     """Train ``seeds`` as one ensemble in this process and store each run; return the records.
 
+    This is :func:`~plasticlab.experiments.executor.run_jobs` with one job and the ``inline``
+    executor — the driver ``sweep`` uses — plus what ``plasticlab run`` adds: ``threads``,
+    resuming, and re-raising a failure.
+
     ``loggers`` (:mod:`plasticlab.experiments.loggers`) mirror each recorded run.
 
     ``measure``, ``measure_every`` and ``forgetting`` are passed to
@@ -209,41 +211,25 @@ def run_ensemble(
     ``resume``, continues from one left by an interrupted attempt (``on_resume(path, task)``
     is told). On SIGINT/SIGTERM (:class:`~plasticlab.experiments.lifecycle.Terminated`) the
     attempts are marked 'interrupted' — the checkpoint resumes them — and the interrupt
-    propagates; on any other exception they are marked 'failed' with the traceback.
+    propagates; on any other exception they are marked 'failed' with the traceback, and the
+    exception propagates.
     """
+    from .executor import Job, run_jobs
+
     path = checkpoint_path(out, config, seeds, member_params)
     if not resume:
         path.unlink(missing_ok=True)
     elif path.is_file() and on_resume is not None:
         on_resume(path, ckpt.read_header(path).get("next_task", 0))
-    with ResultStore(out) as store:
-        run_ids = record_start(store, config, seeds, device=device, threads=threads,
-                               member_params=member_params)
-        bar, on_task_end = progress_bar(config, len(seeds), enabled=progress)
-        try:
-            result = train_ensemble(config, seeds, member_params, data_dir=data_dir, device=device,
-                                    threads=threads, on_task_end=on_task_end, on_steps=bar.update,
-                                    measure=measure, measure_every=measure_every,
-                                    forgetting=forgetting, backprop=backprop, checkpoint=path)
-        except KeyboardInterrupt as exc:
-            reason = (f"interrupted by {signal_name(exc)}; "
-                      + (f"{path} resumes it" if path.is_file() else "no task had ended: it restarts"))
-            for rid in run_ids:
-                store.interrupt_run(rid, reason)
-            raise
-        except BaseException:
-            error = traceback.format_exc()
-            for rid in run_ids:
-                store.fail_run(rid, error)
-            raise
-        finally:
-            bar.close()
-        records = record_result(store, config, run_ids, result)
-    path.unlink(missing_ok=True)
-    for logger in loggers:
-        for record in records:
-            logger.log(record)
-    return records
+    options = dict(threads=threads, measure=measure, measure_every=measure_every,
+                   forgetting=forgetting, backprop=backprop, checkpoint=str(path))
+    job = Job(config, [int(s) for s in seeds],
+              list(member_params) if member_params is not None else None, options=options)
+    run_jobs([job], out=out, data_dir=data_dir, device=device, progress=progress,
+             executor="inline", loggers=loggers)
+    if job.exception is not None:
+        raise job.exception
+    return job.records
 
 
 def checkpoint_path(out: str | Path, config: RunConfig, seeds: Sequence[int],
