@@ -8,8 +8,9 @@ import torch.nn.functional as F
 
 from plasticlab.engine import train_ensemble
 from plasticlab.experiments.config import resolve_config
+from plasticlab.fast import plain_forms
+from plasticlab.fast.mlp_backprop import ManualBackprop, applies, supports
 from plasticlab.nets import build_network
-from plasticlab.nets.backprop import ManualBackprop, supports
 from plasticlab.rng import torch_generator
 
 SMALL = {"problem": "permuted_mnist", "tasks": 2, "steps_per_task": 30,
@@ -78,6 +79,19 @@ def test_auto_backprop_is_manual_for_the_mlp_and_autograd_for_other_networks(dat
                               data_dir=data_dir, measure=False)
     assert mlp_run.extra["backprop"] == "manual"
     assert norm_run.extra["backprop"] == "autograd"
+    # the plain forms: autograd for every network
+    with plain_forms():
+        plain_run = train_ensemble(resolve_config({**SMALL, "tasks": 1, "method": "baseline"}), [0],
+                                   data_dir=data_dir, measure=False)
+    assert plain_run.extra["backprop"] == "autograd"
+
+
+def test_manual_backprop_applies_to_the_relu_mlp_outside_the_plain_forms():
+    net = mlp(1)
+    assert applies(net) and supports(net)
+    with plain_forms():
+        assert not applies(net) and supports(net)
+    assert applies(net) and not applies(mlp(1, layer_norm=True))
 
 
 def test_manual_backprop_refuses_networks_it_cannot_train(data_dir):

@@ -11,12 +11,14 @@ import plasticlab
 PACKAGE = Path(plasticlab.__file__).parent
 
 LAYERS = [
-    {"params", "rng", "device", "run_config", "checkpoint", "fisher"},
+    # ``fast`` (its switch and the fast paths that read tensors alone) is called by nets and
+    # problems, so it sits at the bottom; its modules that read higher layers sit above them
+    {"params", "rng", "device", "run_config", "checkpoint", "fisher", "fast"},
     {"data"},
     {"problems"},
     {"nets"},
     {"metrics", "regularizers", "perturb", "optim"},
-    {"fast"},
+    {"fast.quadratic_penalty", "fast.mlp_backprop", "fast.folded_permutation"},
     {"methods", "measure"},
     {"engine"},
     {"monitor", "dropin_field", "member_independence"},
@@ -25,10 +27,19 @@ LAYERS = [
     {"cli", "cli_sweep", "cli_reproduce", "demo"},
 ]
 LEVEL = {name: i for i, names in enumerate(LAYERS) for name in names}
+"""A top-level module's layer, or a submodule's (``package.module``) where it has its own."""
+
+
+def _layer_name(parts: list[str] | tuple[str, ...]) -> str:
+    """The name in :data:`LEVEL` of the module ``parts`` (inside plasticlab): its own
+    ``package.module`` entry if it has one, else its top-level module's."""
+    dotted = ".".join(parts[:2])
+    return dotted if dotted in LEVEL else parts[0]
 
 
 def _imports(path: Path) -> set[str]:
-    """The top-level plasticlab modules that ``path`` imports (relative or absolute)."""
+    """The plasticlab modules that ``path`` imports (relative or absolute), named as in
+    :data:`LEVEL`."""
     parts = path.relative_to(PACKAGE).with_suffix("").parts
     package = parts[:-1]  # the package the module lives in
     out = set()
@@ -37,13 +48,16 @@ def _imports(path: Path) -> set[str]:
             if node.level:
                 base = list(package[:len(package) - node.level + 1])
                 target = base + (node.module.split(".") if node.module else [])
-                out.add(target[0] if target else node.names[0].name)
-                if not target:  # from . import x (at the top level)
-                    out.update(a.name for a in node.names)
             elif node.module and node.module.split(".")[0] == "plasticlab":
-                out.add(node.module.split(".")[1] if "." in node.module else node.names[0].name)
+                target = node.module.split(".")[1:]
+            else:
+                continue
+            if target:  # from .fast import x: x may be a module with a layer of its own
+                out.update(_layer_name(target + [a.name]) for a in node.names)
+            else:  # from . import x (at the top level)
+                out.update(a.name for a in node.names)
         elif isinstance(node, ast.Import):
-            out.update(a.name.split(".")[1] for a in node.names
+            out.update(_layer_name(a.name.split(".")[1:]) for a in node.names
                        if a.name.startswith("plasticlab.") and "." in a.name)
     return out
 
@@ -51,16 +65,27 @@ def _imports(path: Path) -> set[str]:
 def test_every_top_level_module_has_a_layer():
     names = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()
              if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()}
-    assert names == set(LEVEL)
+    assert names == {name for name in LEVEL if "." not in name}
+    submodules = {name for name in LEVEL if "." in name}
+    assert all((PACKAGE / name.replace(".", "/")).with_suffix(".py").is_file() for name in submodules)
 
 
 def test_no_module_imports_from_a_layer_above_its_own():
     upward = []
     for path in PACKAGE.rglob("*.py"):
-        top = path.relative_to(PACKAGE).parts[0].removesuffix(".py")
-        if top == "__init__":
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        if parts == ("__init__",):
             continue
+        own = _layer_name(parts)
         for name in _imports(path):
-            if name in LEVEL and LEVEL[name] > LEVEL[top]:
+            if name in LEVEL and LEVEL[name] > LEVEL[own]:
                 upward.append(f"{path.relative_to(PACKAGE)} imports {name}")
     assert not upward, upward
+
+
+def test_the_layer_rule_sees_imports_of_a_submodule_with_a_layer_of_its_own():
+    # nets importing fast's tensor-only kernels is allowed; nets importing fast.mlp_backprop is not
+    assert "fast" in _imports(PACKAGE / "nets" / "layers.py")
+    assert _layer_name(("fast", "mlp_backprop")) == "fast.mlp_backprop"
+    assert _layer_name(("fast", "max_pool")) == "fast"
+    assert "fast.mlp_backprop" in _imports(PACKAGE / "engine.py")

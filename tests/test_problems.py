@@ -20,6 +20,7 @@ import torch
 
 from conftest import CIFAR100_TEST_PER_CLASS, CIFAR100_TRAIN_PER_CLASS, needs_data
 from plasticlab.data import load_cifar10, load_mnist
+from plasticlab.fast.task_examples import TaskExamples
 from plasticlab.problems import (
     PROBLEMS,
     ContinualImageNet,
@@ -288,16 +289,22 @@ def test_ensemble_member_k_streams_exactly_what_its_seed_streams_alone(request, 
 def test_a_task_gathered_on_the_device_is_the_task_staged_on_the_host(request, name):
     # On a GPU a task's examples are taken from a resident copy of the data set; on the CPU they
     # are staged in a reused host buffer. The gather itself runs on any device: here, the CPU.
+    # Both are fast forms (plasticlab.fast.task_examples) of the plain stack of each member's
+    # permuted examples, and equal it to the bit.
     problem = make(request, name, [11, 22, 33])
+    examples = TaskExamples(torch.device("cpu"))
+    previous = None
     for task in (0, 1):
         parts = [problem.member_task(k, seed, task) for k, seed in enumerate(problem.seeds)]
-        staged = problem._stage_on_host(parts).clone()
-        gathered = problem._gather_on_device(parts)
-        assert gathered.dtype == staged.dtype and torch.equal(gathered, staged)
-        problem._x = gathered  # the next task's gather reuses this buffer, as start_task does
+        staged = examples.on_host(parts).clone()
+        gathered = examples.on_device(parts, previous)
+        plain = torch.stack([p.examples() if p.perm is None else p.examples()[:, p.perm] for p in parts])
+        assert gathered.dtype == staged.dtype == plain.dtype
+        assert torch.equal(gathered, staged) and torch.equal(staged, plain)
+        previous = gathered  # the next task's gather reuses this buffer, as start_task does
     if name == "permuted_mnist":  # one resident copy of MNIST, whatever the task and member
-        assert sorted(where for _, where in problem._resident) == ["device", "host"]
-        assert all(x is problem.x_train for x, _ in problem._resident.values())
+        assert sorted(where for _, where in examples.resident) == ["device", "host"]
+        assert all(x is problem.x_train for x, _ in examples.resident.values())
 
 
 # --------------------------------------------------------------------------- Permuted MNIST

@@ -9,17 +9,21 @@ ensemble engine that trains K runs at once.
     loss = task_loss + reg()
 
 The package's layers, lowest first; a module imports only from its own layer or below
-(``tests/test_layers.py`` checks it):
+(``tests/test_layers.py`` checks it). A module is in its top-level module's layer unless it is
+listed with its own (``fast``'s):
 
-0. ``params``, ``rng``, ``device``, ``run_config``, ``checkpoint``, ``fisher`` — typed
+0. ``params``, ``rng``, ``device``, ``run_config``, ``checkpoint``, ``fisher``, ``fast`` — typed
    parameters, seeded streams, devices, the resolved run configuration, safe checkpoints, the
-   Fisher information;
+   Fisher information; the fast paths that read tensors alone (the layers' kernels, a task's
+   examples gathered) and the switch to their plain forms, so the layers above can call them;
 1. ``data`` — datasets in their official formats, checked;
 2. ``problems`` — the continual streams (SPEC §3) for K seeded members;
 3. ``nets`` — ensemble layers, the MLP and CNN, and their units;
 4. ``metrics``, ``regularizers``, ``perturb``, ``optim`` — measurements of a network, the
    drop-in penalties and Shrink & Perturb, optimizers with per-element state;
-5. ``fast`` — fast paths of the plain forms below, each tested against them;
+5. ``fast.quadratic_penalty``, ``fast.mlp_backprop``, ``fast.folded_permutation`` — the fast
+   paths that read the regularizers, networks and problems below; every fast path is tested
+   against its plain form;
 6. ``methods``, ``measure`` — one file per plasticity method; the measurements of an
    ensemble at a task end;
 7. ``engine`` — the training loop over an ensemble;

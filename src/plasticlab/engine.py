@@ -27,9 +27,9 @@ import torch.nn.functional as F
 
 from . import checkpoint as ckpt
 from . import metrics
+from .fast import mlp_backprop as manual
 from .measure import Measurer, test_example_count, to_host
 from .methods import MethodContext, get_method
-from .nets import backprop as manual
 from .nets import build_network
 from .optim import make_optimizer, optimizer_options
 from .params import Param
@@ -155,7 +155,7 @@ def train_ensemble(
     before the resume.
 
     ``backprop``: how gradients are computed — ``"autograd"``, ``"manual"``
-    (:class:`plasticlab.nets.backprop.ManualBackprop`, the ReLU MLP's gradients written out by
+    (:class:`plasticlab.fast.mlp_backprop.ManualBackprop`, the ReLU MLP's gradients written out by
     hand: same numbers up to rounding, faster whole steps — docs/performance.md), or
     ``"auto"`` (manual wherever the network allows it).
 
@@ -225,7 +225,7 @@ class EnsembleTraining:
         if backprop == "manual" and not manual.supports(net):
             raise ValueError(f"backprop='manual' needs a plain ReLU MLP; method {config.method} on "
                              f"{config.problem} builds another network: use backprop='auto'")
-        self.hand = manual.ManualBackprop(net) if backprop != "autograd" and manual.supports(net) else None
+        self.hand = manual.ManualBackprop(net) if backprop != "autograd" and manual.applies(net) else None
         # what the run has produced so far (a checkpoint's contents besides the training state)
         self.accuracies: list[list[float]] = []
         self.task_measures: list[list[dict]] = []  # [task][member] → {name: value}

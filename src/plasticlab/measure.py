@@ -27,9 +27,9 @@ What is measured, per member (definitions in :mod:`plasticlab.metrics`):
 - **test accuracy** ``task_test_accuracy`` on the finished task's whole held-out test set
   (problems with test sets only), evaluated in chunks without gradients; where all members
   share one image set under their own input permutations (Permuted MNIST) the permutation is
-  moved into the first layer's weights, so no permuted copy of the test set is ever made. At
-  K = 8 on one CPU thread this forward pass over 8 × 10,000 images is most of a task end's cost
-  (``benchmarks/measurement_overhead.py``).
+  moved into the first layer's weights (:mod:`plasticlab.fast.folded_permutation`), so no
+  permuted copy of the test set is ever made. At K = 8 on one CPU thread this forward pass
+  over 8 × 10,000 images is most of a task end's cost (``benchmarks/measurement_overhead.py``).
 - **forgetting** (opt-in): the row A[j, 0..j] of the accuracy matrix — every task's test set
   evaluated after task j — from which :func:`plasticlab.metrics.bwt` and
   :func:`~plasticlab.metrics.one_step_bwt` follow.
@@ -41,12 +41,11 @@ import math
 from collections.abc import Iterator
 
 import torch
-from torch import nn
 
 from . import metrics
+from .fast import folded_permutation
 from .nets import EnsembleNet
 from .nets.layers import EnsembleLinear
-from .nets.network import Block
 from .nets.units import dormant_mask, unit_activity
 from .problems.base import Problem, TaskData
 
@@ -176,67 +175,27 @@ def evaluate_accuracy(net: EnsembleNet, batches) -> torch.Tensor:
     return correct.double() / total
 
 
-class _SharedInputLinear(nn.Module):
-    """K linear maps of ONE shared input ``[c, D]`` → ``[K, c, U]``, as a single matmul."""
-
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor):
-        super().__init__()
-        self.weight, self.bias = weight, bias  # [K, U, D], [K, U]
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        K, U, D = self.weight.shape
-        y = torch.addmm(self.bias.reshape(1, K * U), x, self.weight.reshape(K * U, D).t())
-        return y.view(x.shape[0], K, U).transpose(0, 1).contiguous()
-
-
-@torch.no_grad()
-def _permuted_shared_accuracy(net: EnsembleNet, problem: Problem, parts: list[TaskData],
-                              chunk: int) -> torch.Tensor:
-    """Test accuracy when every member sees the same stored images under its own input
-    permutation (Permuted MNIST) and the first layer is linear.
-
-    The permutation is moved into the first layer instead of applied to the images:
-    x[perm_k] · W_kᵀ = x · (W_k[:, perm_k⁻¹])ᵀ, so all K members read the one normalised image
-    chunk in a single matmul — no per-member copy of the test set is ever made. The other layers
-    run as in :meth:`EnsembleNet.forward`.
-    """
-    device = problem.device
-    first = net.blocks[0]
-    perm = torch.stack([p.perm for p in parts]).to(device)
-    inverse = torch.argsort(perm, dim=1)
-    w = first.affine.weight
-    unpermuted = torch.gather(w, 2, inverse[:, None, :].expand(w.shape)).contiguous()
-    block = Block(_SharedInputLinear(unpermuted, first.affine.bias), first.norm, first.activation,
-                  first.pool, first.flatten)
-    labels = torch.stack([p.y for p in parts]).to(device)
-    correct = torch.zeros(len(parts), dtype=torch.int64, device=device)
-    for i in range(0, labels.shape[1], chunk):
-        _, h = block(problem.normalize(parts[0].x[i:i + chunk].to(device)))
-        for b in net.blocks[1:-1]:
-            _, h = b(h)
-        correct += metrics.correct_counts(net.blocks[-1].pre_activation(h), labels[:, i:i + chunk])
-    return correct.double() / labels.shape[1]
-
-
 def held_out_accuracy(net: EnsembleNet, problem: Problem, task: int, chunk: int = TEST_CHUNK,
                       examples: int | None = None) -> torch.Tensor | None:
     """Every member's accuracy on ``task``'s whole held-out test set, ``[K]`` float64 on the
     device; None when the problem has no test sets. No gradients, ``chunk`` test examples per
     member per forward pass.
 
-    Evaluates exactly ``problem.test_set(task)``; when the members share one stored image set
-    under per-member permutations and the network starts with a linear layer, the permutation is
-    moved into that layer's weights (one matmul for the ensemble, no permuted copies) —
-    the same function, computed faster. ``examples``: as in :func:`held_out_batches`.
+    Evaluates exactly ``problem.test_set(task)``, chunk by chunk (:func:`held_out_batches`);
+    when the members share one stored image set under per-member permutations and the network
+    starts with a linear layer, :mod:`plasticlab.fast.folded_permutation` moves the permutation
+    into that layer's weights instead (one matmul for the ensemble, no permuted copies) — the
+    same function, computed faster. ``examples``: as in :func:`held_out_batches`.
     """
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1, got {chunk}")
+    # a network that cannot fold skips building the members' test examples here (and twice)
     if not _overrides_test_set(problem) and isinstance(net.blocks[0].affine, EnsembleLinear):
         parts = _member_tests(problem, task, examples)
         if parts is None:
             return None
-        if parts[0].perm is not None and all(p.x is parts[0].x for p in parts):
-            return _permuted_shared_accuracy(net, problem, parts, chunk)
+        if folded_permutation.applies(net, parts):
+            return folded_permutation.held_out_accuracy(net, problem, parts, chunk)
     batches = held_out_batches(problem, task, chunk, examples)
     return None if batches is None else evaluate_accuracy(net, batches)
 

@@ -10,8 +10,8 @@ import torch
 
 from plasticlab.engine import member_hyperparameters
 from plasticlab.experiments.config import resolve_config
+from plasticlab.fast import mlp_backprop as manual  # plasticlab.nets.backprop at 6804370
 from plasticlab.methods import MethodContext, get_method
-from plasticlab.nets import backprop as manual
 from plasticlab.nets import build_network
 from plasticlab.optim import make_optimizer
 from plasticlab.problems import get_problem

@@ -15,8 +15,11 @@ written. Two fast paths, chosen in one place (:func:`penalty_gradient`):
   Bit-identical to the split decay (tested); not used on CUDA, where the fused kernel's
   result was measured to differ (docs/performance.md).
 
-Tests: ``tests/test_regularizers.py`` (the decay-in-optimizer identity and its conditions) and
-``tests/test_fast_penalty.py`` (split decay against the plain form).
+Applies: L2 and L2 Init (the decay in the optimizer: with the conditions above), outside
+:func:`plasticlab.fast.plain_forms`.
+Tests: ``tests/test_regularizers.py`` (the split decay against the plain form; the
+decay-in-optimizer identity and its conditions), ``tests/test_fast_kernels.py`` (the plain form
+inside :func:`plasticlab.fast.plain_forms`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import torch
 
 from ..regularizers import L2, L2Init, Regularizer
+from . import enabled
 
 QUADRATIC = (L2, L2Init)
 """The penalties (λ/2)‖θ − target‖² whose gradient splits into λθ − λ·target."""
@@ -80,8 +84,9 @@ def shared_strength(regularizer: Regularizer) -> float | None:
 def penalty_gradient(regularizer: Regularizer, optimizer=None) -> PenaltyGradient:
     """How the engine adds ``regularizer``'s gradient: the split decay for a quadratic penalty,
     with its decay handed to ``optimizer`` where that is bit-identical (module docstring); the
-    plain form otherwise. ``optimizer=None``: never the optimizer's decay."""
-    if not isinstance(regularizer, QUADRATIC):
+    plain form otherwise, and inside :func:`plasticlab.fast.plain_forms`. ``optimizer=None``:
+    never the optimizer's decay."""
+    if not enabled() or not isinstance(regularizer, QUADRATIC):
         return PenaltyGradient(regularizer)
     strength = shared_strength(regularizer)
     in_optimizer = (

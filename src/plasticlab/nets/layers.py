@@ -3,35 +3,20 @@
 A member's slice of each layer computes exactly what the plain PyTorch layer computes on that
 member's inputs, so member k of an ensemble is the same network as seed k trained alone.
 Inputs are ``[K, B, features]`` for linear layers and ``[K, B, C, H, W]`` for convolutions.
+
+The code here is each layer's plain form, the one to read. Where a fast path of
+:mod:`plasticlab.fast` applies (its ``applies``/``kernel_for`` says so), the layer runs that
+instead: the same function, computed faster; :func:`plasticlab.fast.plain_forms` turns them off.
 """
 
 from __future__ import annotations
-
-import functools
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-
-class _EnsembleLinearFunction(torch.autograd.Function):
-    """y = x Wᵀ + b per member, with a backward that writes ∂L/∂W = δᵀx straight in W's own
-    [K, out, in] layout. (Autograd's generic backward of ``baddbmm(b, x, Wᵀ)`` produces a
-    transposed gradient that AccumulateGrad then copies element by element, a large share of
-    the paper's MLP step on CPU: docs/performance.md.)"""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias):
-        ctx.save_for_backward(x, weight)
-        return torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        x, weight = ctx.saved_tensors
-        grad_x = torch.bmm(grad_out, weight) if ctx.needs_input_grad[0] else None
-        grad_w = torch.bmm(grad_out.transpose(1, 2), x) if ctx.needs_input_grad[1] else None
-        grad_b = grad_out.sum(1) if ctx.needs_input_grad[2] else None
-        return grad_x, grad_w, grad_b
+from ..fast import ensemble_conv, linear_backward
+from ..fast import max_pool as fast_max_pool
 
 
 class EnsembleLinear(nn.Module):
@@ -52,51 +37,25 @@ class EnsembleLinear(nn.Module):
         return self.out_features
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if linear_backward.applies(x):  # the same forward, a faster backward
+            return linear_backward.ensemble_linear(x, self.weight, self.bias)
         # baddbmm is bit-identical per member to K separate addmm calls on CPU.
-        return _EnsembleLinearFunction.apply(x, self.weight, self.bias)
-
-
-class _EnsembleConvLoopFunction(torch.autograd.Function):
-    """y_k = conv2d(x_k, W_k) + b_k for each member k in turn (stride 1, no padding), with a
-    backward that calls each member's convolution backward directly. (Through autograd, each
-    ``x[k]``/``W[k]`` selection's backward writes a zero-filled full-size tensor to be summed,
-    which this form avoids: docs/performance.md.)"""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias):
-        ctx.save_for_backward(x, weight)
-        return torch.stack([F.conv2d(x[k], weight[k], bias[k]) for k in range(x.shape[0])])
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        x, weight = ctx.saved_tensors
-        mask = [ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2]]
-        grad_x = torch.empty_like(x) if mask[0] else None
-        grad_w = torch.empty_like(weight) if mask[1] else None
-        grad_b = weight.new_empty(weight.shape[:2]) if mask[2] else None
-        for k in range(x.shape[0]):
-            gx, gw, gb = torch.ops.aten.convolution_backward(
-                grad_out[k], x[k], weight[k], [weight.shape[1]], [1, 1], [0, 0], [1, 1], False,
-                [0, 0], 1, mask)
-            for total, part in ((grad_x, gx), (grad_w, gw), (grad_b, gb)):
-                if total is not None:
-                    total[k] = part
-        return grad_x, grad_w, grad_b
+        return torch.baddbmm(self.bias.unsqueeze(1), x, self.weight.transpose(1, 2))
 
 
 class EnsembleConv2d(nn.Module):
-    """K independent ``nn.Conv2d`` layers (stride 1, no padding).
+    """K independent ``nn.Conv2d`` layers (stride 1, no padding): y_k = conv2d(x_k, W_k) + b_k.
 
-    ``kernel`` picks how the K convolutions run: ``"loop"`` (one conv per member, the faster
-    on CPU for the paper's small CNN), ``"grouped"`` (one grouped conv with groups=K, the
-    faster on a GPU), or ``"auto"`` (grouped on CUDA, loop elsewhere); the measurements:
-    ``benchmarks/conv_kernels.py``, docs/performance.md.
+    ``kernel`` names the fast form the K convolutions run in (:mod:`plasticlab.fast.ensemble_conv`):
+    ``"loop"`` (one conv per member, the faster on CPU for the paper's small CNN), ``"grouped"``
+    (one grouped conv with groups=K, the faster on a GPU), or ``"auto"`` (grouped on CUDA, loop
+    elsewhere); the measurements: ``benchmarks/conv_kernels.py``, docs/performance.md.
     """
 
     def __init__(self, members: int, in_channels: int, out_channels: int, kernel_size: int,
                  kernel: str = "auto"):
         super().__init__()
-        if kernel not in ("auto", "loop", "grouped"):
+        if kernel != "auto" and kernel not in ensemble_conv.KERNELS:
             raise ValueError(f"conv kernel must be 'auto', 'loop' or 'grouped', got {kernel!r}")
         self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, kernel_size
         self.kernel = kernel
@@ -113,16 +72,11 @@ class EnsembleConv2d(nn.Module):
         return self.out_channels * self.kernel_size ** 2
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        kernel = self.kernel
-        if kernel == "auto":
-            kernel = "grouped" if x.is_cuda else "loop"
-        if kernel == "loop":
-            return _EnsembleConvLoopFunction.apply(x, self.weight, self.bias)
-        K, B, C, H, W = x.shape
-        y = F.conv2d(x.transpose(0, 1).reshape(B, K * C, H, W),
-                     self.weight.reshape(K * self.out_channels, C, self.kernel_size, self.kernel_size),
-                     self.bias.reshape(-1), groups=K)
-        return y.view(B, K, self.out_channels, *y.shape[-2:]).transpose(0, 1)
+        fast = ensemble_conv.kernel_for(self.kernel, x)
+        if fast is not None:
+            return fast(x, self.weight, self.bias)
+        # one convolution per member
+        return torch.stack([F.conv2d(x[k], self.weight[k], self.bias[k]) for k in range(x.shape[0])])
 
 
 class EnsembleLayerNorm(nn.Module):
@@ -154,53 +108,12 @@ ACTIVATIONS = {"relu": (relu, 1), "concat_relu": (concat_relu, 2)}
 """name → (function, factor by which it multiplies the number of features)."""
 
 
-@functools.lru_cache(maxsize=16)
-def _window_corners(H: int, W: int, device: torch.device) -> torch.Tensor:
-    """``[H/2, W/2]``: the flat index of every 2×2 window's top-left element in an H×W plane
-    (built once per size, not at every pooling)."""
-    return torch.arange(0, H, 2, device=device).view(-1, 1) * W + torch.arange(0, W, 2, device=device)
-
-
-class _MaxPool2x2Function(torch.autograd.Function):
-    """``F.max_pool2d(h, 2)`` of ``[N, C, H, W]`` with even H and W, the same values, indices
-    and gradient, computed from the four corners of every window with elementwise maxima —
-    faster on CPU than PyTorch's kernel, which loops over every window element by element
-    (docs/performance.md). Ties go to the first corner in row-major order,
-    as in ``max_pool2d``; the backward is ``max_pool2d``'s own, fed these indices."""
-
-    @staticmethod
-    def forward(ctx, h):
-        N, C, H, W = h.shape
-        v = h.view(N, C, H // 2, 2, W // 2, 2)
-        a, b, c, d = v[:, :, :, 0, :, 0], v[:, :, :, 0, :, 1], v[:, :, :, 1, :, 0], v[:, :, :, 1, :, 1]
-        right_top, top = b > a, torch.maximum(a, b)
-        right_bottom, bottom = d > c, torch.maximum(c, d)
-        lower = bottom > top
-        y = torch.maximum(top, bottom)
-        right = right_top.logical_xor(lower.logical_and(right_top.logical_xor(right_bottom)))
-        indices = (lower * W).add_(right).add_(_window_corners(H, W, h.device))
-        ctx.save_for_backward(h, indices)
-        ctx.mark_non_differentiable(indices)
-        return y, indices
-
-    @staticmethod
-    def backward(ctx, grad_y, _grad_indices):
-        h, indices = ctx.saved_tensors
-        return torch.ops.aten.max_pool2d_with_indices_backward(
-            grad_y, h, [2, 2], [2, 2], [0, 0], [1, 1], False, indices)
-
-
-def max_pool2x2(h: torch.Tensor) -> torch.Tensor:
-    """``F.max_pool2d(h, 2)`` of ``[N, C, H, W]``: the elementwise form on CPU for even H, W
-    (:class:`_MaxPool2x2Function`), PyTorch's kernel otherwise."""
-    if h.is_cuda or h.shape[-1] % 2 or h.shape[-2] % 2:
-        return F.max_pool2d(h, 2)
-    return _MaxPool2x2Function.apply(h)[0]
-
-
 def max_pool(h: torch.Tensor, size: int = 2) -> torch.Tensor:
-    """2×2 max-pooling of ``[K, B, C, H, W]`` features, per member."""
+    """Max-pooling of ``[K, B, C, H, W]`` features over ``size``×``size`` windows, per member."""
     K, B = h.shape[:2]
     flat = h.reshape(K * B, *h.shape[2:])
-    y = max_pool2x2(flat) if size == 2 else F.max_pool2d(flat, size)
+    if size == 2 and fast_max_pool.applies(flat):  # the same values, indices and gradient
+        y = fast_max_pool.max_pool2x2(flat)
+    else:
+        y = F.max_pool2d(flat, size)
     return y.view(K, B, *y.shape[1:])

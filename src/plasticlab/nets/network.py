@@ -14,8 +14,9 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from ..fast import pool_before_relu
 from . import init as init_schemes
-from .layers import ACTIVATIONS, EnsembleConv2d, EnsembleLayerNorm, EnsembleLinear, max_pool, relu
+from .layers import ACTIVATIONS, EnsembleConv2d, EnsembleLayerNorm, EnsembleLinear, max_pool
 
 
 class Block(nn.Module):
@@ -41,13 +42,11 @@ class Block(nn.Module):
         return feats, (out.flatten(2) if self.flatten else out)
 
     def output(self, h: torch.Tensor) -> torch.Tensor:
-        """What the next block gets, without the features. ReLU then max-pooling runs as
-        pooling then ReLU: max commutes with ReLU, so the values and the gradients are the same
-        (a window whose maximum is ≤ 0 passes no gradient either way), and the ReLU and its
-        backward touch a quarter of the values."""
-        if not (self.pool and self.activation == "relu"):
+        """What the next block gets, without the features: ``self(h)[1]``, or with ReLU and
+        pooling, pooling then ReLU (:mod:`plasticlab.fast.pool_before_relu`, where it applies)."""
+        if not pool_before_relu.applies(self.activation, self.pool):
             return self(h)[1]
-        out = relu(max_pool(self.pre_activation(h)))
+        out = pool_before_relu.pooled_relu(self.pre_activation(h), max_pool)
         return out.flatten(2) if self.flatten else out
 
 

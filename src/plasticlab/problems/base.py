@@ -8,7 +8,8 @@ labels) and, where SPEC has one, the task's held-out test set. This base class d
 the batch plan (each epoch a fresh shuffle of the task's examples, a last partial batch
 dropped), and the per-step gather, vectorised over members on the training device. The task's
 data is materialised once per task and replaced at the next one, so memory stays flat over
-hundreds of tasks; permutations and label maps are index arrays.
+hundreds of tasks; permutations and label maps are index arrays. (:mod:`plasticlab.fast.task_examples`
+gathers a task's examples faster than :meth:`Problem.start_task`'s plain form, where it applies.)
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
+from ..fast import task_examples
 from ..params import Param, resolve
 from ..rng import np_rng
 
@@ -85,8 +87,8 @@ class Problem:
         self.data_dir = data_dir
         self.device = torch.device(device)
         self.task = -1
-        self._x = self._y = self._plan = self._rows = self._staging = None
-        self._resident: dict[tuple[int, str], tuple] = {}  # (id, "host" | "device") → (x, copy)
+        self._x = self._y = self._plan = self._rows = None
+        self._examples = task_examples.TaskExamples(self.device)  # its buffers live as long as we do
         self._members = torch.arange(self.members, device=self.device)[:, None]
         self.load()
 
@@ -134,7 +136,11 @@ class Problem:
                              f"{self.batch_size}")
         # The input permutation is applied once per task, not per batch: every example is seen
         # about once an epoch either way, and one bulk gather is much cheaper than 625 small ones.
-        self._x = self._stage_on_host(parts) if self.device.type == "cpu" else self._gather_on_device(parts)
+        if task_examples.applies():  # the same tensor, gathered faster
+            self._x = self._examples.gather(parts, self._x)
+        else:
+            self._x = torch.stack([p.examples() if p.perm is None else p.examples()[:, p.perm]
+                                   for p in parts]).to(self.device)
         self._y = torch.stack([p.y for p in parts]).to(self.device)
         plans = [self._batch_plan(seed, task, n) for seed in self.seeds]
         self._plan = torch.from_numpy(np.stack(plans)).to(self.device)
@@ -143,54 +149,6 @@ class Problem:
         offsets = torch.arange(self.members, device=self.device)[:, None, None] * n
         self._rows = (self._plan + offsets).transpose(0, 1).reshape(self.steps_per_task, -1).contiguous()
         self.task = task
-
-    def _stage_on_host(self, parts: list[TaskData]) -> torch.Tensor:
-        """The task's examples ``[K, N, …]`` on the CPU, gathered into one buffer that is reused
-        from task to task (a fresh one is new memory to fault in every task: tens of MB for the
-        paper's Permuted MNIST at K = 8)."""
-        x0 = parts[0].x
-        shape, dtype = (len(parts), parts[0].size, *x0.shape[1:]), x0.dtype
-        if self._staging is None or self._staging.shape != shape or self._staging.dtype != dtype:
-            self._staging = torch.empty(shape, dtype=dtype)
-        for k, p in enumerate(parts):
-            # numpy's row take: faster than torch's index_select on uint8 rows (docs/performance.md)
-            rows = p.x if p.index is None else torch.from_numpy(
-                np.take(self._resident_copy(p.x, "host"), p.index, axis=0))
-            if p.perm is None:
-                self._staging[k].copy_(rows)
-            else:  # gather with an expanded index: faster than index_select on dim 1 here
-                torch.gather(rows, 1, p.perm[None].expand_as(rows), out=self._staging[k])
-        return self._staging
-
-    def _gather_on_device(self, parts: list[TaskData]) -> torch.Tensor:
-        """The task's examples ``[K, N, …]``, taken on the device: rows of a resident copy of a
-        data set that stays the same from task to task (``TaskData.index``), then each member's
-        permutation. Host work per task is the index arrays alone: at K = 256, staging Permuted
-        MNIST's tasks on the host would gather and copy 2 GB per task."""
-        x0 = parts[0].x
-        shape = (len(parts), parts[0].size, *x0.shape[1:])
-        out = self._x
-        if out is None or out.shape != shape or out.dtype != x0.dtype:
-            out = torch.empty(shape, dtype=x0.dtype, device=self.device)
-        index = (torch.from_numpy(np.stack([p.index for p in parts])).to(self.device)
-                 if parts[0].index is not None else None)
-        perm = torch.stack([p.perm for p in parts]).to(self.device) if parts[0].perm is not None else None
-        for k, p in enumerate(parts):
-            rows = (p.x.to(self.device) if p.index is None
-                    else self._resident_copy(p.x, "device").index_select(0, index[k]))
-            if perm is None:
-                out[k].copy_(rows)
-            else:
-                torch.gather(rows, 1, perm[k][None].expand_as(rows), out=out[k])
-        return out
-
-    def _resident_copy(self, x: torch.Tensor, where: str):
-        """The host data set ``x`` as a NumPy array (``where="host"``) or on the device
-        (``"device"``), made once per stream."""
-        entry = self._resident.get((id(x), where))
-        if entry is None or entry[0] is not x:  # (x itself is kept, so its id stays its own)
-            entry = self._resident[(id(x), where)] = (x, x.numpy() if where == "host" else x.to(self.device))
-        return entry[1]
 
     def _batch_plan(self, seed: int, task: int, n: int) -> np.ndarray:
         """[steps, B] positions into the task's examples: epochs of fresh shuffles."""

@@ -1,4 +1,4 @@
-"""Backpropagation of the ensemble ReLU MLP written out by hand (the engine's fast path).
+"""Backpropagation of the ensemble ReLU MLP written out by hand.
 
 For the paper's MLP (affine → ReLU blocks, an affine output layer, no LayerNorm) one training
 step's gradients of L = Σₖ mean_b CE(zₖ_b, yₖ_b) are, layer by layer from the top::
@@ -8,18 +8,26 @@ step's gradients of L = Σₖ mean_b CE(zₖ_b, yₖ_b) are, layer by layer from
 
 with h_0 = x and h_l = ReLU(h_{l−1} W_lᵀ + b_l). :class:`ManualBackprop` computes exactly
 this with one batched matmul per product, writing each gradient straight into a ``.grad``
-buffer that lives as long as the network. Autograd computes the same numbers up to rounding,
-but its graph bookkeeping, the cross-entropy's separate reductions and a fresh gradient
-allocation per step make a whole step slower (``benchmarks/speed.py``, the ``l2_init, autograd``
-rows; docs/performance.md). A test keeps the two equal (``tests/test_backprop.py``).
+buffer that lives as long as the network.
+
+Plain form: autograd through the network and the cross-entropy (the engine's
+``backprop="autograd"``). The same logits and features, and the same gradients up to rounding;
+autograd's graph bookkeeping, the cross-entropy's separate reductions and a fresh gradient
+allocation per step make its whole step slower (``benchmarks/speed.py``, the
+``l2_init, autograd`` rows; docs/performance.md).
+
+Applies: a network :func:`supports` accepts, with the engine's ``backprop`` ``"auto"`` or
+``"manual"``, outside :func:`plasticlab.fast.plain_forms` (:func:`applies`).
+Test: ``tests/test_backprop.py``.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .layers import EnsembleLinear
-from .network import EnsembleNet
+from ..nets.layers import EnsembleLinear
+from ..nets.network import EnsembleNet
+from . import enabled
 
 
 def supports(net: EnsembleNet) -> bool:
@@ -30,6 +38,12 @@ def supports(net: EnsembleNet) -> bool:
                 and not b.flatten for b in blocks)
             and all(b.activation == "relu" for b in blocks[:-1])
             and blocks[-1].activation is None)
+
+
+def applies(net: EnsembleNet) -> bool:
+    """Whether the engine trains ``net`` with :class:`ManualBackprop` (unless told to use
+    autograd): :func:`supports` it, outside :func:`plasticlab.fast.plain_forms`."""
+    return enabled() and supports(net)
 
 
 class ManualBackprop:
@@ -72,3 +86,6 @@ class ManualBackprop:
             if index:
                 delta = torch.ops.aten.threshold_backward(torch.bmm(delta, layer.weight), h, 0)
         return logits, inputs[1:]
+
+
+__all__ = ["ManualBackprop", "applies", "supports"]

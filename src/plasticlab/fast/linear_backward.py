@@ -1,0 +1,48 @@
+"""The ensemble linear layer y = x Wᵀ + b with a backward that writes ∂L/∂W in W's own layout.
+
+Plain form: :meth:`plasticlab.nets.EnsembleLinear.forward`, ``torch.baddbmm(b, x, Wᵀ)``
+through autograd. Autograd's backward of that product is a transposed ``[K, in, out]`` gradient
+that AccumulateGrad then copies element by element into W's ``[K, out, in]`` layout (why that
+matters: docs/performance.md). :class:`EnsembleLinearFunction` computes ∂L/∂W = δᵀx straight in
+``[K, out, in]``: the same forward, and the same gradients up to rounding.
+
+Applies: every ensemble linear layer, on any device, outside :func:`plasticlab.fast.plain_forms`.
+Test: ``tests/test_fast_kernels.py``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import enabled
+
+
+def applies(x: torch.Tensor) -> bool:
+    """Whether the ensemble linear layer runs :class:`EnsembleLinearFunction` on input ``x``."""
+    return enabled()
+
+
+class EnsembleLinearFunction(torch.autograd.Function):
+    """y = x Wᵀ + b per member for ``x`` ``[K, B, in]``, ``W`` ``[K, out, in]``, ``b``
+    ``[K, out]``; the backward gives ∂L/∂x = δW, ∂L/∂W = δᵀx, ∂L/∂b = Σ_b δ."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x, weight)
+        return torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, weight = ctx.saved_tensors
+        grad_x = torch.bmm(grad_out, weight) if ctx.needs_input_grad[0] else None
+        grad_w = torch.bmm(grad_out.transpose(1, 2), x) if ctx.needs_input_grad[1] else None
+        grad_b = grad_out.sum(1) if ctx.needs_input_grad[2] else None
+        return grad_x, grad_w, grad_b
+
+
+def ensemble_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """x Wᵀ + b per member, through :class:`EnsembleLinearFunction`."""
+    return EnsembleLinearFunction.apply(x, weight, bias)
+
+
+__all__ = ["EnsembleLinearFunction", "applies", "ensemble_linear"]
