@@ -25,13 +25,14 @@ SHAPES = [(8, 10), (8, 100), (8, 10, 100), (8, 3, 64)]
 
 
 def train_stacked(optimizer_cls, params: list[torch.Tensor], grads: list[list[torch.Tensor]],
-                  resets=(), buffers: bool = False, **options) -> list[torch.Tensor]:
+                  resets=(), buffers: bool = False, lr=1e-3, **options) -> list[torch.Tensor]:
     """Step ``optimizer_cls`` over ``params`` (copies) with the given gradients per step, as new
     tensors or (``buffers``) written into the same ones, as the hand-written backward does;
-    ``resets``: (step, parameter index, mask) restarts of Adam's state before that step.
-    Returns the parameters, then Adam's moments (where the kernel's rounding shows first)."""
+    ``resets``: (step, parameter index, mask) restarts of Adam's state before that step;
+    ``lr``: α, or one α_k per member. Returns the parameters, then Adam's moments (where the
+    kernel's rounding shows first)."""
     params = [p.clone() for p in params]
-    opt = optimizer_cls(params, lr=1e-3, **options)
+    opt = optimizer_cls(params, lr=lr, **options)
     for step, gs in enumerate(grads):
         for when, index, mask in resets:
             if when == step:
@@ -58,22 +59,29 @@ def member(tensors: list[torch.Tensor], k: int) -> list[torch.Tensor]:
     return [t[k:k + 1] for t in tensors]
 
 
+# One step size per member (a step-size grid packed into one ensemble): member k has RATES[k].
+RATES = [1e-3, 1e-2, 1e-4, 1e-3, 3e-3, 1e-2, 1e-4, 3e-4]
+
+
 @pytest.mark.parametrize("weight_decay", [0.0, 1e-2], ids=["adam", "adam-folded-decay"])
 @pytest.mark.parametrize("restart", [False, True], ids=["", "restarted"])
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "simple-form"])
 @pytest.mark.parametrize("buffers", [False, True], ids=["", "gradient-buffers"])
+@pytest.mark.parametrize("member_lr", [False, True], ids=["", "member-lr"])
 def test_adam_updates_a_member_exactly_as_in_an_ensemble_of_its_own(weight_decay, restart, fused,
-                                                                     buffers):
+                                                                     buffers, member_lr):
     params, grads = random_problem()
     # A restart of units 0 and 2 of the (8, 10, 100) tensor's rows, as CBP restarts them.
     mask = torch.zeros(8, 10, 1, dtype=torch.bool)
     mask[:, [0, 2]] = True
     resets = [(20, 2, mask)] if restart else []
     options = {"weight_decay": weight_decay, "fused": fused, "member_dim": True}
-    together = train_stacked(Adam, params, grads, resets, buffers, **options)
-    for k in (0, MEMBER, 7):
+    together = train_stacked(Adam, params, grads, resets, buffers,
+                             lr=RATES if member_lr else 1e-3, **options)
+    for k in (0, 1, MEMBER, 7):
         alone = train_stacked(Adam, member(params, k), [member(gs, k) for gs in grads],
-                              [(s, i, m[k:k + 1]) for s, i, m in resets], buffers, **options)
+                              [(s, i, m[k:k + 1]) for s, i, m in resets], buffers,
+                              lr=RATES[k] if member_lr else 1e-3, **options)
         for p, q in zip(member(together, k), alone, strict=True):
             assert torch.equal(p, q)
 
@@ -88,13 +96,15 @@ def test_the_fused_kernel_over_whole_stacked_tensors_would_make_members_depend_o
     assert not all(torch.equal(p, q) for p, q in zip(member(together, MEMBER), alone, strict=True))
 
 
-def test_sgd_updates_a_member_exactly_as_in_an_ensemble_of_its_own():
+@pytest.mark.parametrize("member_lr", [False, True], ids=["", "member-lr"])
+def test_sgd_updates_a_member_exactly_as_in_an_ensemble_of_its_own(member_lr):
     params, grads = random_problem()
-    together = train_stacked(SGD, params, grads, member_dim=True)
-    alone = train_stacked(SGD, member(params, MEMBER), [member(gs, MEMBER) for gs in grads],
-                          member_dim=True)
-    for p, q in zip(member(together, MEMBER), alone, strict=True):
-        assert torch.equal(p, q)
+    together = train_stacked(SGD, params, grads, member_dim=True, lr=RATES if member_lr else 1e-3)
+    for k in (1, MEMBER):
+        alone = train_stacked(SGD, member(params, k), [member(gs, k) for gs in grads],
+                              member_dim=True, lr=RATES[k] if member_lr else 1e-3)
+        for p, q in zip(member(together, k), alone, strict=True):
+            assert torch.equal(p, q)
 
 
 def test_member_aligned_keeps_a_tensor_whole_only_when_every_slab_is_a_multiple_of_the_alignment():
@@ -114,7 +124,7 @@ MLP_RUN = {"problem": "permuted_mnist", "tasks": 6, "steps_per_task": 800,
 CNN_RUN = {"problem": "random_label_cifar", "tasks": 3, "steps_per_task": 200}
 
 
-def train_keeping_network(monkeypatch, config, seeds, data_dir, backprop):
+def train_keeping_network(monkeypatch, config, seeds, data_dir, backprop, member_lr=None):
     """Train through the engine; return the result and the network it trained."""
     built = []
     build = engine.build_network
@@ -125,7 +135,7 @@ def train_keeping_network(monkeypatch, config, seeds, data_dir, backprop):
 
     monkeypatch.setattr(engine, "build_network", build_and_keep)
     result = engine.train_ensemble(config, seeds, data_dir=data_dir, measure=False, threads=1,
-                                   backprop=backprop)
+                                   backprop=backprop, member_lr=member_lr)
     monkeypatch.setattr(engine, "build_network", build)
     return result, built[-1]
 
@@ -160,6 +170,29 @@ def test_mlp_member_3_of_seeds_0_to_7_is_seed_3_alone_bit_for_bit_over_6_tasks(
 def test_cnn_member_3_of_seeds_0_to_7_is_seed_3_alone_bit_for_bit_over_3_tasks(monkeypatch, cifar10_dir):
     assert_member_is_seed_alone(monkeypatch, cifar10_dir, CNN_RUN, "l2_init", {"strength": 1e-2},
                                 "adam", "autograd")
+
+
+@pytest.mark.parametrize("method,params,optimizer", [
+    ("l2_init", {"strength": 1e-2}, "adam"),
+    ("cbp", {"replacement_rate": 1e-2, "maturity": 20}, "adam"),
+    ("l2", {"strength": 1e-3}, "sgd"),
+], ids=["l2_init-adam", "cbp-adam", "l2-sgd"])
+def test_a_step_size_grid_in_one_ensemble_gives_each_member_its_own_run(
+        monkeypatch, data_dir, method, params, optimizer):
+    # Seeds 0-7 with RATES[k] (×10 under SGD) in one ensemble; seed k alone with its own rate.
+    run = {**MLP_RUN, "tasks": 2, "steps_per_task": 150}
+    rates = [r * (10 if optimizer == "sgd" else 1) for r in RATES]
+    config = resolve_config({**run, "method": method, "params": params, "optimizer": optimizer,
+                             "lr": rates[0]})
+    together, net_together = train_keeping_network(monkeypatch, config, SEEDS, data_dir, "auto",
+                                                   member_lr=rates)
+    for k in (1, MEMBER):
+        alone_config = resolve_config({**config.to_dict(), "lr": rates[k]})
+        alone, net_alone = train_keeping_network(monkeypatch, alone_config, [k], data_dir, "auto")
+        assert together.members[k].lr == rates[k]
+        assert together.members[k].task_online_accuracy == alone.members[0].task_online_accuracy
+        for (name, p), q in zip(net_together.named_parameters(), net_alone.parameters(), strict=True):
+            assert torch.equal(p[k], q[0]), name
 
 
 def test_the_manifest_statement_claims_bit_identity_only_where_this_file_tests_it():

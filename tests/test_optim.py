@@ -11,6 +11,7 @@ from torch import nn
 
 from plasticlab.nets import Block, EnsembleLinear, EnsembleNet
 from plasticlab.optim import SGD, Adam, make_optimizer
+from plasticlab.optim.adam_gnt import AdamGnT
 
 torch.set_num_threads(1)
 
@@ -390,3 +391,60 @@ def test_adam_weight_decay_matches_torch_optim_adam(fused):
         opt.step()
         torch_opt.step()
     torch.testing.assert_close(ours[0], ref[0].detach(), rtol=1e-12, atol=1e-12)
+
+
+# --- one step size per member ------------------------------------------------------------------
+
+MEMBER_RATES = [1e-3, 1e-2, 1e-3, 1e-4, 3e-3]
+
+
+def _member_lr_params(K: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(K, *shape, generator=g) for shape in [(7, 3), (16,), (5,)]]
+
+
+def _member_lr_grads(K: int, steps: int = 6) -> list[list[torch.Tensor]]:
+    g = torch.Generator().manual_seed(1)
+    return [[torch.randn(K, *shape, generator=g) for shape in [(7, 3), (16,), (5,)]]
+            for _ in range(steps)]
+
+
+def test_equal_step_sizes_are_one_shared_step_size():
+    opt = Adam(_member_lr_params(3), lr=[1e-3, 1e-3, 1e-3], member_dim=True)
+    assert opt.lr == 1e-3
+    assert SGD(_member_lr_params(3), lr=[0.1] * 3).lr == 0.1
+
+
+def test_per_member_step_sizes_need_stacked_members_and_positive_rates():
+    with pytest.raises(ValueError, match="member_dim=True"):
+        Adam(_member_lr_params(2), lr=[1e-3, 1e-2])
+    with pytest.raises(ValueError, match="must be > 0"):
+        SGD(_member_lr_params(2), lr=[1e-3, 0.0], member_dim=True)
+    with pytest.raises(ValueError, match="one step size for all members"):
+        AdamGnT(_member_lr_params(2), lr=[1e-3, 1e-2])
+
+
+def test_per_member_step_sizes_survive_a_state_dict_round_trip():
+    K = len(MEMBER_RATES)
+    grads = _member_lr_grads(K)
+    straight = _member_lr_params(K)
+    opt = Adam(straight, lr=MEMBER_RATES, member_dim=True)
+    for step in grads:
+        for p, g in zip(straight, step, strict=True):
+            p.grad = g.clone()
+        opt.step()
+    params = _member_lr_params(K)
+    warm = Adam(params, lr=MEMBER_RATES, member_dim=True)
+    for step in grads[:3]:
+        for p, g in zip(params, step, strict=True):
+            p.grad = g.clone()
+        warm.step()
+    opt = Adam(params, lr=1e-3, member_dim=True)
+    opt.load_state_dict(warm.state_dict())
+    assert opt.lr == MEMBER_RATES
+    for step in grads[3:]:
+        for p, g in zip(params, step, strict=True):
+            p.grad = g.clone()
+        opt.step()
+    for a, b in zip(straight, params, strict=True):
+        assert torch.equal(a, b)

@@ -23,16 +23,38 @@ def test_grid_expands_to_every_point_times_every_seed():
     assert {r.config.params["strength"] for r in runs if r.config.method == "l2_init"} == {1e-2, 1e-3}
 
 
-def test_per_member_parameters_share_an_ensemble_and_shared_ones_split_it():
+def test_per_member_parameters_and_step_sizes_share_an_ensemble_and_shared_ones_split_it():
     ensembles = group(expand(SWEEP), max_members=16)
-    l2i = [e for e in ensembles if e.config.method == "l2_init"]
-    assert len(l2i) == 2  # one per lr; λ and seeds are members
-    assert sorted(len(e.seeds) for e in l2i) == [6, 6]
+    (l2i,) = [e for e in ensembles if e.config.method == "l2_init"]
+    assert len(l2i.seeds) == 12  # 2 lr × 2 λ × 3 seeds, all members of one ensemble
+    assert sorted(set(l2i.member_lr)) == [1e-4, 1e-3]
     redo = [e for e in ensembles if e.config.method == "redo"]
-    assert len(redo) == 4  # lr × period (period is shared); τ varies inside
+    assert len(redo) == 2  # one per period (shared); lr and τ vary inside
     for e in redo:
         assert len({m["period"] for m in e.member_params}) == 1
         assert {m["threshold"] for m in e.member_params} == {0.0, 0.1}
+        assert set(e.member_lr) == {1e-3, 1e-4}
+
+
+def test_a_member_of_a_packed_ensemble_keeps_its_own_run_id_and_step_size():
+    from plasticlab.experiments.runner import member_configs
+
+    runs = expand(SWEEP)
+    (l2i,) = [e for e in group(runs, max_members=16) if e.config.method == "l2_init"]
+    configs = member_configs(l2i.config, l2i.seeds, l2i.member_params, l2i.member_lr)
+    ids = {ResultStore.run_id(c, s) for c, s in zip(configs, l2i.seeds, strict=True)}
+    assert ids == {ResultStore.run_id(r.config.to_dict(), r.seed) for r in runs
+                   if r.config.method == "l2_init"}
+    assert [c["lr"] for c in configs] == l2i.member_lr
+
+
+def test_step_sizes_stay_apart_where_the_optimizer_has_one_for_all_members():
+    lr_grid = {"problem": "permuted_mnist", "seeds": "0-2", "grid": {"lr": [1e-3, 1e-4]}}
+    upgd = group(expand({**lr_grid, "method": "baseline", "optimizer": "upgd"}), max_members=16)
+    assert len(upgd) == 2 and all(e.member_lr is None for e in upgd)
+    cbp = expand({**lr_grid, "method": "cbp", "params": {"cbp": {"adam_variant": "reference"}}})
+    assert len(group(cbp, max_members=16)) == 2  # AdamGnT has one step size
+    assert len(group(expand({**lr_grid, "method": "cbp"}), max_members=16)) == 1
 
 
 def test_ensembles_are_capped_at_max_members():
@@ -249,6 +271,12 @@ def test_dry_run_prints_how_the_runs_are_packed_into_ensembles(tmp_path, capsys)
     assert main(["sweep", "--preset", "main-permuted_mnist-adam", "--dry-run", "--out",
                  str(tmp_path / "x")]) == 0
     out = capsys.readouterr().out
-    # 2 step sizes × 4 λ × 3 seeds: one ensemble of 12 per step size
+    # 2 step sizes × 4 λ × 3 seeds = 24 runs, split under the CPU's default K of 16
     assert "permuted_mnist l2_init adam: 2 ensemble(s), K = 12 ×2" in out
+    assert main(["sweep", "--preset", "main-permuted_mnist-adam", "--dry-run", "--out",
+                 str(tmp_path / "x"), "--max-members", "256"]) == 0
+    out = capsys.readouterr().out
+    # with room for them (a GPU's K), every step size of a method shares one ensemble
+    assert "permuted_mnist l2_init adam: 1 ensemble(s), K = 24" in out
+    assert "permuted_mnist shrink_perturb adam: 1 ensemble(s), K = 96" in out
     assert not (tmp_path / "x").exists()

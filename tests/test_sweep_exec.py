@@ -150,3 +150,27 @@ def test_ray_executor_runs_a_tiny_sweep_end_to_end(data_dir, tmp_path):
     assert main(["sweep", str(sweep), "--out", str(out), "--data-dir", str(data_dir),
                  "--executor", "ray", "--no-progress"]) == 0
     assert len(finished_runs(out)) == 4
+
+
+def test_a_step_size_grid_trains_as_one_ensemble_and_each_member_is_its_own_run(
+        data_dir, tmp_path, capsys):
+    sweep = write_sweep(tmp_path, methods=("l2_init",), extra="[grid]\nlr = [1e-3, 1e-2]\n")
+    out = tmp_path / "out"
+    assert main(["sweep", str(sweep), "--out", str(out), "--data-dir", str(data_dir),
+                 "--workers", "1", "--no-progress"]) == 0
+    runs = finished_runs(out).values()
+    assert sorted((r["config"]["lr"], r["seed"]) for r in runs) == [
+        (1e-3, 0), (1e-3, 1), (1e-2, 0), (1e-2, 1)]
+    for r in runs:  # one ensemble of four: both step sizes, both seeds
+        assert r["manifest"]["ensemble"]["members"] == 4
+        assert sorted(r["manifest"]["ensemble"]["lr"]) == [1e-3, 1e-3, 1e-2, 1e-2]
+    packed = next(r for r in runs if r["config"]["lr"] == 1e-2 and r["seed"] == 1)
+    capsys.readouterr()
+    assert main(["run", "--problem", "permuted_mnist", "--method", "l2_init", "--lr", "1e-2",
+                 "--tasks", "2", "--steps-per-task", "10", "--set", "examples_per_task=160",
+                 "--seeds", "1", "--data-dir", str(data_dir), "--out", str(tmp_path / "alone"),
+                 "--no-progress", "--json"]) == 0
+    (alone,) = json.loads(capsys.readouterr().out)["runs"]
+    assert alone["run_id"] == packed["run_id"]
+    with ResultStore(out) as store:
+        assert store.task_metrics(packed["run_id"])["online_accuracy"] == alone["task_online_accuracy"]

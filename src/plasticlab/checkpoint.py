@@ -44,10 +44,12 @@ class CheckpointError(ValueError):
     """A checkpoint file that cannot be used; the message names the file and what to do."""
 
 
-def fingerprint(config: dict, seeds, member_params) -> str:
+def fingerprint(config: dict, seeds, member_params, member_lr=None) -> str:
     """Identifies what a checkpoint belongs to; a mismatch means it is not this run's."""
-    text = json.dumps({"config": config, "seeds": list(seeds), "member_params": member_params},
-                      sort_keys=True, default=str)
+    key = {"config": config, "seeds": list(seeds), "member_params": member_params}
+    if member_lr is not None:  # absent otherwise: earlier checkpoints keep their fingerprint
+        key["member_lr"] = [float(r) for r in member_lr]
+    text = json.dumps(key, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

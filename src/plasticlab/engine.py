@@ -31,7 +31,7 @@ from .fast import mlp_backprop as manual
 from .measure import Measurer, test_example_count, to_host
 from .methods import MethodContext, get_method
 from .nets import build_network
-from .optim import make_optimizer, optimizer_options
+from .optim import MEMBER_LR_OPTIMIZERS, make_optimizer, optimizer_options
 from .params import Param
 from .problems import get_problem
 from .rng import torch_generator
@@ -49,6 +49,7 @@ class MemberResult:
 
     seed: int
     params: dict
+    lr: float
     task_online_accuracy: list[float]
     reported_tasks: list[int]
     task_metrics: dict[str, list] = field(default_factory=dict)
@@ -109,6 +110,19 @@ def member_hyperparameters(params: tuple[Param, ...], per_member: Sequence[dict]
     return out
 
 
+def _member_lr(config: RunConfig, member_lr: Sequence[float] | None, members: int) -> list[float]:
+    """Each member's step size: ``member_lr`` (one per member, checked), else ``config.lr``."""
+    if member_lr is None:
+        return [config.lr] * members
+    rates = [float(r) for r in member_lr]
+    if len(rates) != members:
+        raise ValueError(f"member_lr has {len(rates)} step sizes for {members} members")
+    if len(set(rates)) > 1 and config.optimizer not in MEMBER_LR_OPTIMIZERS:
+        raise ValueError(f"optimizer {config.optimizer} takes one step size for all members; "
+                         f"one per member needs {' or '.join(MEMBER_LR_OPTIMIZERS)}")
+    return rates
+
+
 def configure_threads(device: torch.device, threads: int | None) -> int:
     """Use ``threads`` intra-op threads on CPU (default 1: for these small networks one thread
     per process is much faster than two, docs/performance.md), and return the count in force."""
@@ -124,6 +138,7 @@ def train_ensemble(
     seeds: Sequence[int],
     member_params: Sequence[dict] | None = None,
     *,
+    member_lr: Sequence[float] | None = None,
     data_dir=None,
     device: str | torch.device = "cpu",
     threads: int | None = None,
@@ -139,7 +154,9 @@ def train_ensemble(
 ) -> EnsembleResult:
     """Train one ensemble: member k is the run ``(config, seeds[k], member_params[k])``.
 
-    ``member_params`` overrides ``config.params`` per member (a λ grid in one ensemble);
+    ``member_params`` overrides ``config.params`` per member (a λ grid in one ensemble),
+    ``member_lr`` overrides ``config.lr`` per member (a step-size grid in one ensemble; Adam and
+    SGD, :data:`plasticlab.optim.MEMBER_LR_OPTIMIZERS`);
     ``on_task_end(task, accuracies)`` gets each finished task's online accuracy per member;
     ``on_steps(n)`` is called every ``progress_every`` steps (progress bars).
 
@@ -161,7 +178,8 @@ def train_ensemble(
 
     The three stages — set up, run a task, finish — are :class:`EnsembleTraining`'s.
     """
-    training = EnsembleTraining(config, seeds, member_params, data_dir=data_dir, device=device,
+    training = EnsembleTraining(config, seeds, member_params, member_lr=member_lr,
+                                data_dir=data_dir, device=device,
                                 threads=threads, measure=measure, measure_every=measure_every,
                                 forgetting=forgetting, measure_samples=measure_samples,
                                 backprop=backprop)
@@ -183,7 +201,8 @@ class EnsembleTraining:
     :func:`train_ensemble` is the loop over them; its docstring explains the arguments."""
 
     def __init__(self, config: RunConfig, seeds: Sequence[int],
-                 member_params: Sequence[dict] | None = None, *, data_dir=None,
+                 member_params: Sequence[dict] | None = None, *,
+                 member_lr: Sequence[float] | None = None, data_dir=None,
                  device: str | torch.device = "cpu", threads: int | None = None,
                  measure: bool = True, measure_every: int | None = None, forgetting: bool = False,
                  measure_samples: int | None = None, backprop: str = "auto"):
@@ -200,6 +219,7 @@ class EnsembleTraining:
         K = len(seeds)
         self.per_member = [dict(config.params, **(member_params[k] if member_params else {}))
                            for k in range(K)]
+        self.member_lr = _member_lr(config, member_lr, K)
         method_cls = get_method(config.method)
         hp = member_hyperparameters(method_cls.hyperparameters, self.per_member, device, config.method)
 
@@ -213,7 +233,9 @@ class EnsembleTraining:
             members=K, init=config.init, generators=[torch_generator(s, "init") for s in seeds],
             **plain, **method_cls.architecture(hp, plain),
         ).to(device)
-        optimizer = make_optimizer(config.optimizer, list(net.parameters()), config.lr, member_dim=True,
+        optimizer = make_optimizer(config.optimizer, list(net.parameters()),
+                                   self.member_lr if member_lr is not None else config.lr,
+                                   member_dim=True,
                                    **optimizer_options(config.optimizer, seeds, device,
                                                        config.optimizer_params))
         self.method = method_cls(net, optimizer, hp, MethodContext(seeds, device))
@@ -232,7 +254,7 @@ class EnsembleTraining:
         self.step_measures: list[list[dict]] = []  # [measurement][member]
         self.measure_time = 0.0
         self.global_step, self.next_task, self.wall = 0, 0, 0.0
-        self.fingerprint = ckpt.fingerprint(config.to_dict(), seeds, member_params)
+        self.fingerprint = ckpt.fingerprint(config.to_dict(), seeds, member_params, member_lr)
 
     # --- checkpoints -----------------------------------------------------------------------------
     def resume(self, checkpoint: str | Path) -> bool:
@@ -313,6 +335,7 @@ class EnsembleTraining:
         problem, config, measurer = self.problem, self.config, self.measurer
         reported = [t for t in range(problem.tasks) if problem.reported(t)]
         members = [MemberResult(seed=self.seeds[k], params=self.per_member[k],
+                                lr=self.member_lr[k],
                                 task_online_accuracy=[acc[k] for acc in self.accuracies],
                                 reported_tasks=reported,
                                 **_member_measures(k, self.task_measures, self.step_measures))

@@ -46,8 +46,9 @@ EXECUTORS = ("inline", "local", "ray")
 
 @dataclass
 class Job:
-    """One ensemble to train: a config, its members' seeds and per-member parameters, and
-    extra keyword options for :func:`~plasticlab.engine.train_ensemble`."""
+    """One ensemble to train: a config, its members' seeds, per-member parameters and step
+    sizes (``member_lr``, None: all ``config.lr``), and extra keyword options for
+    :func:`~plasticlab.engine.train_ensemble`."""
 
     config: RunConfig
     seeds: list[int]
@@ -59,6 +60,7 @@ class Job:
     record: list[bool] | None = None  # per member: record its run (False: it finished before)
     interrupted: str | None = None
     exception: BaseException | None = None  # what failed it, when it trained in this process
+    member_lr: list[float] | None = None
 
 
 def default_workers() -> int:
@@ -82,7 +84,8 @@ def train_job(job: Job, data_dir=None, device: str = "cpu", position: int = 0,
             check_stop(task)
 
     try:
-        return train_ensemble(job.config, job.seeds, job.member_params, data_dir=data_dir,
+        return train_ensemble(job.config, job.seeds, job.member_params, member_lr=job.member_lr,
+                              data_dir=data_dir,
                               device=device, on_task_end=on_task_end, on_steps=bar.update,
                               **job.options)
     finally:
@@ -112,8 +115,8 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
     order = sorted(range(len(jobs)), key=lambda i: -job_cost(jobs[i]))
     for job in jobs:
         # Task-boundary checkpoints: a killed sweep loses at most one task of each ensemble.
-        job.options.setdefault("checkpoint", str(checkpoint_path(out, job.config, job.seeds,
-                                                                 job.member_params, kind="ensemble")))
+        job.options.setdefault("checkpoint", str(checkpoint_path(
+            out, job.config, job.seeds, job.member_params, kind="ensemble", member_lr=job.member_lr)))
     workers = workers or default_workers()
     # A bar per ensemble while they all run at once; beyond that one overall bar in the driver
     # (runs done / total, member-steps/s, ETA), advanced as ensembles finish.
@@ -123,7 +126,8 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
     with ResultStore(out) as store:
         run_ids = {i: record_start(store, jobs[i].config, jobs[i].seeds, device=device,
                                    threads=jobs[i].options.get("threads"),
-                                   member_params=jobs[i].member_params, record=jobs[i].record)
+                                   member_params=jobs[i].member_params, record=jobs[i].record,
+                                   member_lr=jobs[i].member_lr)
                    for i in order}
         done: set[int] = set()
 

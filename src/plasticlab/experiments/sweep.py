@@ -20,9 +20,12 @@ A sweep is a plain dict (a TOML file, or a preset)::
     [[variants]]                         # linked settings, each expanded in turn
 
 Every point of the grid × every seed is one run. Runs that share everything an ensemble must
-share — problem, architecture, optimizer, step size, stream lengths, and every method
-parameter that is not per-member — become members of one ensemble (at most ``max_members``);
-seeds and per-member parameters (λ, p, σ, r, τ …) vary inside it.
+share — problem, architecture, optimizer, stream lengths, and every method parameter that is
+not per-member — become members of one ensemble (at most ``max_members``); seeds, per-member
+parameters (λ, p, σ, r, τ …) and, under Adam and SGD, the step size vary inside it
+(:data:`plasticlab.optim.MEMBER_LR_OPTIMIZERS`; not for a method that swaps the optimizer,
+:meth:`Method.takes_member_lr`). Member k of an ensemble is still run k alone, to the bit on
+the CPU (docs/member-independence.md).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..methods import get_method
+from ..optim import MEMBER_LR_OPTIMIZERS
 from .config import RUN_PARAMETERS, RunConfig, parse_seeds, resolve_config
 
 SWEEP_KEYS = ("name", "description", "problem", "problems", "method", "methods", "optimizer",
@@ -51,12 +55,14 @@ class Run:
 
 @dataclass
 class Ensemble:
-    """Runs trained together: a shared config and each member's seed and method parameters."""
+    """Runs trained together: a shared config and each member's seed, method parameters and —
+    when they differ — step size (``member_lr``; None when every member has ``config.lr``)."""
 
     config: RunConfig
     seeds: list[int] = field(default_factory=list)
     member_params: list[dict] = field(default_factory=list)
     record: list[bool] | None = None  # per member: record its run (False: it finished before)
+    member_lr: list[float] | None = None
 
     @property
     def steps(self) -> int:
@@ -158,7 +164,15 @@ def _group_key(config: RunConfig) -> str:
     shared = {p.name: config.params[p.name] for p in method.hyperparameters if not p.per_member}
     d = config.to_dict()
     d["params"] = shared
+    if shares_step_sizes(config):
+        d.pop("lr")
     return json.dumps(d, sort_keys=True)
+
+
+def shares_step_sizes(config: RunConfig) -> bool:
+    """Whether runs of ``config`` that differ only in step size can train as one ensemble."""
+    return (config.optimizer in MEMBER_LR_OPTIMIZERS
+            and get_method(config.method).takes_member_lr(config.params))
 
 
 def group(runs: list[Run], max_members: int | Callable[[RunConfig], int] = 16,
@@ -187,8 +201,13 @@ def group(runs: list[Run], max_members: int | Callable[[RunConfig], int] = 16,
             break
         chunks.remove(largest)
         chunks.extend(_split(largest, 2))
-    return [Ensemble(c[0].config, [r.seed for r in c], [dict(r.config.params) for r in c])
-            for c in chunks]
+    return [Ensemble(c[0].config, [r.seed for r in c], [dict(r.config.params) for r in c],
+                     member_lr=_member_lr(c)) for c in chunks]
+
+
+def _member_lr(members: list[Run]) -> list[float] | None:
+    rates = [r.config.lr for r in members]
+    return rates if len(set(rates)) > 1 else None
 
 
 def _split(members: list[Run], parts: int) -> list[list[Run]]:

@@ -57,6 +57,13 @@ class Method:
         ``extra_layers``)."""
         return {}
 
+    @classmethod
+    def takes_member_lr(cls, params: dict) -> bool:
+        """Whether members with these (shared) parameters can each have their own step size in
+        one ensemble: yes, unless the method replaces the optimizer with one that has a
+        single step size (Continual Backprop's ``adam_variant=reference``)."""
+        return True
+
     def __init__(self, net: EnsembleNet, optimizer, hp: dict, context: MethodContext):
         self.net, self.optimizer, self.hp, self.context = net, optimizer, hp, context
 

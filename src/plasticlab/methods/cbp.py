@@ -393,6 +393,11 @@ class ContinualBackprop(Method):
             init="kaiming_uniform" if self.replacement_init == "kaiming" else net.init,
             generators=[context.generators(self.name, i) for i in range(len(layers))])
 
+    @classmethod
+    def takes_member_lr(cls, params: dict) -> bool:
+        """Not with ``adam_variant=reference``: AdamGnT has one step size."""
+        return params.get("adam_variant", "standard") != "reference"
+
     def after_step(self, features: list[torch.Tensor], x: torch.Tensor, step: int) -> None:
         """Generate-and-test on this step's hidden features."""
         self.core.step(features)

@@ -7,6 +7,9 @@ from .upgd import UPGD, NonprotectingUPGD
 
 OPTIMIZERS = {"adam": Adam, "sgd": SGD, "upgd": UPGD, "upgd_nonprotecting": NonprotectingUPGD}
 
+MEMBER_LR_OPTIMIZERS = ("adam", "sgd")
+"""The optimizers that take one step size per member (``lr=[α_1, …, α_K]``)."""
+
 
 def optimizer_hyperparameters(name: str) -> tuple:
     """The settings optimizer ``name`` takes besides its step size (UPGD's β, σ, λ; none for
@@ -26,14 +29,15 @@ def optimizer_options(name: str, seeds, device, settings: dict | None = None) ->
     return options
 
 
-def make_optimizer(name: str, params, lr: float, member_dim: bool = False, **options):
-    """The optimizer called ``name`` (``adam`` | ``sgd``) over ``params`` with step size ``lr``;
-    ``member_dim``: the parameters are stacked ensemble members ``[K, …]``; ``options``: the
-    optimizer's own (:func:`optimizer_options`)."""
+def make_optimizer(name: str, params, lr, member_dim: bool = False, **options):
+    """The optimizer called ``name`` (``adam`` | ``sgd`` | ``upgd`` | ``upgd_nonprotecting``)
+    over ``params`` with step size ``lr`` (α, or one α_k per member for
+    :data:`MEMBER_LR_OPTIMIZERS`); ``member_dim``: the parameters are stacked ensemble members
+    ``[K, …]``; ``options``: the optimizer's own (:func:`optimizer_options`)."""
     if name not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {name!r}; valid: {', '.join(OPTIMIZERS)}")
     return OPTIMIZERS[name](params, lr=lr, member_dim=member_dim, **options)
 
 
-__all__ = ["OPTIMIZERS", "SGD", "UPGD", "Adam", "NonprotectingUPGD", "make_optimizer",
+__all__ = ["MEMBER_LR_OPTIMIZERS", "OPTIMIZERS", "SGD", "UPGD", "Adam", "NonprotectingUPGD", "make_optimizer",
            "optimizer_hyperparameters", "optimizer_options"]

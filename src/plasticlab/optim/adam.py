@@ -9,6 +9,9 @@ with one difference that resetting methods need: the step count t is kept **per 
 that Continual Backprop and ReDo can restart a single unit's moments *and* its bias correction
 (:meth:`Adam.reset`). Until the first reset every element shares one scalar count, which is
 cheaper and gives the same numbers.
+
+The step size α is one for all members, or one per member (``lr=[α_1, …, α_K]``): the
+members of a step-size grid then train in one ensemble, each updated as it is alone.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .stacked import StackedOptimizer
+from .stacked import StackedOptimizer, lr_groups, members_of, step_sizes
 
 MEMBER_ALIGNMENT_BYTES = 64
 """Bytes per member slab that keep torch's fused Adam kernel on the CPU from depending on K.
@@ -41,6 +44,16 @@ def member_aligned(t: torch.Tensor) -> list[torch.Tensor]:
     return list(t.unbind(0))
 
 
+def _addcdiv_members(p: torch.Tensor, m: torch.Tensor, denom: torch.Tensor, rate: float,
+                     members: list[int] | None) -> None:
+    """θ ← θ − rate · m / denom, on the whole tensor (members None) or on ``members``' slabs."""
+    if members is None:
+        p.addcdiv_(m, denom, value=-rate)
+    else:
+        torch._foreach_addcdiv_([p[k] for k in members], [m[k] for k in members],
+                                [denom[k] for k in members], value=-rate)
+
+
 def _same(a: list, b: list) -> bool:
     return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
@@ -56,12 +69,13 @@ class Adam(StackedOptimizer):
     def __init__(self, params: Sequence[torch.Tensor], lr: float,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, fused: bool = True,
                  weight_decay: float = 0.0, member_dim: bool = False):
-        if not lr > 0:
-            raise ValueError(f"Adam step size lr must be > 0, got {lr}")
         if not weight_decay >= 0:
             raise ValueError(f"Adam weight_decay must be >= 0, got {weight_decay}")
         self.params = list(params)
-        self.lr, self.betas, self.eps = float(lr), betas, eps
+        # α: a float, or member k's α_k in lr[k]; then each update runs once per distinct α,
+        # on the slabs of the members that have it (members_of)
+        self.lr = step_sizes(lr, member_dim, "Adam")
+        self.betas, self.eps = betas, eps
         # g ← g + wd·θ before the moments, as torch.optim.Adam's weight_decay (L2, not AdamW).
         self.weight_decay = float(weight_decay)
         self.exp_avg = [torch.zeros_like(p) for p in self.params]
@@ -116,7 +130,12 @@ class Adam(StackedOptimizer):
         torch._foreach_div_(denom, list(bc2_sqrt))
         torch._foreach_add_(denom, self.eps)
         torch._foreach_mul_(denom, list(bc1))
-        torch._foreach_addcdiv_(params, ms, denom, value=-self.lr)
+        if isinstance(self.lr, float):
+            torch._foreach_addcdiv_(params, ms, denom, value=-self.lr)
+            return
+        for rate, members in lr_groups(self.lr):
+            torch._foreach_addcdiv_(members_of(params, members), members_of(ms, members),
+                                    members_of(denom, members), value=-rate)
 
     def _corrections(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Advance tensor i's step counts by one and return its per-element bias corrections
@@ -143,10 +162,28 @@ class Adam(StackedOptimizer):
         for i in indices:
             self.step_counts[i] += 1
         beta1, beta2 = self.betas
+        if not isinstance(self.lr, float):
+            self._fused_member_lr_step(indices)
+            return
         params, grads, ms, vs, steps = self._kernel_operands(indices, self._step_tensors(indices))
         torch._fused_adam_(params, grads, ms, vs, [], steps, lr=self.lr, beta1=beta1, beta2=beta2,
                            weight_decay=self.weight_decay, eps=self.eps, amsgrad=False,
                            maximize=False)
+
+    def _fused_member_lr_step(self, indices: list[int]) -> None:
+        # One fused call per distinct α over its members' slabs: a slab is exactly the tensor
+        # the member has alone, so the kernel's vector loop and tail fall as they do there.
+        beta1, beta2 = self.betas
+        params = [self.params[i] for i in indices]
+        grads = [p.grad for p in params]
+        ms, vs = [self.exp_avg[i] for i in indices], [self.exp_avg_sq[i] for i in indices]
+        steps = self._step_tensors(indices)
+        for rate, members in lr_groups(self.lr):
+            torch._fused_adam_(members_of(params, members), members_of(grads, members),
+                               members_of(ms, members), members_of(vs, members), [],
+                               [t for t in steps for _ in members], lr=rate, beta1=beta1,
+                               beta2=beta2, weight_decay=self.weight_decay, eps=self.eps,
+                               amsgrad=False, maximize=False)
 
     def _kernel_operands(self, indices: list[int], steps: list[torch.Tensor]) -> tuple[list, ...]:
         """The fused kernel's operand lists (θ, g, m, v, t) for tensors ``indices``, each
@@ -207,11 +244,17 @@ class Adam(StackedOptimizer):
             bc1 = 1 - beta1 ** t
             bc2_sqrt = (1 - beta2 ** t) ** 0.5
             denom = (v.sqrt() / bc2_sqrt).add_(self.eps)
-            p.addcdiv_(m, denom, value=-self.lr / bc1)
+            for rate, members in self._rates():
+                _addcdiv_members(p, m, denom, rate / bc1, members)
         else:
             bc1, bc2_sqrt = self._corrections(i)
             denom = (v.sqrt() / bc2_sqrt).add_(self.eps)
-            p.addcdiv_(m / bc1, denom, value=-self.lr)
+            for rate, members in self._rates():
+                _addcdiv_members(p, m / bc1, denom, rate, members)
+
+    def _rates(self) -> list[tuple[float, list[int] | None]]:
+        """(α, members) pairs: one pair (α, None = all members) for a shared step size."""
+        return [(self.lr, None)] if isinstance(self.lr, float) else lr_groups(self.lr)
 
     @property
     def element_steps(self) -> list[torch.Tensor | None]:

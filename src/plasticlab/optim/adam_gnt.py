@@ -41,6 +41,9 @@ class AdamGnT(StackedOptimizer):
 
     def __init__(self, params: Iterable[torch.Tensor], lr: float,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
+        if not isinstance(lr, int | float):
+            raise ValueError(f"AdamGnT takes one step size for all members, got lr={lr}: train "
+                             "each step size as its own ensemble")
         if not lr > 0:
             raise ValueError(f"AdamGnT step size lr must be > 0, got {lr}")
         if not (0.0 <= betas[0] < 1.0 and 0.0 < betas[1] < 1.0):

@@ -1,4 +1,5 @@
-"""Plain SGD on stacked ensemble parameters: θ ← θ − α g (``torch.optim.SGD`` defaults)."""
+"""Plain SGD on stacked ensemble parameters: θ ← θ − α g (``torch.optim.SGD`` defaults), with
+α one for all members or one per member."""
 
 from __future__ import annotations
 
@@ -6,18 +7,18 @@ from collections.abc import Sequence
 
 import torch
 
-from .stacked import StackedOptimizer
+from .stacked import StackedOptimizer, lr_groups, members_of, step_sizes
 
 
 class SGD(StackedOptimizer):
     """Stateless gradient descent; :meth:`reset` exists so methods can treat every optimizer
     alike, and does nothing because there is no state to restart."""
 
-    def __init__(self, params: Sequence[torch.Tensor], lr: float, member_dim: bool = False):
-        if not lr > 0:
-            raise ValueError(f"SGD step size lr must be > 0, got {lr}")
+    def __init__(self, params: Sequence[torch.Tensor], lr: float | Sequence[float],
+                 member_dim: bool = False):
         self.params = list(params)
-        self.lr = float(lr)
+        # α: a float, or member k's α_k in lr[k] (stacked members)
+        self.lr = step_sizes(lr, member_dim, "SGD")
         # Stacked members need nothing special here: the update θ + (−α)·g rounds the same in
         # torch's vector loop and in its scalar tail, so a member's result does not depend on
         # where its elements fall (tests/test_member_independence.py).
@@ -25,10 +26,15 @@ class SGD(StackedOptimizer):
 
     @torch.no_grad()
     def step(self) -> None:
-        """θ ← θ − α·∇ for every parameter with a gradient."""
-        for p in self.params:
-            if p.grad is not None:
+        """θ ← θ − α·∇ for every parameter with a gradient (θ_k ← θ_k − α_k·∇_k per member)."""
+        params = [p for p in self.params if p.grad is not None]
+        if isinstance(self.lr, float):
+            for p in params:
                 p.add_(p.grad, alpha=-self.lr)
+            return
+        for rate, members in lr_groups(self.lr):
+            torch._foreach_add_(members_of(params, members),
+                                members_of([p.grad for p in params], members), alpha=-rate)
 
     def reset(self, index: int, mask: torch.Tensor, restart_count: bool = True) -> None:
         """No state to restart."""

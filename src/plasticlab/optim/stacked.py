@@ -1,9 +1,42 @@
-"""What every optimizer on stacked ``[K, …]`` parameters shares: its ``params`` list and
-dropping their gradients (the rest — the update and the per-element state — is each one's own)."""
+"""What every optimizer on stacked ``[K, …]`` parameters shares: its ``params`` list,
+dropping their gradients, and the step size α — one for every member, or one per member (the
+rest — the update and the per-element state — is each one's own)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
+
+
+def step_sizes(lr: float | Sequence[float], member_dim: bool, name: str) -> float | list[float]:
+    """The step size α as an optimizer keeps it: a float shared by every member, or — for
+    stacked members (``member_dim``) given one rate each, not all equal — the list of the K
+    members' rates. Every rate must be > 0."""
+    rates = [float(lr)] if isinstance(lr, int | float) else [float(x) for x in lr]
+    if not rates or not all(r > 0 for r in rates):
+        raise ValueError(f"{name} step size lr must be > 0, got {lr}")
+    if len(set(rates)) == 1:
+        return rates[0]
+    if not member_dim:
+        raise ValueError(f"{name}: one step size per member needs stacked members "
+                         f"(member_dim=True), got lr={list(rates)}")
+    return rates
+
+
+def lr_groups(lr: float | list[float]) -> list[tuple[float, list[int]]]:
+    """(α, members with that α) for a per-member step size, in order of first appearance."""
+    groups: dict[float, list[int]] = {}
+    for k, rate in enumerate(lr):
+        groups.setdefault(rate, []).append(k)
+    return list(groups.items())
+
+
+def members_of(tensors: Sequence[torch.Tensor], members: Sequence[int]) -> list[torch.Tensor]:
+    """Member ``k``'s slab ``t[k]`` of every stacked tensor, for every k in ``members``: views
+    that an in-place update writes through. A member's slab is what its tensors are when it runs
+    alone, so a kernel applied to slabs gives each member its own run's numbers."""
+    return [t[k] for t in tensors for k in members]
 
 
 class StackedOptimizer:

@@ -103,6 +103,9 @@ class UPGD(StackedOptimizer):
     def __init__(self, params: Sequence[torch.Tensor], lr: float, beta: float = 0.9999,
                  sigma: float = 0.1, weight_decay: float = 0.01, member_dim: bool = True,
                  generators: Sequence[torch.Generator] | None = None):
+        if not isinstance(lr, int | float):
+            raise ValueError(f"UPGD takes one step size for all members, got lr={lr}: train "
+                             "each step size as its own ensemble")
         if not lr > 0:
             raise ValueError(f"UPGD step size lr must be > 0, got {lr}")
         if not 0 <= beta < 1 or not sigma >= 0 or not weight_decay >= 0:
