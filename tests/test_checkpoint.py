@@ -57,6 +57,24 @@ def test_every_method_resumed_from_its_checkpoint_ends_bit_identical(data_dir, t
         assert a.task_metrics == b.task_metrics
 
 
+def test_an_ensemble_of_several_methods_and_step_sizes_resumes_bit_identical(data_dir, tmp_path):
+    cfg = resolve_config({**SMALL, "method": "baseline"})
+    members = dict(member_params=[{}, {"strength": 1e-2}, {"strength": 1e-3}],
+                   member_lr=[1e-3, 1e-2, 1e-4], member_methods=["baseline", "l2_init", "l2"])
+    whole = train_ensemble(cfg, [0, 1, 2], data_dir=data_dir, **members)
+    path = tmp_path / "run.ckpt"
+    with pytest.raises(Crash):
+        train_ensemble(cfg, [0, 1, 2], data_dir=data_dir, checkpoint=path,
+                       on_task_end=crash_after(0), **members)
+    with pytest.raises(ckpt.CheckpointError, match="belongs to another run"):  # another ensemble's
+        train_ensemble(cfg, [0, 1, 2], data_dir=data_dir, checkpoint=path,
+                       **dict(members, member_lr=[1e-3] * 3))
+    resumed = train_ensemble(cfg, [0, 1, 2], data_dir=data_dir, checkpoint=path, **members)
+    for a, b in zip(whole.members, resumed.members, strict=True):
+        assert a.task_online_accuracy == b.task_online_accuracy
+        assert a.task_metrics == b.task_metrics
+
+
 @pytest.fixture
 def saved(data_dir, tmp_path):
     """A real checkpoint of a 3-task run stopped after its first task, and its run."""

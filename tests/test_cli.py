@@ -294,7 +294,8 @@ def test_a_finished_run_is_skipped_unless_rerun_and_every_attempt_is_kept(data_d
     assert [a["status"] for a in attempts] == ["finished", "finished"]
     assert run["attempt"] == attempts[-1]["attempt"]
     assert run["manifest"]["ensemble"] == {"members": 1, "index": 0, "run_ids": [first["run_id"]],
-                                           "seeds": [0], "params": [{}], "lr": [1e-3]}
+                                           "seeds": [0], "params": [{}], "lr": [1e-3],
+                                           "methods": ["baseline"]}
     assert run["manifest"]["data_files"] and not run["manifest"]["data_stand_in"]
 
 

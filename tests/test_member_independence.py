@@ -195,6 +195,38 @@ def test_a_step_size_grid_in_one_ensemble_gives_each_member_its_own_run(
             assert torch.equal(p[k], q[0]), name
 
 
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_baseline_l2_and_l2_init_members_in_one_ensemble_each_give_their_own_run(
+        monkeypatch, data_dir, optimizer):
+    # One ensemble of the three methods (methods.quadratic_members), λ and α varying too;
+    # every member against its own method's run alone.
+    members = [("baseline", {}, 1e-3), ("l2_init", {"strength": 1e-2}, 1e-3),
+               ("l2", {"strength": 1e-3}, 1e-3), ("l2_init", {"strength": 1e-1}, 1e-4),
+               ("baseline", {}, 1e-4), ("l2", {"strength": 1e-2}, 3e-3)]
+    scale = 10 if optimizer == "sgd" else 1
+    run = {**MLP_RUN, "tasks": 2, "steps_per_task": 150}
+    config = resolve_config({**run, "method": members[0][0], "optimizer": optimizer,
+                             "lr": members[0][2] * scale})
+    seeds = list(range(len(members)))
+    built = []
+    build = engine.build_network
+    monkeypatch.setattr(engine, "build_network", lambda *a, **k: built.append(build(*a, **k)) or built[-1])
+    together = engine.train_ensemble(
+        config, seeds, [params for _, params, _ in members], member_lr=[lr * scale for *_, lr in members],
+        member_methods=[m for m, _, _ in members], data_dir=data_dir, measure=False, threads=1)
+    monkeypatch.setattr(engine, "build_network", build)
+    net_together = built[-1]
+    assert [m.method for m in together.members] == [m for m, _, _ in members]
+    assert [m.params for m in together.members] == [params for _, params, _ in members]
+    for k, (method, params, lr) in enumerate(members):
+        alone_config = resolve_config({**run, "method": method, "params": params,
+                                       "optimizer": optimizer, "lr": lr * scale})
+        alone, net_alone = train_keeping_network(monkeypatch, alone_config, [k], data_dir, "auto")
+        assert together.members[k].task_online_accuracy == alone.members[0].task_online_accuracy
+        for (name, p), q in zip(net_together.named_parameters(), net_alone.parameters(), strict=True):
+            assert torch.equal(p[k], q[0]), f"member {k} ({method}): {name}"
+
+
 def test_the_manifest_statement_claims_bit_identity_only_where_this_file_tests_it():
     from plasticlab.member_independence import member_independence
 

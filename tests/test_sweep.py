@@ -23,29 +23,34 @@ def test_grid_expands_to_every_point_times_every_seed():
     assert {r.config.params["strength"] for r in runs if r.config.method == "l2_init"} == {1e-2, 1e-3}
 
 
-def test_per_member_parameters_and_step_sizes_share_an_ensemble_and_shared_ones_split_it():
-    ensembles = group(expand(SWEEP), max_members=16)
-    (l2i,) = [e for e in ensembles if e.config.method == "l2_init"]
-    assert len(l2i.seeds) == 12  # 2 lr × 2 λ × 3 seeds, all members of one ensemble
-    assert sorted(set(l2i.member_lr)) == [1e-4, 1e-3]
+def test_per_member_parameters_step_sizes_and_penalty_methods_share_an_ensemble():
+    ensembles = group(expand(SWEEP), max_members=32)
+    # L2 Init and the Baseline (methods.quadratic_members): 2 lr × (2 λ + 1) × 3 seeds
+    (quad,) = [e for e in ensembles if e.config.method in ("l2_init", "baseline")]
+    assert len(quad.seeds) == 18
+    assert sorted(set(quad.member_methods)) == ["baseline", "l2_init"]
+    assert sorted(set(quad.member_lr)) == [1e-4, 1e-3]
     redo = [e for e in ensembles if e.config.method == "redo"]
     assert len(redo) == 2  # one per period (shared); lr and τ vary inside
     for e in redo:
         assert len({m["period"] for m in e.member_params}) == 1
         assert {m["threshold"] for m in e.member_params} == {0.0, 0.1}
         assert set(e.member_lr) == {1e-3, 1e-4}
+        assert e.member_methods is None
 
 
-def test_a_member_of_a_packed_ensemble_keeps_its_own_run_id_and_step_size():
+def test_a_member_of_a_packed_ensemble_keeps_its_own_run_id_method_and_step_size():
     from plasticlab.experiments.runner import member_configs
 
     runs = expand(SWEEP)
-    (l2i,) = [e for e in group(runs, max_members=16) if e.config.method == "l2_init"]
-    configs = member_configs(l2i.config, l2i.seeds, l2i.member_params, l2i.member_lr)
-    ids = {ResultStore.run_id(c, s) for c, s in zip(configs, l2i.seeds, strict=True)}
-    assert ids == {ResultStore.run_id(r.config.to_dict(), r.seed) for r in runs
-                   if r.config.method == "l2_init"}
-    assert [c["lr"] for c in configs] == l2i.member_lr
+    packed = [e for e in group(runs, max_members=16) if e.config.method != "redo"]
+    assert len(packed) == 2  # 18 runs split in two
+    configs = [(c, s) for e in packed for c, s in zip(
+        member_configs(e.config, e.seeds, e.member_params, e.member_lr, e.member_methods),
+        e.seeds, strict=True)]
+    assert {ResultStore.run_id(c, s) for c, s in configs} == {
+        ResultStore.run_id(r.config.to_dict(), r.seed) for r in runs if r.config.method != "redo"}
+    assert all(c["params"] == {} for c, _ in configs if c["method"] == "baseline")
 
 
 def test_step_sizes_stay_apart_where_the_optimizer_has_one_for_all_members():
@@ -80,9 +85,10 @@ def test_fewer_ensembles_than_workers_are_halved_so_every_core_has_one():
 
 def test_max_members_can_depend_on_the_configuration():
     runs = expand({**SWEEP, "seeds": "0-9"})
-    ensembles = group(runs, max_members=lambda c: 2 if c.method == "l2_init" else 16)
-    assert max(len(e.seeds) for e in ensembles if e.config.method == "l2_init") == 2
-    assert max(len(e.seeds) for e in ensembles if e.config.method == "baseline") == 10
+    ensembles = group(runs, max_members=lambda c: 2 if c.method == "redo" else 16)
+    assert max(len(e.seeds) for e in ensembles if e.config.method == "redo") == 2
+    # 60 L2 Init and Baseline runs in 4 ensembles of 15
+    assert [len(e.seeds) for e in ensembles if e.config.method != "redo"] == [15] * 4
 
 
 def test_calibrated_ensemble_size_is_the_fastest_k_per_architecture():
@@ -271,12 +277,14 @@ def test_dry_run_prints_how_the_runs_are_packed_into_ensembles(tmp_path, capsys)
     assert main(["sweep", "--preset", "main-permuted_mnist-adam", "--dry-run", "--out",
                  str(tmp_path / "x")]) == 0
     out = capsys.readouterr().out
-    # 2 step sizes × 4 λ × 3 seeds = 24 runs, split under the CPU's default K of 16
-    assert "permuted_mnist l2_init adam: 2 ensemble(s), K = 12 ×2" in out
+    # S&P: 2 step sizes × 16 (p, σ) × 3 seeds = 96 runs, split under the CPU's default K of 16
+    assert "permuted_mnist shrink_perturb adam: 6 ensemble(s), K = 16 ×6" in out
     assert main(["sweep", "--preset", "main-permuted_mnist-adam", "--dry-run", "--out",
                  str(tmp_path / "x"), "--max-members", "256"]) == 0
     out = capsys.readouterr().out
-    # with room for them (a GPU's K), every step size of a method shares one ensemble
-    assert "permuted_mnist l2_init adam: 1 ensemble(s), K = 24" in out
+    # with room for them (a GPU's K), every step size of a method shares one ensemble, and the
+    # Baseline, L2 and L2 Init one between them: 6 + 24 + 24 runs
+    assert "permuted_mnist baseline+l2_init+l2 adam: 1 ensemble(s), K = 54" in out
     assert "permuted_mnist shrink_perturb adam: 1 ensemble(s), K = 96" in out
+    assert "in 8 ensembles" in out
     assert not (tmp_path / "x").exists()

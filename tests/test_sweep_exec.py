@@ -152,25 +152,31 @@ def test_ray_executor_runs_a_tiny_sweep_end_to_end(data_dir, tmp_path):
     assert len(finished_runs(out)) == 4
 
 
-def test_a_step_size_grid_trains_as_one_ensemble_and_each_member_is_its_own_run(
+def test_a_grid_of_step_sizes_and_penalty_methods_trains_as_one_ensemble_of_their_own_runs(
         data_dir, tmp_path, capsys):
-    sweep = write_sweep(tmp_path, methods=("l2_init",), extra="[grid]\nlr = [1e-3, 1e-2]\n")
+    sweep = write_sweep(tmp_path, methods=("l2_init", "baseline"),
+                        extra="[grid]\nlr = [1e-3, 1e-2]\n")
     out = tmp_path / "out"
     assert main(["sweep", str(sweep), "--out", str(out), "--data-dir", str(data_dir),
                  "--workers", "1", "--no-progress"]) == 0
     runs = finished_runs(out).values()
-    assert sorted((r["config"]["lr"], r["seed"]) for r in runs) == [
-        (1e-3, 0), (1e-3, 1), (1e-2, 0), (1e-2, 1)]
-    for r in runs:  # one ensemble of four: both step sizes, both seeds
-        assert r["manifest"]["ensemble"]["members"] == 4
-        assert sorted(r["manifest"]["ensemble"]["lr"]) == [1e-3, 1e-3, 1e-2, 1e-2]
-    packed = next(r for r in runs if r["config"]["lr"] == 1e-2 and r["seed"] == 1)
-    capsys.readouterr()
-    assert main(["run", "--problem", "permuted_mnist", "--method", "l2_init", "--lr", "1e-2",
-                 "--tasks", "2", "--steps-per-task", "10", "--set", "examples_per_task=160",
-                 "--seeds", "1", "--data-dir", str(data_dir), "--out", str(tmp_path / "alone"),
-                 "--no-progress", "--json"]) == 0
-    (alone,) = json.loads(capsys.readouterr().out)["runs"]
-    assert alone["run_id"] == packed["run_id"]
-    with ResultStore(out) as store:
-        assert store.task_metrics(packed["run_id"])["online_accuracy"] == alone["task_online_accuracy"]
+    assert sorted((r["config"]["method"], r["config"]["lr"], r["seed"]) for r in runs) == [
+        (m, lr, s) for m in ("baseline", "l2_init") for lr in (1e-3, 1e-2) for s in (0, 1)]
+    for r in runs:  # one ensemble of eight: both methods, both step sizes, both seeds
+        ensemble = r["manifest"]["ensemble"]
+        assert ensemble["members"] == 8
+        assert sorted(ensemble["lr"]) == [1e-3] * 4 + [1e-2] * 4
+        assert sorted(ensemble["methods"]) == ["baseline"] * 4 + ["l2_init"] * 4
+    for method, params in (("baseline", {}), ("l2_init", {"strength": 1e-2})):
+        packed = next(r for r in runs if r["config"]["method"] == method
+                      and r["config"]["lr"] == 1e-2 and r["seed"] == 1)
+        assert packed["config"]["params"] == params
+        capsys.readouterr()
+        assert main(["run", "--problem", "permuted_mnist", "--method", method, "--lr", "1e-2",
+                     "--tasks", "2", "--steps-per-task", "10", "--set", "examples_per_task=160",
+                     "--seeds", "1", "--data-dir", str(data_dir), "--out", str(tmp_path / "alone"),
+                     "--no-progress", "--json"]) == 0
+        (alone,) = json.loads(capsys.readouterr().out)["runs"]
+        assert alone["run_id"] == packed["run_id"]
+        with ResultStore(out) as store:
+            assert store.task_metrics(packed["run_id"])["online_accuracy"] == alone["task_online_accuracy"]

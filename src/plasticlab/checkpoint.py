@@ -44,11 +44,14 @@ class CheckpointError(ValueError):
     """A checkpoint file that cannot be used; the message names the file and what to do."""
 
 
-def fingerprint(config: dict, seeds, member_params, member_lr=None) -> str:
+def fingerprint(config: dict, seeds, member_params, member_lr=None, member_methods=None) -> str:
     """Identifies what a checkpoint belongs to; a mismatch means it is not this run's."""
     key = {"config": config, "seeds": list(seeds), "member_params": member_params}
-    if member_lr is not None:  # absent otherwise: earlier checkpoints keep their fingerprint
+    # each absent unless given: earlier checkpoints keep their fingerprint
+    if member_lr is not None:
         key["member_lr"] = [float(r) for r in member_lr]
+    if member_methods is not None:
+        key["member_methods"] = list(member_methods)
     text = json.dumps(key, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -121,8 +124,8 @@ def load(path: str | os.PathLike, expected_fingerprint: str, device="cpu") -> di
         return None
     header = read_header(path)
     if header.get("fingerprint") != expected_fingerprint:
-        raise CheckpointError(f"checkpoint {path} belongs to another run (other config, seeds or "
-                              f"member parameters): {_advice(path)}")
+        raise CheckpointError(f"checkpoint {path} belongs to another run (other config, seeds, "
+                              f"or members' parameters, step sizes or methods): {_advice(path)}")
     with open(path, "rb") as f:
         f.seek(header["offset"])
         payload = f.read()

@@ -76,12 +76,14 @@ def _describe(p, workers: int, calibration: dict | None) -> str:
 
 
 def packing(ensembles) -> list[str]:
-    """How a plan packs its runs: one line per problem × method × optimizer, with the members
-    of each of its ensembles (``K = 10 ×3, 4`` = three ensembles of 10 and one of 4)."""
+    """How a plan packs its runs: one line per problem × method(s) × optimizer (``a+b``: methods
+    sharing ensembles), with the members of each of its ensembles (``K = 10 ×3, 4`` = three
+    ensembles of 10 and one of 4)."""
     groups: dict[tuple, list[int]] = {}
     for e in ensembles:
         c = e.config
-        groups.setdefault((c.problem, c.method, c.optimizer), []).append(len(e.seeds))
+        methods = "+".join(dict.fromkeys(e.member_methods or [c.method]))
+        groups.setdefault((c.problem, methods, c.optimizer), []).append(len(e.seeds))
     lines = []
     for (problem, method, optimizer), sizes in sorted(groups.items()):
         counts: dict[int, int] = {}

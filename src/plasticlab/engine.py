@@ -30,6 +30,7 @@ from . import metrics
 from .fast import mlp_backprop as manual
 from .measure import Measurer, test_example_count, to_host
 from .methods import MethodContext, get_method
+from .methods.quadratic_members import QuadraticPenaltyMembers
 from .nets import build_network
 from .optim import MEMBER_LR_OPTIMIZERS, make_optimizer, optimizer_options
 from .params import Param
@@ -50,6 +51,7 @@ class MemberResult:
     seed: int
     params: dict
     lr: float
+    method: str
     task_online_accuracy: list[float]
     reported_tasks: list[int]
     task_metrics: dict[str, list] = field(default_factory=dict)
@@ -139,6 +141,7 @@ def train_ensemble(
     member_params: Sequence[dict] | None = None,
     *,
     member_lr: Sequence[float] | None = None,
+    member_methods: Sequence[str] | None = None,
     data_dir=None,
     device: str | torch.device = "cpu",
     threads: int | None = None,
@@ -156,7 +159,10 @@ def train_ensemble(
 
     ``member_params`` overrides ``config.params`` per member (a λ grid in one ensemble),
     ``member_lr`` overrides ``config.lr`` per member (a step-size grid in one ensemble; Adam and
-    SGD, :data:`plasticlab.optim.MEMBER_LR_OPTIMIZERS`);
+    SGD, :data:`plasticlab.optim.MEMBER_LR_OPTIMIZERS`); ``member_methods`` names each
+    member's method, when they differ (Baseline, L2 and L2 Init in one ensemble,
+    :mod:`plasticlab.methods.quadratic_members`; ``member_params`` then holds each member's
+    whole parameters);
     ``on_task_end(task, accuracies)`` gets each finished task's online accuracy per member;
     ``on_steps(n)`` is called every ``progress_every`` steps (progress bars).
 
@@ -179,6 +185,7 @@ def train_ensemble(
     The three stages — set up, run a task, finish — are :class:`EnsembleTraining`'s.
     """
     training = EnsembleTraining(config, seeds, member_params, member_lr=member_lr,
+                                member_methods=member_methods,
                                 data_dir=data_dir, device=device,
                                 threads=threads, measure=measure, measure_every=measure_every,
                                 forgetting=forgetting, measure_samples=measure_samples,
@@ -202,7 +209,8 @@ class EnsembleTraining:
 
     def __init__(self, config: RunConfig, seeds: Sequence[int],
                  member_params: Sequence[dict] | None = None, *,
-                 member_lr: Sequence[float] | None = None, data_dir=None,
+                 member_lr: Sequence[float] | None = None,
+                 member_methods: Sequence[str] | None = None, data_dir=None,
                  device: str | torch.device = "cpu", threads: int | None = None,
                  measure: bool = True, measure_every: int | None = None, forgetting: bool = False,
                  measure_samples: int | None = None, backprop: str = "auto"):
@@ -217,11 +225,23 @@ class EnsembleTraining:
         self.threads = configure_threads(device, threads)
         self.seeds = seeds = [int(s) for s in seeds]
         K = len(seeds)
-        self.per_member = [dict(config.params, **(member_params[k] if member_params else {}))
-                           for k in range(K)]
         self.member_lr = _member_lr(config, member_lr, K)
-        method_cls = get_method(config.method)
-        hp = member_hyperparameters(method_cls.hyperparameters, self.per_member, device, config.method)
+        self.member_methods = [config.method] * K if member_methods is None else list(member_methods)
+        if len(self.member_methods) != K:
+            raise ValueError(f"member_methods has {len(self.member_methods)} names for {K} members")
+        if len(set(self.member_methods)) == 1:
+            self.per_member = [dict(config.params, **(member_params[k] if member_params else {}))
+                               for k in range(K)]
+            method_cls = get_method(self.member_methods[0])
+            hp = member_hyperparameters(method_cls.hyperparameters, self.per_member, device,
+                                        config.method)
+        else:  # one method per member: each member's parameters are its own, whole
+            self.per_member = [dict(member_params[k]) if member_params else {} for k in range(K)]
+            method_cls = QuadraticPenaltyMembers
+            hp = member_hyperparameters(
+                method_cls.hyperparameters,
+                [{"strength": 0.0, **params} for params in self.per_member], device, "mixed")
+            hp["member_methods"] = self.member_methods
 
         self.problem = problem = get_problem(config.problem)(
             seeds, tasks=config.tasks, steps_per_task=config.steps_per_task,
@@ -254,7 +274,8 @@ class EnsembleTraining:
         self.step_measures: list[list[dict]] = []  # [measurement][member]
         self.measure_time = 0.0
         self.global_step, self.next_task, self.wall = 0, 0, 0.0
-        self.fingerprint = ckpt.fingerprint(config.to_dict(), seeds, member_params, member_lr)
+        self.fingerprint = ckpt.fingerprint(config.to_dict(), seeds, member_params, member_lr,
+                                            member_methods)
 
     # --- checkpoints -----------------------------------------------------------------------------
     def resume(self, checkpoint: str | Path) -> bool:
@@ -335,7 +356,7 @@ class EnsembleTraining:
         problem, config, measurer = self.problem, self.config, self.measurer
         reported = [t for t in range(problem.tasks) if problem.reported(t)]
         members = [MemberResult(seed=self.seeds[k], params=self.per_member[k],
-                                lr=self.member_lr[k],
+                                lr=self.member_lr[k], method=self.member_methods[k],
                                 task_online_accuracy=[acc[k] for acc in self.accuracies],
                                 reported_tasks=reported,
                                 **_member_measures(k, self.task_measures, self.step_measures))

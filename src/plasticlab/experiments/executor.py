@@ -46,8 +46,9 @@ EXECUTORS = ("inline", "local", "ray")
 
 @dataclass
 class Job:
-    """One ensemble to train: a config, its members' seeds, per-member parameters and step
-    sizes (``member_lr``, None: all ``config.lr``), and extra keyword options for
+    """One ensemble to train: a config, its members' seeds, per-member parameters, step sizes
+    (``member_lr``, None: all ``config.lr``) and methods (``member_methods``, None: all
+    ``config.method``), and extra keyword options for
     :func:`~plasticlab.engine.train_ensemble`."""
 
     config: RunConfig
@@ -61,6 +62,7 @@ class Job:
     interrupted: str | None = None
     exception: BaseException | None = None  # what failed it, when it trained in this process
     member_lr: list[float] | None = None
+    member_methods: list[str] | None = None
 
 
 def default_workers() -> int:
@@ -85,6 +87,7 @@ def train_job(job: Job, data_dir=None, device: str = "cpu", position: int = 0,
 
     try:
         return train_ensemble(job.config, job.seeds, job.member_params, member_lr=job.member_lr,
+                              member_methods=job.member_methods,
                               data_dir=data_dir,
                               device=device, on_task_end=on_task_end, on_steps=bar.update,
                               **job.options)
@@ -116,7 +119,8 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
     for job in jobs:
         # Task-boundary checkpoints: a killed sweep loses at most one task of each ensemble.
         job.options.setdefault("checkpoint", str(checkpoint_path(
-            out, job.config, job.seeds, job.member_params, kind="ensemble", member_lr=job.member_lr)))
+            out, job.config, job.seeds, job.member_params, kind="ensemble", member_lr=job.member_lr,
+            member_methods=job.member_methods)))
     workers = workers or default_workers()
     # A bar per ensemble while they all run at once; beyond that one overall bar in the driver
     # (runs done / total, member-steps/s, ETA), advanced as ensembles finish.
@@ -127,7 +131,8 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
         run_ids = {i: record_start(store, jobs[i].config, jobs[i].seeds, device=device,
                                    threads=jobs[i].options.get("threads"),
                                    member_params=jobs[i].member_params, record=jobs[i].record,
-                                   member_lr=jobs[i].member_lr)
+                                   member_lr=jobs[i].member_lr,
+                                   member_methods=jobs[i].member_methods)
                    for i in order}
         done: set[int] = set()
 

@@ -94,10 +94,11 @@ def ensemble_entry(e: Ensemble, phase: str) -> dict:
     from .runner import checkpoint_path, member_configs
 
     ids = [ResultStore.run_id(c, s) for c, s in
-           zip(member_configs(e.config, e.seeds, e.member_params, e.member_lr), e.seeds, strict=True)]
+           zip(member_configs(e.config, e.seeds, e.member_params, e.member_lr, e.member_methods),
+               e.seeds, strict=True)]
     return {"phase": phase, "run_ids": ids,
             "checkpoint": checkpoint_path("", e.config, e.seeds, e.member_params, "ensemble",
-                                          e.member_lr).name}
+                                          e.member_lr, e.member_methods).name}
 
 
 def tidy_checkpoints(out, p: Plan) -> list[str]:
@@ -135,14 +136,16 @@ def run_plan(p: Plan, *, out, data_dir=None, device="cpu", workers=None, executo
              ray_address=None, progress=True, options: dict | None = None, loggers=()) -> list[Job]:
     """Train every ensemble of ``p``; returns the jobs (failures recorded, not raised)."""
     jobs = [Job(e.config, e.seeds, e.member_params, label=_label(e), options=dict(options or {}),
-                record=e.record, member_lr=e.member_lr) for e in p.ensembles]
+                record=e.record, member_lr=e.member_lr, member_methods=e.member_methods)
+            for e in p.ensembles]
     return run_jobs(jobs, out=out, data_dir=data_dir, device=device, workers=workers,
                     executor=executor, ray_address=ray_address, progress=progress, loggers=loggers)
 
 
 def _label(e: Ensemble) -> str:
     rates = sorted(set(e.member_lr or [e.config.lr]))
-    return f"{e.config.method} {e.config.problem} lr={','.join(f'{r:g}' for r in rates)} K={len(e.seeds)}"
+    methods = "+".join(dict.fromkeys(e.member_methods or [e.config.method]))
+    return f"{methods} {e.config.problem} lr={','.join(f'{r:g}' for r in rates)} K={len(e.seeds)}"
 
 
 def evaluation_runs(selection: dict, seeds: Sequence[int]) -> list[Run]:

@@ -31,7 +31,7 @@ def run_record(config: RunConfig, result_member, result: EnsembleResult, run_id:
         "run_id": run_id,
         "seed": result_member.seed,
         "problem": config.problem,
-        "method": config.method,
+        "method": result_member.method,
         "params": result_member.params,
         "optimizer": config.optimizer,
         "lr": result_member.lr,
@@ -70,19 +70,28 @@ def member_task_metrics(member) -> dict[str, list]:
 
 def member_configs(config: RunConfig, seeds: Sequence[int],
                    member_params: Sequence[dict] | None = None,
-                   member_lr: Sequence[float] | None = None) -> list[dict]:
-    """Each member's full config (its own method parameters and step size filled in)."""
+                   member_lr: Sequence[float] | None = None,
+                   member_methods: Sequence[str] | None = None) -> list[dict]:
+    """Each member's full config: its own method parameters (added to ``config.params``, or —
+    with ``member_methods`` — whole), step size and method filled in."""
     base = config.to_dict()
-    return [dict(base, params=dict(base["params"], **(member_params[k] if member_params else {})),
-                 lr=float(member_lr[k]) if member_lr is not None else base["lr"])
-            for k in range(len(seeds))]
+    configs = []
+    for k in range(len(seeds)):
+        own = member_params[k] if member_params else {}
+        configs.append(dict(base, params=dict(own) if member_methods is not None
+                            else dict(base["params"], **own),
+                            lr=float(member_lr[k]) if member_lr is not None else base["lr"],
+                            method=member_methods[k] if member_methods is not None
+                            else base["method"]))
+    return configs
 
 
 def record_start(store: ResultStore, config: RunConfig, seeds: Sequence[int], *,
                  device: str = "cpu", threads: int | None = None,
                  member_params: Sequence[dict] | None = None,
                  record: Sequence[bool] | None = None,
-                 member_lr: Sequence[float] | None = None) -> list[str | None]:
+                 member_lr: Sequence[float] | None = None,
+                 member_methods: Sequence[str] | None = None) -> list[str | None]:
     """Start a new attempt at each member's run ('running', with its manifest); return the run
     ids (None for a member that ``record`` says not to record: it trains, for its ensemble's
     sake, but its run finished before).
@@ -92,10 +101,11 @@ def record_start(store: ResultStore, config: RunConfig, seeds: Sequence[int], *,
     """
     threads_now = threads if threads is not None else (
         1 if torch.device(device).type == "cpu" else torch.get_num_threads())
-    configs = member_configs(config, seeds, member_params, member_lr)
+    configs = member_configs(config, seeds, member_params, member_lr, member_methods)
     all_ids = [ResultStore.run_id(c, s) for c, s in zip(configs, seeds, strict=True)]
     ensemble = {"members": len(seeds), "run_ids": all_ids, "seeds": [int(s) for s in seeds],
-                "params": [c["params"] for c in configs], "lr": [c["lr"] for c in configs]}
+                "params": [c["params"] for c in configs], "lr": [c["lr"] for c in configs],
+                "methods": [c["method"] for c in configs]}
     run_ids: list[str | None] = []
     for k, (c, s, rid) in enumerate(zip(configs, seeds, all_ids, strict=True)):
         if record is not None and not record[k]:
@@ -237,9 +247,11 @@ def run_ensemble(
 
 def checkpoint_path(out: str | Path, config: RunConfig, seeds: Sequence[int],
                     member_params: Sequence[dict] | None = None, kind: str = "run",
-                    member_lr: Sequence[float] | None = None) -> Path:
-    """Where the checkpoint of the ensemble (config, seeds, member_params, member_lr) lives in
-    ``out``: ``checkpoints/<kind>-<fingerprint>.ckpt`` (``run`` for ``plasticlab run``,
-    ``ensemble`` for a sweep's ensembles)."""
-    key = ckpt.fingerprint(config.to_dict(), [int(s) for s in seeds], member_params, member_lr)
+                    member_lr: Sequence[float] | None = None,
+                    member_methods: Sequence[str] | None = None) -> Path:
+    """Where the checkpoint of the ensemble (config, seeds and each member's parameters, step
+    size and method) lives in ``out``: ``checkpoints/<kind>-<fingerprint>.ckpt`` (``run`` for
+    ``plasticlab run``, ``ensemble`` for a sweep's ensembles)."""
+    key = ckpt.fingerprint(config.to_dict(), [int(s) for s in seeds], member_params, member_lr,
+                           member_methods)
     return Path(out) / "checkpoints" / f"{kind}-{key}.ckpt"

@@ -24,8 +24,9 @@ share — problem, architecture, optimizer, stream lengths, and every method par
 not per-member — become members of one ensemble (at most ``max_members``); seeds, per-member
 parameters (λ, p, σ, r, τ …) and, under Adam and SGD, the step size vary inside it
 (:data:`plasticlab.optim.MEMBER_LR_OPTIMIZERS`; not for a method that swaps the optimizer,
-:meth:`Method.takes_member_lr`). Member k of an ensemble is still run k alone, to the bit on
-the CPU (docs/member-independence.md).
+:meth:`Method.takes_member_lr`), and so may the method among the Baseline, L2 and L2 Init
+(:mod:`plasticlab.methods.quadratic_members`). Member k of an ensemble is still run k alone,
+to the bit on the CPU (docs/member-independence.md).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..methods import get_method
+from ..methods.quadratic_members import MEMBER_METHODS
 from ..optim import MEMBER_LR_OPTIMIZERS
 from .config import RUN_PARAMETERS, RunConfig, parse_seeds, resolve_config
 
@@ -63,6 +65,7 @@ class Ensemble:
     member_params: list[dict] = field(default_factory=list)
     record: list[bool] | None = None  # per member: record its run (False: it finished before)
     member_lr: list[float] | None = None
+    member_methods: list[str] | None = None  # None when every member has ``config.method``
 
     @property
     def steps(self) -> int:
@@ -166,6 +169,8 @@ def _group_key(config: RunConfig) -> str:
     d["params"] = shared
     if shares_step_sizes(config):
         d.pop("lr")
+    if config.method in MEMBER_METHODS:  # one method per member (methods.quadratic_members)
+        d["method"] = "|".join(MEMBER_METHODS)
     return json.dumps(d, sort_keys=True)
 
 
@@ -202,7 +207,12 @@ def group(runs: list[Run], max_members: int | Callable[[RunConfig], int] = 16,
         chunks.remove(largest)
         chunks.extend(_split(largest, 2))
     return [Ensemble(c[0].config, [r.seed for r in c], [dict(r.config.params) for r in c],
-                     member_lr=_member_lr(c)) for c in chunks]
+                     member_lr=_member_lr(c), member_methods=_member_methods(c)) for c in chunks]
+
+
+def _member_methods(members: list[Run]) -> list[str] | None:
+    methods = [r.config.method for r in members]
+    return methods if len(set(methods)) > 1 else None
 
 
 def _member_lr(members: list[Run]) -> list[float] | None:
