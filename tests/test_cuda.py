@@ -130,3 +130,12 @@ def test_a_task_waits_for_the_device_as_often_with_60_steps_as_with_20(data_dir,
         counts.append(sum("synchroniz" in str(w.message) for w in caught))
     assert counts[1] >= 1, "the task-end read-back must be seen: is sync-debug mode working?"
     assert counts[1] == counts[2], counts
+
+
+def test_preparing_the_next_task_in_the_background_on_cuda_changes_no_number(data_dir):
+    config = resolve_config({**MLP, "tasks": 3, "method": "l2_init"})
+    ahead = train_ensemble(config, SEEDS, data_dir=data_dir, device="cuda")  # prefetch applies
+    plain = train_ensemble(config, SEEDS, data_dir=data_dir, device="cuda", prefetch=False)
+    for a, b in zip(ahead.members, plain.members, strict=True):
+        assert a.task_online_accuracy == b.task_online_accuracy
+        assert a.task_metrics == b.task_metrics

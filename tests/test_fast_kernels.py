@@ -188,6 +188,59 @@ def test_a_tasks_examples_gathered_fast_equal_the_plain_stack(request, problem_c
                 assert torch.equal(a, b)
 
 
+# --- the next task prepared while this one trains -----------------------------------------------
+
+@pytest.mark.parametrize("problem_cls,fixture,params", [
+    (PermutedMNIST, "mnist_dir", {"examples_per_task": 160}),
+    (RandomLabelCIFAR, "cifar10_dir", {"examples": 96}),
+])
+def test_preparing_the_next_task_leaves_the_current_one_untouched(request, problem_cls, fixture, params):
+    data_dir = request.getfixturevalue(fixture)
+    problem = problem_cls([3, 8], tasks=3, steps_per_task=5, batch_size=16, data_dir=data_dir, **params)
+    fresh = problem_cls([3, 8], tasks=3, steps_per_task=5, batch_size=16, data_dir=data_dir, **params)
+    problem.start_task(0)
+    problem.start_task(1)  # task 0's examples are now the spare buffer
+    before = [t.clone() for t in problem.batch(4)]
+    prepared = problem.prepare_task(2, problem.spare_examples())
+    assert all(torch.equal(a, b) for a, b in zip(problem.batch(4), before, strict=True))
+    problem.start_task(2, prepared)
+    fresh.start_task(2)
+    for step in (0, 4):
+        for a, b in zip(problem.batch(step), fresh.batch(step), strict=True):
+            assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="task 2 was prepared, task 1 started"):
+        problem.start_task(1, prepared)
+
+
+@pytest.mark.parametrize("method,problem,fixture", [
+    ("l2_init", "permuted_mnist", "mnist_dir"),
+    ("ewc", "permuted_mnist", "mnist_dir"),  # reads the finished task at its end
+    ("cbp", "random_label_cifar", "cifar10_dir"),
+])
+def test_a_run_that_prepares_each_next_task_in_the_background_equals_one_that_does_not(
+        request, tmp_path, method, problem, fixture):
+    from plasticlab.engine import train_ensemble
+    from plasticlab.experiments.config import resolve_config
+
+    data_dir = request.getfixturevalue(fixture)
+    config = resolve_config({"problem": problem, "method": method, "tasks": 4, "steps_per_task": 15,
+                             "problem_params": ({"examples_per_task": 160} if problem == "permuted_mnist"
+                                                else {"examples": 96})})
+    plain = train_ensemble(config, [0, 1], data_dir=data_dir, prefetch=False)
+    ahead = train_ensemble(config, [0, 1], data_dir=data_dir, prefetch=True)
+    for a, b in zip(plain.members, ahead.members, strict=True):
+        assert a.task_online_accuracy == b.task_online_accuracy
+        assert a.task_metrics == b.task_metrics
+
+
+def test_the_background_preparation_applies_on_cuda_only_and_not_in_plain_forms():
+    from plasticlab.fast import task_prefetch
+
+    assert task_prefetch.applies(torch.device("cuda")) and not task_prefetch.applies(torch.device("cpu"))
+    with plain_forms():
+        assert not task_prefetch.applies(torch.device("cuda"))
+
+
 # --- test accuracy with the permutation in the first layer --------------------------------------
 
 @pytest.mark.parametrize("kwargs", [{}, {"layer_norm": True}, {"activation": "concat_relu"}])

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from . import checkpoint as ckpt
 from . import metrics
 from .fast import mlp_backprop as manual
+from .fast import task_prefetch
 from .measure import Measurer, test_example_count, to_host
 from .methods import MethodContext, get_method
 from .methods.quadratic_members import QuadraticPenaltyMembers
@@ -154,6 +155,7 @@ def train_ensemble(
     measure_samples: int | None = None,
     checkpoint: str | Path | None = None,
     backprop: str = "auto",
+    prefetch: bool | None = None,
 ) -> EnsembleResult:
     """Train one ensemble: member k is the run ``(config, seeds[k], member_params[k])``.
 
@@ -182,6 +184,9 @@ def train_ensemble(
     hand: same numbers up to rounding, faster whole steps — docs/performance.md), or
     ``"auto"`` (manual wherever the network allows it).
 
+    ``prefetch``: prepare each next task in a background thread while the current one trains
+    (:mod:`plasticlab.fast.task_prefetch`; the same numbers); None: where it applies (CUDA).
+
     The three stages — set up, run a task, finish — are :class:`EnsembleTraining`'s.
     """
     training = EnsembleTraining(config, seeds, member_params, member_lr=member_lr,
@@ -189,16 +194,19 @@ def train_ensemble(
                                 data_dir=data_dir, device=device,
                                 threads=threads, measure=measure, measure_every=measure_every,
                                 forgetting=forgetting, measure_samples=measure_samples,
-                                backprop=backprop)
-    if checkpoint is not None and training.resume(checkpoint) and on_steps is not None:
-        on_steps(training.next_task * training.problem.steps_per_task)
-    for task in range(training.next_task, training.problem.tasks):
-        task_acc = training.run_task(task, on_steps, progress_every)
-        if checkpoint is not None and task < training.problem.tasks - 1:
-            training.save(checkpoint)
-        if on_task_end is not None:
-            on_task_end(task, task_acc)
-    return training.result()
+                                backprop=backprop, prefetch=prefetch)
+    try:
+        if checkpoint is not None and training.resume(checkpoint) and on_steps is not None:
+            on_steps(training.next_task * training.problem.steps_per_task)
+        for task in range(training.next_task, training.problem.tasks):
+            task_acc = training.run_task(task, on_steps, progress_every)
+            if checkpoint is not None and task < training.problem.tasks - 1:
+                training.save(checkpoint)
+            if on_task_end is not None:
+                on_task_end(task, task_acc)
+        return training.result()
+    finally:
+        training.close()
 
 
 class EnsembleTraining:
@@ -213,7 +221,8 @@ class EnsembleTraining:
                  member_methods: Sequence[str] | None = None, data_dir=None,
                  device: str | torch.device = "cpu", threads: int | None = None,
                  measure: bool = True, measure_every: int | None = None, forgetting: bool = False,
-                 measure_samples: int | None = None, backprop: str = "auto"):
+                 measure_samples: int | None = None, backprop: str = "auto",
+                 prefetch: bool | None = None):
         if backprop not in ("auto", "autograd", "manual"):
             raise ValueError(f"backprop must be 'auto', 'autograd' or 'manual', got {backprop!r}")
         if measure_every is not None and int(measure_every) < 1:
@@ -246,6 +255,8 @@ class EnsembleTraining:
         self.problem = problem = get_problem(config.problem)(
             seeds, tasks=config.tasks, steps_per_task=config.steps_per_task,
             batch_size=config.batch_size, data_dir=data_dir, device=device, **config.problem_params)
+        use_prefetch = task_prefetch.applies(device) if prefetch is None else bool(prefetch)
+        self.prefetch = task_prefetch.TaskPrefetch(problem) if use_prefetch else None
         plain = {"arch": problem.arch, "input_shape": problem.input_shape,
                  "num_outputs": problem.num_outputs, "width": config.width,
                  "extra_layers": config.extra_layers}
@@ -308,7 +319,7 @@ class EnsembleTraining:
         problem, method, optimizer, measurer = self.problem, self.method, self.optimizer, self.measurer
         needs_features, every = method.needs_features, self.every
         steps, B = problem.steps_per_task, problem.batch_size
-        problem.start_task(task)
+        (self.prefetch.start_task if self.prefetch is not None else problem.start_task)(task)
         correct = torch.zeros(len(self.seeds), device=self.device)
         pending: list[tuple[int, dict]] = []  # this task's step measurements, still on the device
         grad_norm = None
@@ -351,6 +362,11 @@ class EnsembleTraining:
         return task_acc
 
     # --- finish ----------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop the background preparation of tasks, if any (idempotent)."""
+        if self.prefetch is not None:
+            self.prefetch.close()
+
     def result(self) -> EnsembleResult:
         """Every member's results, with the setup that produced them."""
         problem, config, measurer = self.problem, self.config, self.measurer

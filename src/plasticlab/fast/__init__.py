@@ -35,6 +35,10 @@ The fast paths, one module each:
   :meth:`plasticlab.problems.base.Problem.start_task`, each member's examples permuted and
   stacked (bit-identical). Applies: always (the host form for CPU training, the device form
   otherwise). Test: ``tests/test_fast_kernels.py``, ``tests/test_problems.py``.
+- :mod:`.task_prefetch` — the next task prepared in a background thread while this one
+  trains, into the examples buffer of the task before. Plain form:
+  :meth:`plasticlab.problems.base.Problem.start_task` preparing each task when it starts
+  (bit-identical). Applies: CUDA training. Test: ``tests/test_fast_kernels.py``.
 - :mod:`.folded_permutation` — a test set whose members share one image set under their own
   input permutations, evaluated with each permutation moved into the first layer's weights.
   Plain form: :func:`plasticlab.measure.held_out_accuracy`'s chunks of the permuted test set

@@ -6,7 +6,7 @@ Plain form: :meth:`plasticlab.problems.base.Problem.start_task` — each member'
 one, stacked and moved to the device: a fresh tensor every task. :class:`TaskExamples`
 computes the same tensor, to the bit, in one of two forms:
 
-- **on the host** (CPU training): into one buffer reused from task to task (a fresh one is new
+- **on the host** (CPU training): into a buffer reused from task to task (a fresh one is new
   memory to fault in every task: tens of MB for the paper's Permuted MNIST at K = 8), the rows
   taken with numpy's row take from one resident numpy view of the data set and the permutation
   applied with ``torch.gather`` on an expanded index (both faster than ``index_select`` here:
@@ -44,29 +44,32 @@ class TaskExamples:
 
     def __init__(self, device: torch.device):
         self.device = torch.device(device)
-        self.staging: torch.Tensor | None = None
         self.resident: dict[tuple[int, str], tuple] = {}  # (id, "host" | "device") → (x, copy)
 
     def gather(self, parts: Sequence, previous: torch.Tensor | None) -> torch.Tensor:
         """The task's examples ``[K, N, …]`` of the members' ``parts``: :meth:`on_host` for CPU
-        training, else :meth:`on_device`, which may write into ``previous`` (the last task's)."""
-        return self.on_host(parts) if self.device.type == "cpu" else self.on_device(parts, previous)
+        training, else :meth:`on_device`; either writes into ``previous`` (a buffer no longer
+        read: the last task's, or the one before it while the last trains) where it fits."""
+        return (self.on_host(parts, previous) if self.device.type == "cpu"
+                else self.on_device(parts, previous))
 
-    def on_host(self, parts: Sequence) -> torch.Tensor:
-        """The task's examples ``[K, N, …]`` on the CPU, in the reused host buffer."""
+    def on_host(self, parts: Sequence, previous: torch.Tensor | None = None) -> torch.Tensor:
+        """The task's examples ``[K, N, …]`` on the CPU, into ``previous`` where its shape and
+        dtype fit (a buffer reused from task to task)."""
         x0 = parts[0].x
         shape, dtype = (len(parts), parts[0].size, *x0.shape[1:]), x0.dtype
-        if self.staging is None or self.staging.shape != shape or self.staging.dtype != dtype:
-            self.staging = torch.empty(shape, dtype=dtype)
+        out = previous
+        if out is None or out.shape != shape or out.dtype != dtype or out.device.type != "cpu":
+            out = torch.empty(shape, dtype=dtype)
         for k, p in enumerate(parts):
             # numpy's row take: faster than torch's index_select on uint8 rows (docs/performance.md)
             rows = p.x if p.index is None else torch.from_numpy(
                 np.take(self.resident_copy(p.x, "host"), p.index, axis=0))
             if p.perm is None:
-                self.staging[k].copy_(rows)
+                out[k].copy_(rows)
             else:  # gather with an expanded index: faster than index_select on dim 1 here
-                torch.gather(rows, 1, p.perm[None].expand_as(rows), out=self.staging[k])
-        return self.staging
+                torch.gather(rows, 1, p.perm[None].expand_as(rows), out=out[k])
+        return out
 
     def on_device(self, parts: Sequence, previous: torch.Tensor | None) -> torch.Tensor:
         """The task's examples ``[K, N, …]`` taken on the device, into ``previous`` where its

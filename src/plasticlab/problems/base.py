@@ -52,6 +52,19 @@ class TaskData:
         return self.x if self.index is None else self.x[torch.from_numpy(self.index)]
 
 
+@dataclass
+class PreparedTask:
+    """One task made ready for every member: examples ``x`` ``[K, N, …]`` and labels ``y``
+    ``[K, N]`` on the training device, the batch plan ``[K, steps, B]`` and each step's rows
+    into the flattened examples ``[steps, K·B]``."""
+
+    task: int
+    x: torch.Tensor
+    y: torch.Tensor
+    plan: torch.Tensor
+    rows: torch.Tensor
+
+
 class Problem:
     """A continual classification stream for K members (one seed each).
 
@@ -87,7 +100,7 @@ class Problem:
         self.data_dir = data_dir
         self.device = torch.device(device)
         self.task = -1
-        self._x = self._y = self._plan = self._rows = None
+        self._x = self._y = self._plan = self._rows = self._spare = None
         self._examples = task_examples.TaskExamples(self.device)  # its buffers live as long as we do
         self._members = torch.arange(self.members, device=self.device)[:, None]
         self.load()
@@ -122,8 +135,27 @@ class Problem:
         return resolve(cls.parameters, given, f"problem {cls.name}")
 
     # --- the stream ---------------------------------------------------------------------------
-    def start_task(self, task: int) -> None:
-        """Materialise ``task`` for every member: examples, labels, batch plan, test set."""
+    def start_task(self, task: int, prepared: PreparedTask | None = None) -> None:
+        """Make ``task`` the current task for every member: its examples, labels, batch plan
+        (:meth:`prepare_task`, or ``prepared``, made ahead by it)."""
+        if prepared is None:
+            prepared = self.prepare_task(task, self._x)
+        elif prepared.task != task:
+            raise ValueError(f"{self.name}: task {prepared.task} was prepared, task {task} started")
+        if prepared.x is not self._x:
+            self._spare = self._x
+        self._x, self._y, self._plan, self._rows = prepared.x, prepared.y, prepared.plan, prepared.rows
+        self.task = task
+
+    def spare_examples(self) -> torch.Tensor | None:
+        """The examples tensor of a task before the current one, no longer read: where
+        :meth:`prepare_task` may write the next task's while this one trains."""
+        return self._spare
+
+    def prepare_task(self, task: int, out: torch.Tensor | None = None) -> PreparedTask:
+        """Materialise ``task`` for every member — examples (written into ``out`` where it fits),
+        labels, batch plan — without touching the current task: it may run in another thread
+        while the current task trains (:mod:`plasticlab.fast.task_prefetch`)."""
         if not 0 <= task < self.tasks:
             raise ValueError(f"{self.name}: task {task} out of range 0..{self.tasks - 1}")
         parts = [self.member_task(k, seed, task) for k, seed in enumerate(self.seeds)]
@@ -137,18 +169,18 @@ class Problem:
         # The input permutation is applied once per task, not per batch: every example is seen
         # about once an epoch either way, and one bulk gather is much cheaper than 625 small ones.
         if task_examples.applies():  # the same tensor, gathered faster
-            self._x = self._examples.gather(parts, self._x)
+            x = self._examples.gather(parts, out)
         else:
-            self._x = torch.stack([p.examples() if p.perm is None else p.examples()[:, p.perm]
-                                   for p in parts]).to(self.device)
-        self._y = torch.stack([p.y for p in parts]).to(self.device)
+            x = torch.stack([p.examples() if p.perm is None else p.examples()[:, p.perm]
+                             for p in parts]).to(self.device)
+        y = torch.stack([p.y for p in parts]).to(self.device)
         plans = [self._batch_plan(seed, task, n) for seed in self.seeds]
-        self._plan = torch.from_numpy(np.stack(plans)).to(self.device)
+        plan = torch.from_numpy(np.stack(plans)).to(self.device)
         # Rows of the flattened [K·n, …] examples for each step, contiguous per step, so a batch
         # is one index_select (advanced indexing over two dims is several times slower).
         offsets = torch.arange(self.members, device=self.device)[:, None, None] * n
-        self._rows = (self._plan + offsets).transpose(0, 1).reshape(self.steps_per_task, -1).contiguous()
-        self.task = task
+        rows = (plan + offsets).transpose(0, 1).reshape(self.steps_per_task, -1).contiguous()
+        return PreparedTask(task, x, y, plan, rows)
 
     def _batch_plan(self, seed: int, task: int, n: int) -> np.ndarray:
         """[steps, B] positions into the task's examples: epochs of fresh shuffles."""
