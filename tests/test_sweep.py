@@ -288,3 +288,17 @@ def test_dry_run_prints_how_the_runs_are_packed_into_ensembles(tmp_path, capsys)
     assert "permuted_mnist shrink_perturb adam: 1 ensemble(s), K = 96" in out
     assert "in 8 ensembles" in out
     assert not (tmp_path / "x").exists()
+
+
+def test_on_a_gpu_ensembles_are_not_halved_to_give_every_worker_one(tmp_path, capsys, monkeypatch):
+    import plasticlab.cli
+    from plasticlab.cli import main
+
+    # No GPU here: the device check is told there is one; a dry run trains nothing.
+    monkeypatch.setattr(plasticlab.cli, "check_device", lambda device: device)
+    args = ["sweep", "--preset", "best-permuted_mnist-adam", "--dry-run", "--out", str(tmp_path / "x")]
+    # 8 methods × 10 seeds: 6 ensembles (Baseline, L2 and L2 Init share one of 30) ...
+    assert main([*args, "--workers", "8", "--max-members", "256"]) == 0
+    assert "in 8 ensembles" in capsys.readouterr().out  # ... halved until 8 cores have one each
+    assert main([*args, "--workers", "8", "--device", "cuda"]) == 0
+    assert "in 6 ensembles" in capsys.readouterr().out  # ... on one GPU as they are

@@ -109,7 +109,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     workers = args.workers or default_workers()
     calibration = bench.load()
     max_members = args.max_members or bench.members_for(args.device, calibration, workers)
-    grid_plan = plan(runs, out, max_members, workers=workers, rerun=args.rerun)
+    # Halving ensembles until every worker has one feeds each CPU core; on a GPU, one device
+    # for all workers, it would only shrink K below the device's best.
+    split_for = workers if str(args.device).startswith("cpu") else 1
+    grid_plan = plan(runs, out, max_members, workers=split_for, rerun=args.rerun)
     options = {"forgetting": True} if sweep.get("forgetting") else {}
     print(f"sweep {name}" + (f" (scale {args.scale:g})" if args.scale else "") + f" → {out}")
     print("  " + _describe(grid_plan, workers, calibration))
@@ -144,7 +147,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(f"  {problem} {optimizer} {method:<16} lr={cfg['lr']:g} {cfg['params']} "
                   f"score {100 * entry['score']:.2f}% (of {entry['candidates']} configs)")
         eval_runs = evaluation_runs(selection, eval_seeds)
-        eval_plan = plan(eval_runs, out, max_members, phase="evaluation", workers=workers,
+        eval_plan = plan(eval_runs, out, max_members, phase="evaluation", workers=split_for,
                          rerun=args.rerun)
         write_plan(out, eval_runs, name, "evaluation", eval_plan.ensembles)
         print("  " + _describe(eval_plan, workers, calibration))
