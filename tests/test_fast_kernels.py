@@ -19,7 +19,7 @@ from plasticlab.fast import (
     task_examples,
 )
 from plasticlab.fast import max_pool as fast_max_pool
-from plasticlab.fast.quadratic_penalty import PenaltyGradient, SplitDecayGradient, penalty_gradient
+from plasticlab.fast.quadratic_penalty import PenaltyGradient, QuadraticGradient, penalty_gradient
 from plasticlab.measure import held_out_accuracy
 from plasticlab.nets import EnsembleConv2d, EnsembleLinear, build_network, max_pool
 from plasticlab.problems import PermutedMNIST, RandomLabelCIFAR
@@ -264,4 +264,4 @@ def test_the_penalty_gradient_is_the_regularizers_own_inside_plain_forms():
     with plain_forms():
         plain = penalty_gradient(L2Init(net.regularized_parameters(), strength=1e-2))
     fast_form = penalty_gradient(L2Init(net.regularized_parameters(), strength=1e-2))
-    assert type(plain) is PenaltyGradient and isinstance(fast_form, SplitDecayGradient)
+    assert type(plain) is PenaltyGradient and isinstance(fast_form, QuadraticGradient)

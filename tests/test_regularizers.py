@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from plasticlab.engine import member_hyperparameters
+from plasticlab.fast.quadratic_penalty import PenaltyGradient
 from plasticlab.methods import METHODS, MethodContext
 from plasticlab.nets import build_network
 from plasticlab.optim import make_optimizer
@@ -504,12 +505,11 @@ def quadratic_method(name: str, strengths, optimizer: str = "adam", fused: bool 
 
 
 @pytest.mark.parametrize("fused", [True, False])
-@pytest.mark.parametrize("name", ["l2", "l2_init"])
-def test_decay_in_the_optimizer_gives_the_split_decay_parameters_to_the_bit(name, fused):
-    in_opt, net_a, opt_a = quadratic_method(name, [0.05] * 3, fused=fused)
-    split, net_b, opt_b = quadratic_method(name, [0.05] * 3, fused=fused)
+def test_l2s_decay_in_the_optimizer_gives_the_parameters_of_the_decay_added_before_it_to_the_bit(fused):
+    in_opt, net_a, opt_a = quadratic_method("l2", [0.05] * 3, fused=fused)
+    split, net_b, opt_b = quadratic_method("l2", [0.05] * 3, fused=fused)
     assert in_opt.gradient.decay_in_optimizer and opt_a.weight_decay == pytest.approx(0.05)
-    split.gradient.decay_in_optimizer, opt_b.weight_decay = False, 0.0  # (g − λθ₀) + λθ
+    split.gradient.decay_in_optimizer, opt_b.weight_decay = False, 0.0  # g + λθ, then Adam
     unpenalized, net_c, opt_c = quadratic_method("baseline", [0.0] * 3, fused=fused)
     gen = torch.Generator().manual_seed(0)
     for _ in range(20):
@@ -531,12 +531,13 @@ def test_the_decay_goes_to_the_optimizer_only_where_the_numbers_stay_the_same():
     def in_optimizer(*args, **kwargs):
         return quadratic_method(*args, **kwargs)[0].gradient.decay_in_optimizer
 
-    assert in_optimizer("l2_init", [1e-2, 1e-2])
-    assert not in_optimizer("l2_init", [1e-2, 1e-3])  # λ differs per member
-    assert not in_optimizer("l2_init", [1e-2], optimizer="sgd")
+    assert in_optimizer("l2", [1e-2, 1e-2])
+    assert not in_optimizer("l2_init", [1e-2, 1e-2])  # a target: the difference comes first
+    assert not in_optimizer("l2", [1e-2, 1e-3])  # λ differs per member
+    assert not in_optimizer("l2", [1e-2], optimizer="sgd")
     # LayerNorm gains are in the optimizer but not in the penalty
-    assert not in_optimizer("l2_init", [1e-2], layer_norm=True)
-    assert not hasattr(quadratic_method("l1_init", [1e-2])[0].gradient, "pulls")  # not quadratic
+    assert not in_optimizer("l2", [1e-2], layer_norm=True)
+    assert type(quadratic_method("l1_init", [1e-2])[0].gradient) is PenaltyGradient  # not quadratic
     _, net, _ = quadratic_method("l2_init", [1e-2])
     opt = make_optimizer("adam", net.parameters(), 1e-3)
     opt.weight_decay = 1e-4  # the optimizer's own decay is never overwritten
@@ -550,20 +551,41 @@ def test_the_decay_goes_to_the_optimizer_only_where_the_numbers_stay_the_same():
 
 
 @pytest.mark.parametrize("name", ["l2", "l2_init"])
-def test_the_split_decay_adds_the_plain_gradient_up_to_rounding(name):
-    from plasticlab.fast.quadratic_penalty import SplitDecayGradient
+def test_the_kept_difference_adds_the_plain_gradient_to_the_bit(name):
+    from plasticlab.fast.quadratic_penalty import QuadraticGradient
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 3))
     reg = (L2Init if name == "l2_init" else L2)(model, strength=0.3)
-    perturb(list(model.parameters()), seed=4, scale=0.5)
-    grads = [torch.randn_like(p) for p in model.parameters()]
-    for p, g in zip(model.parameters(), grads, strict=True):
-        p.grad = g.clone()
-    reg.add_grad_()  # the plain form: g + λ(θ − target)
-    plain = [p.grad.clone() for p in model.parameters()]
-    for p, g in zip(model.parameters(), grads, strict=True):
-        p.grad = g.clone()
-    SplitDecayGradient(reg).add_()
-    for p, e in zip(model.parameters(), plain, strict=True):
-        torch.testing.assert_close(p.grad, e, rtol=1e-6, atol=1e-7)
+    fast = QuadraticGradient(reg)
+    for step in range(3):  # the kept buffers serve again at every step
+        perturb(list(model.parameters()), seed=4 + step, scale=0.5)
+        grads = [torch.randn_like(p) for p in model.parameters()]
+        for p, g in zip(model.parameters(), grads, strict=True):
+            p.grad = g.clone()
+        reg.add_grad_()  # the plain form: g + λ(θ − target)
+        plain = [p.grad.clone() for p in model.parameters()]
+        for p, g in zip(model.parameters(), grads, strict=True):
+            p.grad = g.clone()
+        fast.add_()
+        for p, e in zip(model.parameters(), plain, strict=True):
+            assert torch.equal(p.grad, e)
+
+
+def test_l2_inits_gradient_is_exactly_zero_where_a_weight_is_at_its_initial_value():
+    # A weight on an always-blank pixel gets no task gradient: it must get no penalty gradient
+    # either while it sits at θ₀ — Adam would turn any residue into a step of order α.
+    method, net, opt = quadratic_method("l2_init", [1e-2, 3e-2])
+    params = list(net.regularized_parameters())
+    with torch.no_grad():
+        params[0][:, :, 5:].add_(0.25)  # moved; the rest still at θ₀
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    method.add_penalty_grad()
+    assert bool((params[0].grad[:, :, :5] == 0).all())
+    assert bool((params[0].grad[:, :, 5:] != 0).all())
+    assert all(bool((p.grad == 0).all()) for p in params[1:])
+    before = [p.detach().clone() for p in params]
+    opt.step()
+    assert torch.equal(params[0][:, :, :5], before[0][:, :, :5])
+    assert all(torch.equal(p, b) for p, b in zip(params[1:], before[1:], strict=True))

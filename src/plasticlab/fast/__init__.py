@@ -25,10 +25,11 @@ The fast paths, one module each:
 - :mod:`.mlp_backprop` — the ReLU MLP's training-step gradients written out by hand. Plain
   form: autograd (gradients up to rounding). Applies: the ensemble ReLU MLP, with the engine's
   ``backprop`` ``"auto"`` or ``"manual"``. Test: ``tests/test_backprop.py``.
-- :mod:`.quadratic_penalty` — L2's and L2 Init's gradient as a split decay, with the decay
-  handed to Adam's pass on the CPU. Plain form: :meth:`plasticlab.regularizers.Regularizer.add_grad_`
-  (up to rounding; the decay in Adam bit-identical to the split decay). Applies: L2 and L2 Init
-  (Adam's pass: on the CPU, with the conditions its docstring lists). Test:
+- :mod:`.quadratic_penalty` — L2's and L2 Init's gradient λ(θ − target) with the difference
+  kept in a buffer across steps, and L2's decay handed to Adam's pass on the CPU. Plain form:
+  :meth:`plasticlab.regularizers.Regularizer.add_grad_` (bit-identical; the decay in Adam
+  bit-identical to adding it before). Applies: L2 and L2 Init (Adam's pass: L2, on the CPU,
+  with the conditions its docstring lists). Test:
   ``tests/test_regularizers.py``.
 - :mod:`.task_examples` — a task's examples for every member gathered into a reused host
   buffer, or on the device from a resident copy of the data set. Plain form:
