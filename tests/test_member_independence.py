@@ -196,13 +196,14 @@ def test_a_step_size_grid_in_one_ensemble_gives_each_member_its_own_run(
 
 
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])
-def test_baseline_l2_and_l2_init_members_in_one_ensemble_each_give_their_own_run(
+def test_penalty_method_members_in_one_ensemble_each_give_their_own_run(
         monkeypatch, data_dir, optimizer):
-    # One ensemble of the three methods (methods.quadratic_members), λ and α varying too;
+    # One ensemble of five methods (methods.penalty_members), λ, δ and α varying too;
     # every member against its own method's run alone.
     members = [("baseline", {}, 1e-3), ("l2_init", {"strength": 1e-2}, 1e-3),
                ("l2", {"strength": 1e-3}, 1e-3), ("l2_init", {"strength": 1e-1}, 1e-4),
-               ("baseline", {}, 1e-4), ("l2", {"strength": 1e-2}, 3e-3)]
+               ("baseline", {}, 1e-4), ("l2", {"strength": 1e-2}, 3e-3),
+               ("l1_init", {"strength": 1e-4}, 1e-3), ("huber_init", {"strength": 1e-2, "delta": 0.01}, 1e-3)]
     scale = 10 if optimizer == "sgd" else 1
     run = {**MLP_RUN, "tasks": 2, "steps_per_task": 150}
     config = resolve_config({**run, "method": members[0][0], "optimizer": optimizer,

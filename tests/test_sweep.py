@@ -25,7 +25,7 @@ def test_grid_expands_to_every_point_times_every_seed():
 
 def test_per_member_parameters_step_sizes_and_penalty_methods_share_an_ensemble():
     ensembles = group(expand(SWEEP), max_members=32)
-    # L2 Init and the Baseline (methods.quadratic_members): 2 lr × (2 λ + 1) × 3 seeds
+    # L2 Init and the Baseline (methods.penalty_members): 2 lr × (2 λ + 1) × 3 seeds
     (quad,) = [e for e in ensembles if e.config.method in ("l2_init", "baseline")]
     assert len(quad.seeds) == 18
     assert sorted(set(quad.member_methods)) == ["baseline", "l2_init"]

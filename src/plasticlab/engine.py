@@ -31,7 +31,7 @@ from .fast import mlp_backprop as manual
 from .fast import task_prefetch
 from .measure import Measurer, test_example_count, to_host
 from .methods import MethodContext, get_method
-from .methods.quadratic_members import QuadraticPenaltyMembers
+from .methods.penalty_members import PenaltyMembers
 from .nets import build_network
 from .optim import MEMBER_LR_OPTIMIZERS, make_optimizer, optimizer_options
 from .params import Param
@@ -162,8 +162,8 @@ def train_ensemble(
     ``member_params`` overrides ``config.params`` per member (a λ grid in one ensemble),
     ``member_lr`` overrides ``config.lr`` per member (a step-size grid in one ensemble; Adam and
     SGD, :data:`plasticlab.optim.MEMBER_LR_OPTIMIZERS`); ``member_methods`` names each
-    member's method, when they differ (Baseline, L2 and L2 Init in one ensemble,
-    :mod:`plasticlab.methods.quadratic_members`; ``member_params`` then holds each member's
+    member's method, when they differ (Baseline, L2, L2 Init, L1 Init, Huber Init in one ensemble,
+    :mod:`plasticlab.methods.penalty_members`; ``member_params`` then holds each member's
     whole parameters);
     ``on_task_end(task, accuracies)`` gets each finished task's online accuracy per member;
     ``on_steps(n)`` is called every ``progress_every`` steps (progress bars).
@@ -246,10 +246,13 @@ class EnsembleTraining:
                                         config.method)
         else:  # one method per member: each member's parameters are its own, whole
             self.per_member = [dict(member_params[k]) if member_params else {} for k in range(K)]
-            method_cls = QuadraticPenaltyMembers
-            hp = member_hyperparameters(
-                method_cls.hyperparameters,
-                [{"strength": 0.0, **params} for params in self.per_member], device, "mixed")
+            method_cls = PenaltyMembers
+            # a parameter a member's method does not have: its default (PenaltyMembers uses
+            # each member's values only in its own method's part)
+            defaults = {p.name: p.default for p in method_cls.hyperparameters}
+            hp = member_hyperparameters(method_cls.hyperparameters,
+                                        [defaults | params for params in self.per_member], device,
+                                        "mixed")
             hp["member_methods"] = self.member_methods
 
         self.problem = problem = get_problem(config.problem)(

@@ -24,8 +24,9 @@ share — problem, architecture, optimizer, stream lengths, and every method par
 not per-member — become members of one ensemble (at most ``max_members``); seeds, per-member
 parameters (λ, p, σ, r, τ …) and, under Adam and SGD, the step size vary inside it
 (:data:`plasticlab.optim.MEMBER_LR_OPTIMIZERS`; not for a method that swaps the optimizer,
-:meth:`Method.takes_member_lr`), and so may the method among the Baseline, L2 and L2 Init
-(:mod:`plasticlab.methods.quadratic_members`). Member k of an ensemble is still run k alone,
+:meth:`Method.takes_member_lr`), and so may the method among the Baseline, L2, L2 Init,
+L1 Init and Huber Init
+(:mod:`plasticlab.methods.penalty_members`). Member k of an ensemble is still run k alone,
 to the bit on the CPU (docs/member-independence.md).
 """
 
@@ -37,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..methods import get_method
-from ..methods.quadratic_members import MEMBER_METHODS
+from ..methods.penalty_members import MEMBER_METHODS
 from ..optim import MEMBER_LR_OPTIMIZERS
 from .config import RUN_PARAMETERS, RunConfig, parse_seeds, resolve_config
 
@@ -169,7 +170,7 @@ def _group_key(config: RunConfig) -> str:
     d["params"] = shared
     if shares_step_sizes(config):
         d.pop("lr")
-    if config.method in MEMBER_METHODS:  # one method per member (methods.quadratic_members)
+    if config.method in MEMBER_METHODS:  # one method per member (methods.penalty_members)
         d["method"] = "|".join(MEMBER_METHODS)
     return json.dumps(d, sort_keys=True)
 
