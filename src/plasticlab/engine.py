@@ -245,7 +245,10 @@ class EnsembleTraining:
             hp = member_hyperparameters(method_cls.hyperparameters, self.per_member, device,
                                         config.method)
         else:  # one method per member: each member's parameters are its own, whole
-            self.per_member = [dict(member_params[k]) if member_params else {} for k in range(K)]
+            if member_params is None or len(member_params) != K:
+                raise ValueError("member_methods with more than one method needs member_params: "
+                                 "each member's whole method parameters")
+            self.per_member = [dict(params) for params in member_params]
             method_cls = PenaltyMembers
             # a parameter a member's method does not have: its default (PenaltyMembers uses
             # each member's values only in its own method's part)
