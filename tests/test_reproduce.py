@@ -92,3 +92,19 @@ def test_the_synthetic_official_format_files_run_5_plus_1_cifar_and_continual_im
                      "--steps-per-task", "5", "--batch-size", batch, "--seeds", "0-1", "--data-dir",
                      str(tmp_path / "data"), "--out", str(tmp_path / problem), "--no-progress"]) == 0
     assert "continual_imagenet · l2_init" in capsys.readouterr().out
+
+
+def test_the_export_keeps_online_accuracy_exact_and_measurements_to_float32_precision(
+        results_dir, tmp_path):  # noqa: F811
+    import math
+
+    from plasticlab.experiments.export import MEASUREMENT_DIGITS
+
+    export_results(results_dir, tmp_path / "export")
+    _, exported, _ = read_export(tmp_path / "export" / EXPORT_NAME)
+    with ResultStore(results_dir) as store:
+        for run_id, metrics in exported.items():
+            stored = store.task_metrics(run_id)
+            assert metrics["online_accuracy"] == stored["online_accuracy"]
+            for a, b in zip(metrics["weight_magnitude"], stored["weight_magnitude"], strict=True):
+                assert math.isclose(a, b, rel_tol=10.0 ** (1 - MEASUREMENT_DIGITS))
