@@ -94,6 +94,7 @@ class Adam(StackedOptimizer):
         self.member_dim = bool(member_dim)
         self._member_parts: list[tuple[list, list, list]] | None = None  # (θ, m, v) pieces, from first use
         self._last_operands: tuple | None = None
+        self._member_lr_last: tuple | None = None  # _member_lr_operands' last answer
         self._steps_by_count: dict[int, torch.Tensor] = {}
         # The step count handed to the α = 0 moment update after restarts (its value is unused).
         self._unit_step = torch.ones((), device=self.params[0].device) if self.params else None
@@ -174,16 +175,27 @@ class Adam(StackedOptimizer):
         # One fused call per distinct α over its members' slabs: a slab is exactly the tensor
         # the member has alone, so the kernel's vector loop and tail fall as they do there.
         beta1, beta2 = self.betas
-        params = [self.params[i] for i in indices]
-        grads = [p.grad for p in params]
-        ms, vs = [self.exp_avg[i] for i in indices], [self.exp_avg_sq[i] for i in indices]
-        steps = self._step_tensors(indices)
-        for rate, members in lr_groups(self.lr):
-            torch._fused_adam_(members_of(params, members), members_of(grads, members),
-                               members_of(ms, members), members_of(vs, members), [],
-                               [t for t in steps for _ in members], lr=rate, beta1=beta1,
+        for rate, params, grads, ms, vs, steps in self._member_lr_operands(indices):
+            torch._fused_adam_(params, grads, ms, vs, [], steps, lr=rate, beta1=beta1,
                                beta2=beta2, weight_decay=self.weight_decay, eps=self.eps,
                                amsgrad=False, maximize=False)
+
+    def _member_lr_operands(self, indices: list[int]) -> list[tuple]:
+        """Per distinct α: (α, and the slabs of its members' θ, g, m, v and step counts)."""
+        grads = [self.params[i].grad for i in indices]
+        steps = self._step_tensors(indices)
+        last = self._member_lr_last
+        # As in _kernel_operands: the same gradient buffers and step tensors as last step
+        # (the hand-written backward's) let last step's slabs serve again.
+        if last is not None and last[0] == indices and _same(last[1], grads) and _same(last[2], steps):
+            return last[3]
+        params = [self.params[i] for i in indices]
+        ms, vs = [self.exp_avg[i] for i in indices], [self.exp_avg_sq[i] for i in indices]
+        operands = [(rate, members_of(params, members), members_of(grads, members),
+                     members_of(ms, members), members_of(vs, members),
+                     [t for t in steps for _ in members]) for rate, members in lr_groups(self.lr)]
+        self._member_lr_last = (list(indices), grads, list(steps), operands)
+        return operands
 
     def _kernel_operands(self, indices: list[int], steps: list[torch.Tensor]) -> tuple[list, ...]:
         """The fused kernel's operand lists (θ, g, m, v, t) for tensors ``indices``, each
@@ -216,7 +228,8 @@ class Adam(StackedOptimizer):
 
     def __getstate__(self) -> dict:
         # The pieces are views into θ, m, v and g: cut again after unpickling (a checkpoint).
-        return {**self.__dict__, "_member_parts": None, "_last_operands": None}
+        return {**self.__dict__, "_member_parts": None, "_last_operands": None,
+                "_member_lr_last": None}
 
     def _step_tensors(self, indices: list[int]) -> list[torch.Tensor]:
         # The kernel reads each tensor's t from a device tensor. One tensor per distinct count
@@ -332,3 +345,4 @@ class Adam(StackedOptimizer):
         self.restart_counts = [None if c is None else [t.clone() for t in c]
                                for c in state["restart_counts"]]
         self._steps_by_count = {}
+        self._member_lr_last = None
