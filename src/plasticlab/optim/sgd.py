@@ -23,6 +23,7 @@ class SGD(StackedOptimizer):
         # torch's vector loop and in its scalar tail, so a member's result does not depend on
         # where its elements fall (tests/test_member_independence.py).
         self.member_dim = bool(member_dim)
+        self._member_lr_last: tuple | None = None  # _member_lr_operands' last answer
 
     @torch.no_grad()
     def step(self) -> None:
@@ -32,9 +33,25 @@ class SGD(StackedOptimizer):
             for p in params:
                 p.add_(p.grad, alpha=-self.lr)
             return
-        for rate, members in lr_groups(self.lr):
-            torch._foreach_add_(members_of(params, members),
-                                members_of([p.grad for p in params], members), alpha=-rate)
+        for rate, slabs, grad_slabs in self._member_lr_operands(params):
+            torch._foreach_add_(slabs, grad_slabs, alpha=-rate)
+
+    def _member_lr_operands(self, params: list[torch.Tensor]) -> list[tuple]:
+        """Per distinct α: (α, its members' slabs of θ and of g), kept while the gradient
+        buffers stay the same (the hand-written backward's)."""
+        grads = [p.grad for p in params]
+        last = self._member_lr_last
+        if (last is not None and len(last[0]) == len(grads)
+                and all(a is b for a, b in zip(last[0], grads, strict=True))):
+            return last[1]
+        operands = [(rate, members_of(params, members), members_of(grads, members))
+                    for rate, members in lr_groups(self.lr)]
+        self._member_lr_last = (grads, operands)
+        return operands
+
+    def __getstate__(self) -> dict:
+        # The slabs are views into θ and g: cut again after unpickling (a checkpoint).
+        return {**self.__dict__, "_member_lr_last": None}
 
     def reset(self, index: int, mask: torch.Tensor, restart_count: bool = True) -> None:
         """No state to restart."""
@@ -46,3 +63,4 @@ class SGD(StackedOptimizer):
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`'s output."""
         self.lr = state["lr"]
+        self._member_lr_last = None
