@@ -37,7 +37,7 @@ from .optim import MEMBER_LR_OPTIMIZERS, make_optimizer, optimizer_options
 from .params import Param
 from .problems import get_problem
 from .rng import torch_generator
-from .run_config import RunConfig
+from .run_config import RunConfig, member_method_params
 
 
 @dataclass
@@ -238,17 +238,12 @@ class EnsembleTraining:
         self.member_methods = [config.method] * K if member_methods is None else list(member_methods)
         if len(self.member_methods) != K:
             raise ValueError(f"member_methods has {len(self.member_methods)} names for {K} members")
+        self.per_member = member_method_params(config, K, member_params, self.member_methods)
         if len(set(self.member_methods)) == 1:
-            self.per_member = [dict(config.params, **(member_params[k] if member_params else {}))
-                               for k in range(K)]
             method_cls = get_method(self.member_methods[0])
             hp = member_hyperparameters(method_cls.hyperparameters, self.per_member, device,
                                         config.method)
-        else:  # one method per member: each member's parameters are its own, whole
-            if member_params is None or len(member_params) != K:
-                raise ValueError("member_methods with more than one method needs member_params: "
-                                 "each member's whole method parameters")
-            self.per_member = [dict(params) for params in member_params]
+        else:  # one method per member (PenaltyMembers)
             method_cls = PenaltyMembers
             # a parameter a member's method does not have: its default (PenaltyMembers uses
             # each member's values only in its own method's part)

@@ -6,6 +6,7 @@ which builds it from user input (defaults filled in, every name and value checke
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 
@@ -39,4 +40,19 @@ class RunConfig:
         return d
 
 
-__all__ = ["RunConfig"]
+def member_method_params(config: RunConfig, members: int,
+                         member_params: Sequence[dict] | None = None,
+                         member_methods: Sequence[str] | None = None) -> list[dict]:
+    """Each member's method parameters in an ensemble of ``config``: ``member_params[k]`` over
+    ``config.params``; or — when ``member_methods`` names more than one method — each
+    ``member_params[k]`` whole (a member's parameters are then its own method's)."""
+    if member_methods is not None and len(set(member_methods)) > 1:
+        if member_params is None or len(member_params) != members:
+            raise ValueError("member_methods with more than one method needs member_params: "
+                             "each member's whole method parameters")
+        return [dict(params) for params in member_params]
+    return [dict(config.params, **(member_params[k] if member_params else {}))
+            for k in range(members)]
+
+
+__all__ = ["RunConfig", "member_method_params"]

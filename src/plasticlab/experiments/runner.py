@@ -12,6 +12,7 @@ import torch
 from .. import checkpoint as ckpt
 from ..data.checksums import data_provenance
 from ..engine import EnsembleResult
+from ..run_config import member_method_params
 from .config import RunConfig
 from .manifest import build_manifest, utc_now
 from .store import ResultStore
@@ -72,18 +73,14 @@ def member_configs(config: RunConfig, seeds: Sequence[int],
                    member_params: Sequence[dict] | None = None,
                    member_lr: Sequence[float] | None = None,
                    member_methods: Sequence[str] | None = None) -> list[dict]:
-    """Each member's full config: its own method parameters (added to ``config.params``, or —
-    with ``member_methods`` — whole), step size and method filled in."""
+    """Each member's full config: its own method parameters
+    (:func:`~plasticlab.run_config.member_method_params`), step size and method filled in."""
     base = config.to_dict()
-    configs = []
-    for k in range(len(seeds)):
-        own = member_params[k] if member_params else {}
-        configs.append(dict(base, params=dict(own) if member_methods is not None
-                            else dict(base["params"], **own),
-                            lr=float(member_lr[k]) if member_lr is not None else base["lr"],
-                            method=member_methods[k] if member_methods is not None
-                            else base["method"]))
-    return configs
+    params = member_method_params(config, len(seeds), member_params, member_methods)
+    return [dict(base, params=params[k],
+                 lr=float(member_lr[k]) if member_lr is not None else base["lr"],
+                 method=member_methods[k] if member_methods is not None else base["method"])
+            for k in range(len(seeds))]
 
 
 def record_start(store: ResultStore, config: RunConfig, seeds: Sequence[int], *,

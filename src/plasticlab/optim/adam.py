@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .stacked import StackedOptimizer, lr_groups, members_of, step_sizes
+from .stacked import StackedOptimizer, lr_groups, members_of, same_tensors, step_sizes
 
 MEMBER_ALIGNMENT_BYTES = 64
 """Bytes per member slab that keep torch's fused Adam kernel on the CPU from depending on K.
@@ -54,8 +54,11 @@ def _addcdiv_members(p: torch.Tensor, m: torch.Tensor, denom: torch.Tensor, rate
                                 [denom[k] for k in members], value=-rate)
 
 
-def _same(a: list, b: list) -> bool:
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+def _still_valid(last: tuple | None, indices: list[int], grads: list, steps: list) -> bool:
+    """Whether operands cut last step, ``last = (indices, grads, steps, operands)``, serve
+    again: the same tensors stepped, the same gradient buffers and step-count tensors."""
+    return (last is not None and last[0] == indices and same_tensors(last[1], grads)
+            and same_tensors(last[2], steps))
 
 
 class Adam(StackedOptimizer):
@@ -131,12 +134,12 @@ class Adam(StackedOptimizer):
         torch._foreach_div_(denom, list(bc2_sqrt))
         torch._foreach_add_(denom, self.eps)
         torch._foreach_mul_(denom, list(bc1))
-        if isinstance(self.lr, float):
-            torch._foreach_addcdiv_(params, ms, denom, value=-self.lr)
-            return
-        for rate, members in lr_groups(self.lr):
-            torch._foreach_addcdiv_(members_of(params, members), members_of(ms, members),
-                                    members_of(denom, members), value=-rate)
+        for rate, members in self._rates():
+            if members is None:
+                torch._foreach_addcdiv_(params, ms, denom, value=-rate)
+            else:
+                torch._foreach_addcdiv_(members_of(params, members), members_of(ms, members),
+                                        members_of(denom, members), value=-rate)
 
     def _corrections(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Advance tensor i's step counts by one and return its per-element bias corrections
@@ -187,7 +190,7 @@ class Adam(StackedOptimizer):
         last = self._member_lr_last
         # As in _kernel_operands: the same gradient buffers and step tensors as last step
         # (the hand-written backward's) let last step's slabs serve again.
-        if last is not None and last[0] == indices and _same(last[1], grads) and _same(last[2], steps):
+        if _still_valid(last, indices, grads, steps):
             return last[3]
         params = [self.params[i] for i in indices]
         ms, vs = [self.exp_avg[i] for i in indices], [self.exp_avg_sq[i] for i in indices]
@@ -208,7 +211,7 @@ class Adam(StackedOptimizer):
         last = self._last_operands
         # The hand-written backward writes into the same gradient buffers at every step, and the
         # step-count tensors advance in place: then last step's lists serve again as they are.
-        if last is not None and last[0] == indices and _same(last[1], grads) and _same(last[2], steps):
+        if _still_valid(last, indices, grads, steps):
             return last[3]
         if self._member_parts is None:
             # θ, m and v live as long as the optimizer (updated in place): cut once.

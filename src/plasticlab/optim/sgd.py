@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .stacked import StackedOptimizer, lr_groups, members_of, step_sizes
+from .stacked import StackedOptimizer, lr_groups, members_of, same_tensors, step_sizes
 
 
 class SGD(StackedOptimizer):
@@ -41,8 +41,7 @@ class SGD(StackedOptimizer):
         buffers stay the same (the hand-written backward's)."""
         grads = [p.grad for p in params]
         last = self._member_lr_last
-        if (last is not None and len(last[0]) == len(grads)
-                and all(a is b for a, b in zip(last[0], grads, strict=True))):
+        if last is not None and same_tensors(last[0], grads):
             return last[1]
         operands = [(rate, members_of(params, members), members_of(grads, members))
                     for rate, members in lr_groups(self.lr)]

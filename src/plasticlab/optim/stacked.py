@@ -24,6 +24,12 @@ def step_sizes(lr: float | Sequence[float], member_dim: bool, name: str) -> floa
     return rates
 
 
+def same_tensors(a: Sequence, b: Sequence) -> bool:
+    """Whether ``a`` and ``b`` hold the very same tensor objects, in order (a cached list of
+    views into them then serves again)."""
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
 def lr_groups(lr: float | list[float]) -> list[tuple[float, list[int]]]:
     """(α, members with that α) for a per-member step size, in order of first appearance."""
     groups: dict[float, list[int]] = {}
