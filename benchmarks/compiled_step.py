@@ -1,69 +1,46 @@
-"""Does compiling the whole training step beat the engine's eager step?
+"""Does the compiled training step (``compile=True``) beat the engine's eager step?
 
-The engine's eager step for the paper's MLP on Permuted MNIST with L2 Init and Adam (the
-hand-written backward, the penalty λ(θ − θ₀), torch's fused Adam) against the same step
-written as one function — forward, the hand-written backward's formulas, λ(θ − θ₀), Adam —
-under ``torch.compile`` (inductor; ``--mode`` picks its mode, ``--cpp-wrapper`` its C++
-wrapper). Both start from the same network and take the same batches; the script prints the
-setup, the compile time, each path's steady-state rate (best of ``--rounds``), their ratio,
-and how far apart their parameters are after one step from the same start (compilation
-reorders floating-point work, so the paths agree up to rounding, not to the bit; Adam's first
-steps, ±α wherever a gradient is non-zero, turn a rounding-level difference in a near-zero
-gradient into one of order α).
+The engine's eager step for the paper's MLP on Permuted MNIST with L2 Init (λ 1e-2) and Adam
+(the hand-written backward, the penalty λ(θ − θ₀), torch's fused Adam) against the same step
+through :class:`plasticlab.fast.compiled_step.CompiledStep` — what ``plasticlab run --compile``
+runs (inductor on the CPU; CUDA graphs, ``mode="reduce-overhead"``, on CUDA). Both start from the
+same network and take the same batches. Printed per K: each path's steady-state rate (best of
+``--rounds``), their ratio, the first compiled call (compilation: with ``--fresh-cache`` from an
+empty inductor cache, else from whatever this machine's cache holds), how far apart the
+parameters are after one step from the same start (compilation reorders floating-point work:
+the paths agree up to rounding), and, with ``--tasks N``, a whole N-task training of each (start,
+compile and the task-end measurements included).
 
-    python benchmarks/compiled_step.py --data-dir ../shared/data --members 8 32
+    python benchmarks/compiled_step.py --data-dir ../shared/data --members 1 8 32
+    python benchmarks/compiled_step.py --data-dir ../shared/data --members 8 --fresh-cache --tasks 4
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+import tempfile
 import time
 
-import torch
 
-from plasticlab.engine import EnsembleTraining
-from plasticlab.experiments.config import resolve_config
-
-
-def training(members: int, data_dir, device: str) -> EnsembleTraining:
-    """An L2 Init (λ = 1e-2) + Adam (α = 1e-3) ensemble of ``members`` on Permuted MNIST."""
-    config = resolve_config({"problem": "permuted_mnist", "method": "l2_init",
-                             "params": {"strength": 1e-2}, "lr": 1e-3, "tasks": 1})
-    return EnsembleTraining(config, list(range(members)), data_dir=data_dir, device=device,
-                            measure=False)
+def _fresh_cache_requested() -> bool:
+    return "--fresh-cache" in sys.argv
 
 
-def compiled_step(params: list[torch.Tensor], initial: list[torch.Tensor], strength: float,
-                  lr: float, batch: int, mode: str | None):
-    """One training step as a single function under ``torch.compile``: returns
-    ``step(m, v, t, x, y)`` that updates ``params``, the moments ``m``, ``v`` in place (``t``:
-    the step count as a 0-d tensor, so it does not recompile) and returns each member's number
-    of correct predictions."""
-    beta1, beta2, eps = 0.9, 0.999, 1e-8
+if _fresh_cache_requested():  # before torch reads its configuration
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-")
 
-    def step(m, v, t, x, y):
-        weights, biases = params[0::2], params[1::2]
-        inputs = [x]
-        for w, b in zip(weights[:-1], biases[:-1], strict=True):
-            inputs.append(torch.relu(torch.baddbmm(b.unsqueeze(1), inputs[-1], w.transpose(1, 2))))
-        logits = torch.baddbmm(biases[-1].unsqueeze(1), inputs[-1], weights[-1].transpose(1, 2))
-        delta = (torch.softmax(logits, -1)
-                 - torch.nn.functional.one_hot(y, logits.shape[-1]).to(logits.dtype)) / batch
-        grads: list = [None] * len(params)
-        for layer in range(len(weights) - 1, -1, -1):
-            grads[2 * layer] = torch.bmm(delta.transpose(1, 2), inputs[layer])
-            grads[2 * layer + 1] = delta.sum(1)
-            if layer:
-                delta = torch.bmm(delta, weights[layer]) * (inputs[layer] > 0)
-        bc1, bc2_sqrt = 1 - beta1 ** t, torch.sqrt(1 - beta2 ** t)
-        for p, g, mm, vv, p0 in zip(params, grads, m, v, initial, strict=True):
-            g = g + strength * (p - p0)
-            mm.mul_(beta1).add_(g, alpha=1 - beta1)
-            vv.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-            p.sub_(lr * (mm / bc1) / (vv.sqrt() / bc2_sqrt + eps))
-        return (logits.argmax(-1) == y).sum(1)
+import torch  # noqa: E402
 
-    return torch.compile(step, dynamic=False, mode=mode)
+from plasticlab.engine import EnsembleTraining, train_ensemble  # noqa: E402
+from plasticlab.experiments.config import resolve_config  # noqa: E402
+
+
+def config(tasks: int = 1):
+    """L2 Init (λ = 1e-2) + Adam (α = 1e-3) on Permuted MNIST, the paper's MLP and batch."""
+    return resolve_config({"problem": "permuted_mnist", "method": "l2_init",
+                           "params": {"strength": 1e-2}, "lr": 1e-3, "tasks": tasks})
 
 
 def best_rate(run, steps: int, rounds: int, sync) -> float:
@@ -78,6 +55,51 @@ def best_rate(run, steps: int, rounds: int, sync) -> float:
     return best
 
 
+def step_rates(members: int, args, sync) -> tuple[float, float, float, float]:
+    """(eager steps/s, compiled steps/s, first compiled call in s, max |θ_c − θ_e| after one
+    step) for an ensemble of ``members``."""
+    eager = EnsembleTraining(config(), list(range(members)), data_dir=args.data_dir,
+                             device=args.device, measure=False)
+    compiled = EnsembleTraining(config(), list(range(members)), data_dir=args.data_dir,
+                                device=args.device, measure=False, compile=True)
+    for training in (eager, compiled):
+        training.problem.start_task(0)
+    batches = [eager.problem.batch(s) for s in range(200)]
+    correct = torch.zeros(members, device=args.device)
+
+    def run_eager(n, first=False):
+        for i in range(n):
+            x, y = batches[0 if first else (i + 1) % len(batches)]
+            eager.hand.step(x, y)
+            eager.method.add_penalty_grad()
+            eager.optimizer.step()
+
+    def run_compiled(n, first=False):
+        for i in range(n):
+            compiled.compiled(*batches[0 if first else (i + 1) % len(batches)], correct)
+
+    start = time.perf_counter()
+    run_compiled(1, first=True)
+    sync()
+    compile_s = time.perf_counter() - start
+    run_eager(1, first=True)
+    sync()
+    apart = max(float((a.detach() - b.detach()).abs().max())
+                for a, b in zip(eager.net.parameters(), compiled.net.parameters(), strict=True))
+    return (best_rate(run_eager, args.steps, args.rounds, sync),
+            best_rate(run_compiled, args.steps, args.rounds, sync), compile_s, apart)
+
+
+def whole_run(members: int, tasks: int, compile: bool, args, sync) -> float:
+    """Seconds for a whole ``tasks``-task training of ``members`` (measurements on)."""
+    sync()
+    start = time.perf_counter()
+    train_ensemble(config(tasks), list(range(members)), data_dir=args.data_dir,
+                   device=args.device, compile=compile)
+    sync()
+    return time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir")
@@ -85,61 +107,31 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--mode", default=None, help="torch.compile mode (default: inductor's default)")
-    parser.add_argument("--cpp-wrapper", action="store_true", help="inductor's C++ wrapper")
+    parser.add_argument("--tasks", type=int, default=0,
+                        help="also time a whole training of this many tasks, eager and compiled")
+    parser.add_argument("--fresh-cache", action="store_true",
+                        help="compile from an empty inductor cache (a new TORCHINDUCTOR_CACHE_DIR)")
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    torch._inductor.config.cpp_wrapper = args.cpp_wrapper
+    if args.device == "cpu":
+        torch.set_num_threads(1)
     cuda = args.device.startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     print(f"device {args.device}, {torch.get_num_threads()} thread(s), batch 16, "
-          f"torch {torch.__version__}, compile mode {args.mode or 'default'}"
-          f"{', C++ wrapper' if args.cpp_wrapper else ''}")
+          f"torch {torch.__version__}, inductor cache "
+          f"{'fresh' if args.fresh_cache else os.environ.get('TORCHINDUCTOR_CACHE_DIR', 'default')}")
     print("| K | eager (member-samples/s) | compiled (member-samples/s) | compiled/eager | "
-          "compile (s) | max |θ_compiled − θ_eager| after one step |")
-    print("|---:|---:|---:|---:|---:|---:|")
+          "first compiled call (s) | max |θ_compiled − θ_eager| after one step |"
+          + (f" whole {args.tasks}-task run, eager / compiled (s) |" if args.tasks else ""))
+    print("|---:|---:|---:|---:|---:|---:|" + ("---:|" if args.tasks else ""))
     for members in args.members:
-        eager = training(members, args.data_dir, args.device)
-        eager.problem.start_task(0)
-        batches = [eager.problem.batch(s) for s in range(200)]
-        params = [p for b in eager.net.blocks for p in (b.affine.weight, b.affine.bias)]
-        start_state = [p.detach().clone() for p in params]
-
-        def run_eager(n, eager=eager, batches=batches, first=False):
-            for i in range(n):
-                x, y = batches[0 if first else (i + 1) % len(batches)]
-                eager.hand.step(x, y)
-                eager.method.add_penalty_grad()
-                eager.optimizer.step()
-
-        compiled_params = [t.clone() for t in start_state]
-        m = [torch.zeros_like(p) for p in compiled_params]
-        v = [torch.zeros_like(p) for p in compiled_params]
-        t = torch.zeros((), device=args.device)
-        step = compiled_step(compiled_params, [t.clone() for t in start_state], 1e-2, 1e-3, 16,
-                             args.mode)
-        start = time.perf_counter()
-        with torch.no_grad():
-            t.add_(1)
-            step(m, v, t, *batches[0])
-        sync()
-        compile_s = time.perf_counter() - start
-
-        def run_compiled(n, step=step, m=m, v=v, t=t, batches=batches):
-            with torch.no_grad():
-                for i in range(n):
-                    t.add_(1)
-                    step(m, v, t, *batches[(i + 1) % len(batches)])
-
-        # Both paths: batch 0 (the compiled path's compiling step), then the same timed steps.
-        run_eager(1, first=True)
-        sync()
-        apart = max(float((a.detach() - b).abs().max()) for a, b in zip(params, compiled_params, strict=True))
-        eager_rate = best_rate(run_eager, args.steps, args.rounds, sync)
-        compiled_rate = best_rate(run_compiled, args.steps, args.rounds, sync)
+        eager, compiled, compile_s, apart = step_rates(members, args, sync)
         per_step = members * 16
-        print(f"| {members} | {eager_rate * per_step:,.0f} | {compiled_rate * per_step:,.0f} | "
-              f"{compiled_rate / eager_rate:.2f} | {compile_s:.1f} | {apart:.1e} |")
+        row = (f"| {members} | {eager * per_step:,.0f} | {compiled * per_step:,.0f} | "
+               f"{compiled / eager:.2f} | {compile_s:.1f} | {apart:.1e} |")
+        if args.tasks:
+            row += (f" {whole_run(members, args.tasks, False, args, sync):.1f} / "
+                    f"{whole_run(members, args.tasks, True, args, sync):.1f} |")
+        print(row, flush=True)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ LAYERS = [
     {"metrics", "regularizers", "perturb", "optim"},
     {"fast.quadratic_penalty", "fast.mlp_backprop", "fast.folded_permutation"},
     {"methods", "measure"},
+    {"fast.compiled_step"},
     {"engine"},
     {"monitor", "dropin_field", "member_independence"},
     {"experiments"},

@@ -26,12 +26,14 @@ listed with its own (``fast``'s):
    against its plain form;
 6. ``methods``, ``measure`` — one file per plasticity method; the measurements of an
    ensemble at a task end;
-7. ``engine`` — the training loop over an ensemble;
-8. ``monitor``, ``dropin_field``, ``member_independence`` — the drop-ins for anyone's model
+7. ``fast.compiled_step`` — the whole training step of a penalty method under
+   ``torch.compile``, which reads the methods and optimizers below;
+8. ``engine`` — the training loop over an ensemble;
+9. ``monitor``, ``dropin_field``, ``member_independence`` — the drop-ins for anyone's model
    and what the engine guarantees;
-9. ``experiments`` — configs, presets, sweeps, the protocol, the results store, executors;
-10. ``report``, ``integrations`` — figures, tables and pages; framework callbacks;
-11. ``cli``, ``cli_sweep``, ``cli_reproduce``, ``demo`` — the ``plasticlab`` command.
+10. ``experiments`` — configs, presets, sweeps, the protocol, the results store, executors;
+11. ``report``, ``integrations`` — figures, tables and pages; framework callbacks;
+12. ``cli``, ``cli_sweep``, ``cli_reproduce``, ``demo`` — the ``plasticlab`` command.
 """
 
 from importlib.metadata import PackageNotFoundError, version

@@ -95,7 +95,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                            device=device, threads=threads,
                            progress=not args.no_progress, measure=not args.no_measure,
                            measure_every=args.measure_every, forgetting=args.forgetting,
-                           backprop=args.backprop, loggers=make_loggers(args.tensorboard, args.wandb),
+                           backprop=args.backprop, compile=args.compile,
+                           loggers=make_loggers(args.tensorboard, args.wandb),
                            resume=not args.no_resume, on_resume=on_resume)
     for r in records:
         if "diverged_at_task" in r:
@@ -243,6 +244,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--backprop", choices=("auto", "autograd", "manual"), default="auto",
                      help="how gradients are computed: the ReLU MLP's hand-written backward "
                           "(manual), autograd, or manual wherever the network allows (auto)")
+    run.add_argument("--compile", action="store_true",
+                     help="take each training step through torch.compile where it applies (the "
+                          "MLP with the Baseline, L2 or L2 Init and Adam or SGD; the same numbers up "
+                          "to rounding; docs/performance.md says when it is faster)")
     run.add_argument("--rerun", action="store_true",
                      help="train seeds whose run already finished in --out again (a new attempt: "
                           "the earlier results are kept; the newest finished attempt counts)")

@@ -39,7 +39,8 @@ def _sweep_args(args: argparse.Namespace, study: str, out: Path, scale: float) -
                         ("--device", args.device)):
         if value is not None:
             argv += [flag, str(value)]
-    return argv + (["--no-progress"] if args.no_progress else [])
+    return (argv + (["--compile"] if args.compile else [])
+            + (["--no-progress"] if args.no_progress else []))
 
 
 def reproduce_study(args: argparse.Namespace, study: str) -> int:
@@ -115,6 +116,8 @@ def register(sub) -> None:
     rp.add_argument("--data-dir", dest="data_dir")
     rp.add_argument("--workers", type=int)
     rp.add_argument("--device")
+    rp.add_argument("--compile", action="store_true",
+                    help="the compiled training step where it applies (sweep --compile)")
     rp.add_argument("--no-progress", action="store_true")
     rp.set_defaults(func=cmd_reproduce)
 

@@ -114,6 +114,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     split_for = workers if str(args.device).startswith("cpu") else 1
     grid_plan = plan(runs, out, max_members, workers=split_for, rerun=args.rerun)
     options = {"forgetting": True} if sweep.get("forgetting") else {}
+    if args.compile:
+        options["compile"] = True
     print(f"sweep {name}" + (f" (scale {args.scale:g})" if args.scale else "") + f" → {out}")
     print("  " + _describe(grid_plan, workers, calibration))
     if eval_seeds is not None:
@@ -314,6 +316,9 @@ def register(sub) -> None:
     sw.add_argument("--rerun", action="store_true",
                     help="train runs that already finished again (new attempts: the earlier "
                          "results are kept; the newest finished attempt counts)")
+    sw.add_argument("--compile", action="store_true",
+                    help="take each training step through torch.compile where it applies (the MLP "
+                         "with the Baseline, L2 or L2 Init and Adam or SGD; see plasticlab run)")
     add_logging_options(sw)
     sw.add_argument("--no-progress", action="store_true")
     sw.set_defaults(func=cmd_sweep)

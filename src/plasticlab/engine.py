@@ -27,8 +27,8 @@ import torch.nn.functional as F
 
 from . import checkpoint as ckpt
 from . import metrics
+from .fast import compiled_step, task_prefetch
 from .fast import mlp_backprop as manual
-from .fast import task_prefetch
 from .measure import Measurer, test_example_count, to_host
 from .methods import MethodContext, get_method
 from .methods.penalty_members import PenaltyMembers
@@ -156,6 +156,7 @@ def train_ensemble(
     checkpoint: str | Path | None = None,
     backprop: str = "auto",
     prefetch: bool | None = None,
+    compile: bool = False,
 ) -> EnsembleResult:
     """Train one ensemble: member k is the run ``(config, seeds[k], member_params[k])``.
 
@@ -187,6 +188,11 @@ def train_ensemble(
     ``prefetch``: prepare each next task in a background thread while the current one trains
     (:mod:`plasticlab.fast.task_prefetch`; the same numbers); None: where it applies (CUDA).
 
+    ``compile``: take each step through ``torch.compile`` where
+    :mod:`plasticlab.fast.compiled_step` computes it (the MLP with a quadratic penalty and Adam
+    or SGD; the same numbers up to rounding); elsewhere, and where a measurement needs the
+    task gradient, the eager step. The result's ``extra["step"]`` says which ran.
+
     The three stages — set up, run a task, finish — are :class:`EnsembleTraining`'s.
     """
     training = EnsembleTraining(config, seeds, member_params, member_lr=member_lr,
@@ -194,7 +200,7 @@ def train_ensemble(
                                 data_dir=data_dir, device=device,
                                 threads=threads, measure=measure, measure_every=measure_every,
                                 forgetting=forgetting, measure_samples=measure_samples,
-                                backprop=backprop, prefetch=prefetch)
+                                backprop=backprop, prefetch=prefetch, compile=compile)
     try:
         if checkpoint is not None and training.resume(checkpoint) and on_steps is not None:
             on_steps(training.next_task * training.problem.steps_per_task)
@@ -222,7 +228,7 @@ class EnsembleTraining:
                  device: str | torch.device = "cpu", threads: int | None = None,
                  measure: bool = True, measure_every: int | None = None, forgetting: bool = False,
                  measure_samples: int | None = None, backprop: str = "auto",
-                 prefetch: bool | None = None):
+                 prefetch: bool | None = None, compile: bool = False):
         if backprop not in ("auto", "autograd", "manual"):
             raise ValueError(f"backprop must be 'auto', 'autograd' or 'manual', got {backprop!r}")
         if measure_every is not None and int(measure_every) < 1:
@@ -280,6 +286,10 @@ class EnsembleTraining:
             raise ValueError(f"backprop='manual' needs a plain ReLU MLP; method {config.method} on "
                              f"{config.problem} builds another network: use backprop='auto'")
         self.hand = manual.ManualBackprop(net) if backprop != "autograd" and manual.applies(net) else None
+        self.compiled = (compiled_step.CompiledStep(net, self.method, self.optimizer, self.member_lr,
+                                                    device)
+                         if compile and compiled_step.applies(self.hand, self.method, self.optimizer)
+                         else None)
         # what the run has produced so far (a checkpoint's contents besides the training state)
         self.accuracies: list[list[float]] = []
         self.task_measures: list[list[dict]] = []  # [task][member] → {name: value}
@@ -327,18 +337,23 @@ class EnsembleTraining:
         for step in range(steps):
             method.before_step(self.global_step)
             x, y = problem.batch(step)
-            if self.hand is not None:
-                logits, hidden = self.hand.step(x, y)
-                features = hidden if needs_features else []  # the after_step contract
-            else:
-                logits, features = _autograd_step(self.net, optimizer, x, y, needs_features)
-            with torch.no_grad():
-                correct += (logits.argmax(-1) == y).sum(1)
             step_due = every and (self.global_step + 1) % every == 0
-            if measurer is not None and (step_due or step == steps - 1):
-                grad_norm = metrics.gradient_norm(self.parameters)  # the task loss's, before penalties
-            method.add_penalty_grad()
-            optimizer.step()
+            wants_grad_norm = measurer is not None and (step_due or step == steps - 1)
+            if self.compiled is not None and not wants_grad_norm:
+                self.compiled(x, y, correct)  # all of the else branch, compiled
+                features = []
+            else:
+                if self.hand is not None:
+                    logits, hidden = self.hand.step(x, y)
+                    features = hidden if needs_features else []  # the after_step contract
+                else:
+                    logits, features = _autograd_step(self.net, optimizer, x, y, needs_features)
+                with torch.no_grad():
+                    correct += (logits.argmax(-1) == y).sum(1)
+                if wants_grad_norm:
+                    grad_norm = metrics.gradient_norm(self.parameters)  # the task loss's, before penalties
+                method.add_penalty_grad()
+                optimizer.step()
             self.global_step += 1
             method.after_step(features, x, self.global_step)
             if step_due and measurer is not None:
@@ -383,6 +398,7 @@ class EnsembleTraining:
             device=str(self.device), threads=self.threads,
             data_source=getattr(problem, "source", ""), measure_time=self.measure_time,
             extra={"backprop": "manual" if self.hand is not None else "autograd",
+                   "step": "compiled" if self.compiled is not None else "eager",
                    "measurements": {"task_end": self.measure, "every": self.every or None,
                                     "forgetting": self.forgetting,
                                     "samples": measurer.samples if measurer else None,

@@ -136,6 +136,7 @@ def record_result(store: ResultStore, config: RunConfig, run_ids: Sequence[str],
                                           **data_provenance(result.data_source),
                                           "measurements": result.extra.get("measurements"),
                                           "backprop": result.extra.get("backprop"),
+                                          "step": result.extra.get("step"),
                                           "method_notes": result.extra.get("method") or {},
                                           "end_time": utc_now()})
         records.append(run_record(config, member, result, rid)
@@ -143,6 +144,7 @@ def record_result(store: ResultStore, config: RunConfig, run_ids: Sequence[str],
                           "steps_per_second": result.steps_per_second,
                           "measure_time_s": result.measure_time,
                           "threads": result.threads, "backprop": result.extra.get("backprop"),
+                          "step": result.extra.get("step"),
                           "reported_tasks": member.reported_tasks}
                        | ({"diverged_at_task": diverged} if diverged is not None else {}))
     return records
@@ -198,6 +200,7 @@ def run_ensemble(
     measure_every: int | None = None,
     forgetting: bool = False,
     backprop: str = "auto",
+    compile: bool = False,
     loggers: Sequence = (),
     resume: bool = True,
     on_resume: Callable[[Path, int], None] | None = None,
@@ -213,7 +216,8 @@ def run_ensemble(
     ``measure``, ``measure_every`` and ``forgetting`` are passed to
     :func:`~plasticlab.engine.train_ensemble` (task-end measurements, every-N-steps
     measurements, the accuracy matrix); they change what is recorded, never the training.
-    ``backprop`` is passed on too (``auto`` | ``autograd`` | ``manual``).
+    ``backprop`` (``auto`` | ``autograd`` | ``manual``) and ``compile`` (the compiled step,
+    :mod:`plasticlab.fast.compiled_step`) are passed on too.
 
     A new attempt at each run is marked 'running' before training, and its metrics and
     'finished' status are committed together at the end; earlier attempts are kept. The
@@ -232,7 +236,8 @@ def run_ensemble(
     elif path.is_file() and on_resume is not None:
         on_resume(path, ckpt.read_header(path).get("next_task", 0))
     options = dict(threads=threads, measure=measure, measure_every=measure_every,
-                   forgetting=forgetting, backprop=backprop, checkpoint=str(path))
+                   forgetting=forgetting, backprop=backprop, compile=compile,
+                   checkpoint=str(path))
     job = Job(config, [int(s) for s in seeds],
               list(member_params) if member_params is not None else None, options=options)
     run_jobs([job], out=out, data_dir=data_dir, device=device, progress=progress,

@@ -1,0 +1,154 @@
+"""The compiled training step (plasticlab.fast.compiled_step) against the eager step it
+compiles, and member k of a compiled ensemble against seed k compiled alone.
+
+Tolerances: compilation fuses and reorders floating-point work, so the compiled step is the
+eager step up to rounding — after one step the parameters are within 1e-7 of each other; Adam's
+normalisation can turn a rounding difference in a near-zero gradient into one of order α, so over
+a short run they are within 1e-4 and each task's online accuracy within two examples. Member k of
+a compiled ensemble is seed k compiled alone to the bit on the CPU, as for the eager step."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from plasticlab import fast
+from plasticlab.engine import EnsembleTraining, train_ensemble
+from plasticlab.experiments.config import resolve_config
+from plasticlab.fast import compiled_step
+
+TASKS, STEPS, BATCH = 2, 30, 16
+# Baseline, L2, L2 Init members in one ensemble, with their own step sizes and λ
+METHODS = ["baseline", "l2", "l2_init"]
+LRS = [1e-3, 3e-3, 1e-3]
+PARAMS = [{}, {"strength": 1e-3}, {"strength": 1e-2}]
+
+
+def _config(optimizer: str = "adam", method: str = "l2_init"):
+    return resolve_config({"problem": "permuted_mnist", "method": method, "optimizer": optimizer,
+                           "params": {"strength": 1e-2}, "tasks": TASKS,
+                           "steps_per_task": STEPS, "batch_size": BATCH, "width": 0.25})
+
+
+def _training(data_dir, members, compile, optimizer="adam", **kwargs) -> EnsembleTraining:
+    return EnsembleTraining(_config(optimizer), [members] if isinstance(members, int) else members,
+                            [PARAMS[k] for k in members], member_lr=[LRS[k] for k in members],
+                            member_methods=[METHODS[k] for k in members], data_dir=data_dir,
+                            compile=compile, **kwargs)
+
+
+def _run(training: EnsembleTraining) -> EnsembleTraining:
+    for task in range(training.next_task, TASKS):
+        training.run_task(task)
+    return training
+
+
+def _member(training: EnsembleTraining, k: int) -> list[torch.Tensor]:
+    return [p.detach()[k].clone() for p in training.net.parameters()]
+
+
+def test_the_compiled_step_is_the_eager_step_up_to_rounding(data_dir):
+    eager = _training(data_dir, [0, 1, 2], compile=False, measure=False)
+    compiled = _training(data_dir, [0, 1, 2], compile=True, measure=False)
+    assert eager.compiled is None and compiled.compiled is not None
+    for training in (eager, compiled):
+        training.problem.start_task(0)
+    x, y = eager.problem.batch(0)
+    logits, _ = eager.hand.step(x, y)
+    eager.method.add_penalty_grad()
+    eager.optimizer.step()
+    correct = torch.zeros(3)
+    compiled.compiled(x, y, correct)
+    for a, b in zip(eager.net.parameters(), compiled.net.parameters(), strict=True):
+        torch.testing.assert_close(b.detach(), a.detach(), rtol=0, atol=1e-7)
+    for a, b in zip(eager.optimizer.exp_avg + eager.optimizer.exp_avg_sq,
+                    compiled.optimizer.exp_avg + compiled.optimizer.exp_avg_sq, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-9)
+    assert compiled.optimizer.step_counts == eager.optimizer.step_counts
+    assert correct.tolist() == (logits.argmax(-1) == y).sum(1).float().tolist()
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_a_compiled_run_ends_where_the_eager_run_ends(data_dir, optimizer):
+    eager = _run(_training(data_dir, [0, 1, 2], compile=False, optimizer=optimizer))
+    compiled = _run(_training(data_dir, [0, 1, 2], compile=True, optimizer=optimizer))
+    assert compiled.result().extra["step"] == "compiled"
+    assert eager.result().extra["step"] == "eager"
+    for a, b in zip(eager.net.parameters(), compiled.net.parameters(), strict=True):
+        torch.testing.assert_close(b.detach(), a.detach(), rtol=0, atol=1e-4)
+    two_examples = 2 / (STEPS * BATCH)
+    for acc_e, acc_c in zip(eager.accuracies, compiled.accuracies, strict=True):
+        assert acc_c == pytest.approx(acc_e, abs=two_examples)
+
+
+def test_member_k_of_a_compiled_ensemble_is_seed_k_compiled_alone(data_dir):
+    together = _run(_training(data_dir, [0, 1, 2], compile=True))
+    for k in range(3):
+        alone = _run(_training(data_dir, [k], compile=True))
+        assert alone.compiled is not None
+        for a, b in zip(_member(together, k), _member(alone, 0), strict=True):
+            assert torch.equal(a, b), f"member {k} ({METHODS[k]}) differs from its run alone"
+        assert [acc[k] for acc in together.accuracies] == [acc[0] for acc in alone.accuracies]
+
+
+def test_a_compiled_run_resumes_from_its_checkpoint_exactly(data_dir, tmp_path):
+    whole = _run(_training(data_dir, [0, 1, 2], compile=True))
+    first = _training(data_dir, [0, 1, 2], compile=True)
+    first.run_task(0)
+    first.save(tmp_path / "ckpt")
+    resumed = _training(data_dir, [0, 1, 2], compile=True)
+    assert resumed.resume(tmp_path / "ckpt")
+    _run(resumed)
+    for a, b in zip(whole.net.parameters(), resumed.net.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert resumed.accuracies == whole.accuracies
+
+
+def test_the_compiled_step_applies_only_where_it_computes_the_method(data_dir):
+    config = resolve_config({"problem": "permuted_mnist", "method": "cbp", "tasks": 1,
+                             "steps_per_task": 5, "width": 0.25})
+    cbp = train_ensemble(config, [0], data_dir=data_dir, compile=True)
+    assert cbp.extra["step"] == "eager"  # CBP's unit replacement after each step: eager
+    l1 = _config(method="l1_init")
+    assert train_ensemble(l1, [0], data_dir=data_dir, compile=True).extra["step"] == "eager"
+    with fast.plain_forms():
+        assert _training(data_dir, [2], compile=True).compiled is None
+    autograd = _training(data_dir, [2], compile=True, backprop="autograd")
+    assert autograd.compiled is None
+    assert not compiled_step.applies(None, autograd.method, autograd.optimizer)
+
+
+def test_the_compiled_step_refuses_a_method_it_does_not_compute(data_dir):
+    config = resolve_config({"problem": "permuted_mnist", "method": "shrink_perturb", "tasks": 1,
+                             "steps_per_task": 5, "width": 0.25})
+    training = EnsembleTraining(config, [0], data_dir=data_dir)
+    with pytest.raises(ValueError, match="does not compute method 'shrink_perturb'"):
+        compiled_step.CompiledStep(training.net, training.method, training.optimizer, [1e-3],
+                                   training.device)
+
+
+def test_run_and_sweep_take_the_compiled_step_when_asked(data_dir, tmp_path, capsys):
+    import json
+
+    from plasticlab.cli import main
+    from plasticlab.experiments import ResultStore
+
+    tiny = ["--problem", "permuted_mnist", "--tasks", "2", "--steps-per-task", "10",
+            "--set", "examples_per_task=160", "--set", "width=0.25", "--no-progress",
+            "--data-dir", str(data_dir), "--seeds", "0-1", "--json"]
+    for flags, step in (([], "eager"), (["--compile"], "compiled")):
+        out = tmp_path / step
+        assert main(["run", *tiny, "--method", "l2_init", "--out", str(out), *flags]) == 0
+        runs = json.loads(capsys.readouterr().out)["runs"]
+        assert [r["step"] for r in runs] == [step, step]
+        manifests = [r["manifest"] for r in ResultStore(out).runs(status="finished")]
+        assert [m["step"] for m in manifests] == [step, step]
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text('problem = "permuted_mnist"\nmethods = ["l2_init", "cbp"]\nseeds = "0"\n'
+                     'tasks = 1\nsteps_per_task = 5\nwidth = 0.25\n'
+                     '[problem_params]\nexamples_per_task = 80\n')
+    assert main(["sweep", str(sweep), "--out", str(tmp_path / "sw"), "--data-dir", str(data_dir),
+                 "--executor", "inline", "--compile", "--no-progress"]) == 0
+    steps = {r["config"]["method"]: r["manifest"]["step"]
+             for r in ResultStore(tmp_path / "sw").runs(status="finished")}
+    assert steps == {"l2_init": "compiled", "cbp": "eager"}
