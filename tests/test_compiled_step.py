@@ -2,10 +2,12 @@
 compiles, and member k of a compiled ensemble against seed k compiled alone.
 
 Tolerances: compilation fuses and reorders floating-point work, so the compiled step is the
-eager step up to rounding — after one step the parameters are within 1e-7 of each other; Adam's
-normalisation can turn a rounding difference in a near-zero gradient into one of order α, so over
-a short run they are within 1e-4 and each task's online accuracy within two examples. Member k of
-a compiled ensemble is seed k compiled alone to the bit on the CPU, as for the eager step."""
+eager step up to rounding. After one step Adam's moments agree to rounding (rtol 1e-5, atol 1e-9
+where the task gradient and λθ cancel). Adam's normalisation can turn a rounding difference in a
+near-zero gradient into a step difference of order α, so the parameters agree within 1e-4
+(α/10), after one step and after a short run, and each task's online accuracy within two
+examples. Member k of a compiled ensemble is seed k compiled alone to the bit on the CPU, as
+for the eager step."""
 
 from __future__ import annotations
 
@@ -59,11 +61,14 @@ def test_the_compiled_step_is_the_eager_step_up_to_rounding(data_dir):
     eager.optimizer.step()
     correct = torch.zeros(3)
     compiled.compiled(x, y, correct)
-    for a, b in zip(eager.net.parameters(), compiled.net.parameters(), strict=True):
-        torch.testing.assert_close(b.detach(), a.detach(), rtol=0, atol=1e-7)
+    # the moments (0.1·g and 0.001·g² after one step) to rounding, absolute where the task
+    # gradient and λθ cancel; the parameters within α/10:
+    # Adam's first step is α·g/(|g| + ε), which a rounding difference moves where |g| ≈ ε
     for a, b in zip(eager.optimizer.exp_avg + eager.optimizer.exp_avg_sq,
                     compiled.optimizer.exp_avg + compiled.optimizer.exp_avg_sq, strict=True):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-9)
+    for a, b in zip(eager.net.parameters(), compiled.net.parameters(), strict=True):
+        torch.testing.assert_close(b.detach(), a.detach(), rtol=0, atol=1e-4)
     assert compiled.optimizer.step_counts == eager.optimizer.step_counts
     assert correct.tolist() == (logits.argmax(-1) == y).sum(1).float().tolist()
 
