@@ -328,3 +328,45 @@ def test_report_check_without_chromium_is_a_one_line_error(results_dir, tmp_path
     assert main(["report", str(results_dir), "--out", str(tmp_path / "r"), "--formats", "png",
                  "--check"]) == 2
     assert "--check needs Chromium" in capsys.readouterr().err
+
+
+def test_plasticity_windows_are_the_first_best_and_last_tasks_and_their_loss():
+    from plasticlab.report.build import plasticity_windows
+
+    # two seeds over 40 tasks: rising to a plateau at tasks 10–19, then falling
+    t = np.arange(40)
+    curve = np.where(t < 10, 0.5 + 0.02 * t, np.where(t < 20, 0.8, 0.8 - 0.01 * (t - 19)))
+    online = np.stack([curve, curve + 0.01])
+    win = plasticity_windows(online, list(range(40)))
+    assert win["w"] == 4 and win["best_from"] == 10  # windows of 40 // 10 tasks
+    np.testing.assert_allclose(win["first"], [np.mean(curve[:4]), np.mean(curve[:4]) + 0.01])
+    np.testing.assert_allclose(win["best"], [0.8, 0.81])
+    np.testing.assert_allclose(win["last"], [np.mean(curve[36:]), np.mean(curve[36:]) + 0.01])
+    np.testing.assert_allclose(win["loss"], 0.8 - np.mean(curve[36:]))
+    # only reported tasks count (5+1 CIFAR's hard tasks): every other task here
+    assert plasticity_windows(online, list(range(0, 40, 2)))["w"] == 2
+
+
+def test_the_plasticity_table_is_in_reports_of_twenty_tasks_or_more(tmp_path):
+    def write(n_tasks, out):
+        with ResultStore(out) as store:
+            for method, curve in (("baseline", lambda t: 0.8 - 0.005 * t), ("l2_init", lambda t: 0.8)):
+                config = resolve_config({"problem": "permuted_mnist", "method": method,
+                                         "tasks": n_tasks, "steps_per_task": 10}).to_dict()
+                for seed in SEEDS:
+                    rid = ResultStore.run_id(config, seed)
+                    store.start_run(rid, config, {"seed": seed})
+                    online = [curve(t) + 0.001 * seed for t in range(n_tasks)]
+                    store.finish_run(rid, {"total_online_accuracy": float(np.mean(online))},
+                                     {"online_accuracy": online})
+        build_report(out, out / "r", formats=("png",), reps=200)
+        return (out / "r" / "report.md").read_text()
+
+    md = write(20, tmp_path / "long")
+    assert "Plasticity over the run" in md
+    # the Baseline: best = tasks 0–1 (0.8 − 0.0025), last = tasks 18–19 (0.8 − 0.0925): 9.00 points
+    row = _row(md.split("Plasticity over the run")[1], "baseline")
+    assert row[3].startswith("79.85") and "(from task 0)" in row[3]
+    assert row[5].startswith("9.00 [9.00, 9.00]")
+    assert _row(md.split("Plasticity over the run")[1], "l2_init")[5].startswith("0.00")
+    assert "Plasticity over the run" not in write(12, tmp_path / "short")

@@ -191,6 +191,11 @@ def _study_section(results: Results, problem: str, optimizer: str, ctx: _Context
         "stratified-bootstrap interval; test accuracy on the last reported task's held-out set."
         + _oracle_note(c.method for c in headline)))
 
+    # 2b. plasticity over the run: the first, best and last windows of tasks
+    plasticity = _plasticity_table(headline, ctx)
+    if plasticity is not None:
+        section.tables.append(plasticity)
+
     # 3. probability of improvement
     poi = _improvement(headline, ctx)
     if poi is not None:
@@ -248,6 +253,48 @@ def _study_section(results: Results, problem: str, optimizer: str, ctx: _Context
     # 6. sweep views and the selection
     _sweep_views(results, study, headline, section, stem, ctx)
     return section
+
+
+PLASTICITY_MIN_TASKS = 20
+"""Studies with fewer reported tasks get no plasticity table (a window would be 1 task)."""
+
+
+def plasticity_windows(online: np.ndarray, reported: Sequence[int]) -> dict:
+    """The windows of ``w = min(10, T // 10)`` consecutive reported tasks (T of them) that show
+    plasticity loss, from ``online[s, t]`` (seed s's online accuracy on task t): the first, the
+    best (the window whose mean over seeds is highest) and the last; returns ``w``, the best
+    window's first task, and per seed the mean over each window (``first``, ``best``,
+    ``last``, ``[seeds]``) and the loss ``best − last``."""
+    tasks = np.asarray(reported)
+    w = min(10, len(tasks) // 10)
+    acc = online[:, tasks]
+    rolling = np.stack([acc[:, i:i + w].mean(1) for i in range(len(tasks) - w + 1)], axis=1)
+    best = int(np.argmax(rolling.mean(0)))
+    return {"w": w, "best_from": int(tasks[best]), "first": rolling[:, 0],
+            "best": rolling[:, best], "last": rolling[:, -1],
+            "loss": rolling[:, best] - rolling[:, -1]}
+
+
+def _plasticity_table(headline: list[ConfigRuns], ctx: _Context) -> Table | None:
+    """Each method's online accuracy over its first, best and last windows of tasks, and the
+    loss from best to last with its 95 % bootstrap interval; None for short studies."""
+    if min(len(c.reported) for c in headline) < PLASTICITY_MIN_TASKS:
+        return None
+    rows, w = [], None
+    for c in headline:
+        win = plasticity_windows(c.online, c.reported)
+        w = win["w"]
+        rows.append([_marked(c.label, c.method), str(c.n), _pct(ctx.interval(win["first"])),
+                     f"{_pct(ctx.interval(win['best']))} (from task {win['best_from']})",
+                     _pct(ctx.interval(win["last"])), _pct(ctx.interval(win["loss"]))])
+    return Table(
+        "Plasticity over the run: online accuracy (%) over windows of tasks",
+        ["method", "n", f"first {w} tasks", f"best {w} tasks", f"last {w} tasks",
+         "loss, best − last (points)"], rows,
+        f"Each column: the mean online accuracy over {w} consecutive reported tasks, mean over "
+        "seeds [95 % bootstrap CI]; best: the window whose mean over seeds is highest. The loss "
+        "from the best window to the last is each seed's difference, in percentage points: "
+        "plasticity lost over the run (0: none; negative: still improving).")
 
 
 def _band(c: ConfigRuns, values: np.ndarray, x: np.ndarray, ctx: _Context,
