@@ -20,10 +20,13 @@ from plasticlab.experiments.config import resolve_config
 from plasticlab.fast import compiled_step
 
 TASKS, STEPS, BATCH = 2, 30, 16
-# Baseline, L2, L2 Init members in one ensemble, with their own step sizes and λ
-METHODS = ["baseline", "l2", "l2_init"]
-LRS = [1e-3, 3e-3, 1e-3]
-PARAMS = [{}, {"strength": 1e-3}, {"strength": 1e-2}]
+# members of every method the compiled step computes, in one ensemble, with their own step sizes
+# and parameters
+METHODS = ["baseline", "l2", "l2_init", "l1_init", "huber_init"]
+LRS = [1e-3, 3e-3, 1e-3, 1e-3, 2e-3]
+PARAMS = [{}, {"strength": 1e-3}, {"strength": 1e-2}, {"strength": 1e-4},
+          {"strength": 1e-2, "delta": 1e-3}]
+ALL = list(range(len(METHODS)))
 
 
 def _config(optimizer: str = "adam", method: str = "l2_init"):
@@ -50,8 +53,8 @@ def _member(training: EnsembleTraining, k: int) -> list[torch.Tensor]:
 
 
 def test_the_compiled_step_is_the_eager_step_up_to_rounding(data_dir):
-    eager = _training(data_dir, [0, 1, 2], compile=False, measure=False)
-    compiled = _training(data_dir, [0, 1, 2], compile=True, measure=False)
+    eager = _training(data_dir, ALL, compile=False, measure=False)
+    compiled = _training(data_dir, ALL, compile=True, measure=False)
     assert eager.compiled is None and compiled.compiled is not None
     for training in (eager, compiled):
         training.problem.start_task(0)
@@ -59,7 +62,7 @@ def test_the_compiled_step_is_the_eager_step_up_to_rounding(data_dir):
     logits, _ = eager.hand.step(x, y)
     eager.method.add_penalty_grad()
     eager.optimizer.step()
-    correct = torch.zeros(3)
+    correct = torch.zeros(len(ALL))
     compiled.compiled(x, y, correct)
     # the moments (0.1·g and 0.001·g² after one step) to rounding, absolute where the task
     # gradient and λθ cancel; the parameters within α/10:
@@ -75,8 +78,8 @@ def test_the_compiled_step_is_the_eager_step_up_to_rounding(data_dir):
 
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])
 def test_a_compiled_run_ends_where_the_eager_run_ends(data_dir, optimizer):
-    eager = _run(_training(data_dir, [0, 1, 2], compile=False, optimizer=optimizer))
-    compiled = _run(_training(data_dir, [0, 1, 2], compile=True, optimizer=optimizer))
+    eager = _run(_training(data_dir, ALL, compile=False, optimizer=optimizer))
+    compiled = _run(_training(data_dir, ALL, compile=True, optimizer=optimizer))
     assert compiled.result().extra["step"] == "compiled"
     assert eager.result().extra["step"] == "eager"
     for a, b in zip(eager.net.parameters(), compiled.net.parameters(), strict=True):
@@ -87,8 +90,8 @@ def test_a_compiled_run_ends_where_the_eager_run_ends(data_dir, optimizer):
 
 
 def test_member_k_of_a_compiled_ensemble_is_seed_k_compiled_alone(data_dir):
-    together = _run(_training(data_dir, [0, 1, 2], compile=True))
-    for k in range(3):
+    together = _run(_training(data_dir, ALL, compile=True))
+    for k in ALL:
         alone = _run(_training(data_dir, [k], compile=True))
         assert alone.compiled is not None
         for a, b in zip(_member(together, k), _member(alone, 0), strict=True):
@@ -97,11 +100,11 @@ def test_member_k_of_a_compiled_ensemble_is_seed_k_compiled_alone(data_dir):
 
 
 def test_a_compiled_run_resumes_from_its_checkpoint_exactly(data_dir, tmp_path):
-    whole = _run(_training(data_dir, [0, 1, 2], compile=True))
-    first = _training(data_dir, [0, 1, 2], compile=True)
+    whole = _run(_training(data_dir, ALL, compile=True))
+    first = _training(data_dir, ALL, compile=True)
     first.run_task(0)
     first.save(tmp_path / "ckpt")
-    resumed = _training(data_dir, [0, 1, 2], compile=True)
+    resumed = _training(data_dir, ALL, compile=True)
     assert resumed.resume(tmp_path / "ckpt")
     _run(resumed)
     for a, b in zip(whole.net.parameters(), resumed.net.parameters(), strict=True):
@@ -114,8 +117,9 @@ def test_the_compiled_step_applies_only_where_it_computes_the_method(data_dir):
                              "steps_per_task": 5, "width": 0.25})
     cbp = train_ensemble(config, [0], data_dir=data_dir, compile=True)
     assert cbp.extra["step"] == "eager"  # CBP's unit replacement after each step: eager
-    l1 = _config(method="l1_init")
-    assert train_ensemble(l1, [0], data_dir=data_dir, compile=True).extra["step"] == "eager"
+    ewc = resolve_config({"problem": "permuted_mnist", "method": "ewc", "tasks": 1,
+                          "steps_per_task": 5, "width": 0.25})  # its anchor moves at task ends
+    assert train_ensemble(ewc, [0], data_dir=data_dir, compile=True).extra["step"] == "eager"
     with fast.plain_forms():
         assert _training(data_dir, [2], compile=True).compiled is None
     autograd = _training(data_dir, [2], compile=True, backprop="autograd")

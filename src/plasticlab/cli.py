@@ -246,8 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "(manual), autograd, or manual wherever the network allows (auto)")
     run.add_argument("--compile", action="store_true",
                      help="take each training step through torch.compile where it applies (the "
-                          "MLP with the Baseline, L2 or L2 Init and Adam or SGD; the same numbers up "
-                          "to rounding; docs/performance.md says when it is faster)")
+                          "MLP with a penalty method — Baseline, L2, L2 Init, L1 Init, Huber Init "
+                          "— and Adam or SGD; the same numbers up to rounding; docs/performance.md "
+                          "says when it is faster)")
     run.add_argument("--rerun", action="store_true",
                      help="train seeds whose run already finished in --out again (a new attempt: "
                           "the earlier results are kept; the newest finished attempt counts)")

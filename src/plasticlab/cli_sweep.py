@@ -318,7 +318,7 @@ def register(sub) -> None:
                          "results are kept; the newest finished attempt counts)")
     sw.add_argument("--compile", action="store_true",
                     help="take each training step through torch.compile where it applies (the MLP "
-                         "with the Baseline, L2 or L2 Init and Adam or SGD; see plasticlab run)")
+                         "with a penalty method and Adam or SGD; see plasticlab run)")
     add_logging_options(sw)
     sw.add_argument("--no-progress", action="store_true")
     sw.set_defaults(func=cmd_sweep)

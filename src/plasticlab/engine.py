@@ -189,9 +189,10 @@ def train_ensemble(
     (:mod:`plasticlab.fast.task_prefetch`; the same numbers); None: where it applies (CUDA).
 
     ``compile``: take each step through ``torch.compile`` where
-    :mod:`plasticlab.fast.compiled_step` computes it (the MLP with a quadratic penalty and Adam
-    or SGD; the same numbers up to rounding); elsewhere, and where a measurement needs the
-    task gradient, the eager step. The result's ``extra["step"]`` says which ran.
+    :mod:`plasticlab.fast.compiled_step` computes it (the MLP with the Baseline, L2, L2 Init,
+    L1 Init or Huber Init and Adam or SGD; the same numbers up to rounding); elsewhere, and
+    where a measurement needs the task gradient, the eager step. The result's
+    ``extra["step"]`` says which ran.
 
     The three stages — set up, run a task, finish — are :class:`EnsembleTraining`'s.
     """

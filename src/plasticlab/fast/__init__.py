@@ -46,11 +46,11 @@ The fast paths, one module each:
   through the network (the same accuracies up to rounding of the logits). Applies: shared
   images under per-member permutations, a linear first layer. Test:
   ``tests/test_measurements.py``, ``tests/test_fast_kernels.py``.
-- :mod:`.compiled_step` — the whole training step (the hand-written backward, the quadratic
-  penalties, Adam or SGD) as one function under ``torch.compile``. Plain form: the engine's
-  eager step (up to rounding; member k still seed k alone to the bit on the CPU). Applies:
-  asked for (``compile=True``), the MLP with the Baseline, L2, L2 Init or members of those, and
-  Adam or SGD. Test: ``tests/test_compiled_step.py``.
+- :mod:`.compiled_step` — the whole training step (the hand-written backward, the penalties
+  toward a fixed target, Adam or SGD) as one function under ``torch.compile``. Plain form: the
+  engine's eager step (up to rounding; member k still seed k alone to the bit on the CPU).
+  Applies: asked for (``compile=True``), the MLP with the Baseline, L2, L2 Init, L1 Init, Huber
+  Init or members of those, and Adam or SGD. Test: ``tests/test_compiled_step.py``.
 
 Each applies only outside :func:`plain_forms`. Two fast forms stay inside the object they speed
 up, chosen there and not by :func:`plain_forms`: :class:`plasticlab.optim.Adam`'s torch fused

@@ -1,11 +1,12 @@
 """The engine's whole training step as one function under ``torch.compile``.
 
-One step of the paper's MLP with a quadratic penalty (the Baseline, L2, L2 Init, or members of
-those in one ensemble) is, per member k::
+One step of the paper's MLP with a penalty toward a fixed target (the Baseline, L2, L2 Init,
+L1 Init, Huber Init, or members of those in one ensemble) is, per member k::
 
     z = MLP_θ(x);  g = ∇_θ mean_b CE(z, y)        (the hand-written backward's formulas,
                                                      :mod:`plasticlab.fast.mlp_backprop`)
-    g ← g + λ_k (θ − target)                         (target θ₀ for L2 Init, 0 for L2)
+    g ← g + λ_k ρ'(θ − target)                       (target θ₀, or 0 for L2; ρ' the
+                                                     identity, sign, or clamp to ±δ)
     Adam:  m ← β₁m + (1−β₁)g,  v ← β₂v + (1−β₂)g²,
            θ ← θ − α_k (m / (1−β₁ᵗ)) / (√v / √(1−β₂ᵗ) + ε)
     SGD:   θ ← θ − α_k g
@@ -26,7 +27,7 @@ tolerances).
 
 Applies (:func:`applies`): asked for (the engine's ``compile=True``, ``--compile``), outside
 :func:`plasticlab.fast.plain_forms`, with the hand-written MLP backward, a method of
-:data:`COMPILED_METHODS` whose penalties are all quadratic, and :class:`plasticlab.optim.Adam`
+:data:`COMPILED_METHODS`, and :class:`plasticlab.optim.Adam`
 with no restarted elements or :class:`plasticlab.optim.SGD`. Elsewhere the engine takes the
 eager step and the run's manifest says so.
 
@@ -46,20 +47,21 @@ import torch
 
 from ..methods.base import Method, PenaltyMethod
 from ..optim import SGD, Adam
-from ..regularizers import L2, L2Init
+from ..regularizers import L2, HuberInit, L1Init, L2Init
 from . import enabled
 
-COMPILED_METHODS = ("baseline", "l2", "l2_init", "penalty_members")
-"""Methods whose step is the task gradient plus quadratic penalties, with no hook before or
-after the optimizer's step (``penalty_members`` when each member's method is one of the
-first three)."""
+COMPILED_METHODS = ("baseline", "l2", "l2_init", "l1_init", "huber_init", "penalty_members")
+"""Methods whose step is the task gradient plus penalties λ·ρ(θ − target) toward a fixed target,
+with no hook before or after the optimizer's step (``penalty_members``: members of the others
+in one ensemble)."""
+PENALTIES = (L2, L2Init, L1Init, HuberInit)
 
 RECOMPILE_LIMIT = 64
 """The most ensemble shapes and method structures one process compiles the step for."""
 
 
 def _penalties(method) -> list | None:
-    """The method's quadratic penalties as (regularizer, decay left to the optimizer), or None
+    """The method's penalties as (regularizer, decay left to the optimizer), or None
     when the method is not one the compiled step computes."""
     if getattr(method, "name", None) not in COMPILED_METHODS:
         return None
@@ -74,7 +76,7 @@ def _penalties(method) -> list | None:
             if type(part).add_penalty_grad is not Method.add_penalty_grad:
                 return None
             continue  # the Baseline: no penalty
-        if type(part.regularizer) not in (L2, L2Init):
+        if type(part.regularizer) not in PENALTIES:
             return None
         out.append((part.regularizer, getattr(part.gradient, "decay_in_optimizer", False)))
     return out
@@ -82,7 +84,7 @@ def _penalties(method) -> list | None:
 
 def applies(hand, method, optimizer) -> bool:
     """Whether :class:`CompiledStep` computes this engine's step: the hand-written MLP backward
-    (``hand`` not None), a method of :data:`COMPILED_METHODS` with quadratic penalties only,
+    (``hand`` not None), a method of :data:`COMPILED_METHODS`,
     :class:`plasticlab.optim.Adam` (no restarted elements) or :class:`plasticlab.optim.SGD`;
     outside :func:`plasticlab.fast.plain_forms`."""
     if not enabled() or hand is None or _penalties(method) is None:
@@ -153,14 +155,15 @@ class CompiledStep:
             raise ValueError("the compiled step needs the optimizer to hold exactly the MLP's "
                              "weights and biases, in order")
         self.lr = torch.tensor(member_lr, dtype=self.params[0].dtype, device=device)
-        # per penalty: λ per member and the target of each parameter (None: 0); an L2 whose
+        # per penalty: the regularizer (λ per member, ρ') and each parameter's target (None: 0,
+        # False: not regularized); an L2 whose
         # decay the optimizer applies (quadratic_penalty's decay_in_optimizer) is left to it
         self.penalties = []
         for reg, in_optimizer in penalties:
             if in_optimizer:
                 continue
             targets = dict(zip(map(id, reg.params), reg.targets(), strict=True))
-            self.penalties.append((reg.strength, [targets.get(id(p), False) for p in self.params]))
+            self.penalties.append((reg, [targets.get(id(p), False) for p in self.params]))
         self.device = torch.device(device)
         # Adam's step count t as a device scalar (float32, like torch.optim.Adam's step tensors:
         # inductor in torch 2.13 loses the in-place update of a float64 0-d input), kept equal
@@ -180,9 +183,9 @@ class CompiledStep:
         def step(x, y, correct, params, ms, vs, lr, t):
             logits, grads = _mlp_gradients(x, y, params[0::2], params[1::2])
             correct.add_((logits.argmax(-1) == y).sum(1))
-            for strength, targets in penalties:
+            for reg, targets in penalties:  # g + λ·ρ'(θ − target), the difference first
                 grads = [g if target is False
-                         else g + _per_member(strength, p) * (p if target is None else p - target)
+                         else g + reg.strength_for(p) * reg.rho_grad(p if target is None else p - target)
                          for g, p, target in zip(grads, params, targets, strict=True)]
             if adam:
                 # the step count t on the device, so its value does not change the graph; the
@@ -200,7 +203,8 @@ class CompiledStep:
             # CUDA graphs replay the step on fixed addresses: the state it updates or reads
             # must stay where it is (the parameters, as nn.Parameters, already do)
             for tensor in [*self._state(), self.lr, self.t,
-                           *(s for s, _ in penalties),
+                           *(r.strength for r, _ in penalties),
+                           *(r.delta for r, _ in penalties if isinstance(r, HuberInit)),
                            *(t for _, ts in penalties for t in ts if isinstance(t, torch.Tensor))]:
                 torch._dynamo.mark_static_address(tensor)
             return torch.compile(step, dynamic=False, mode="reduce-overhead")
