@@ -18,7 +18,7 @@ name = "life"
 problem = "permuted_mnist"
 method = "l2_init"
 seeds = "0-3"
-tasks = 5
+tasks = 10
 steps_per_task = 300
 [problem_params]
 examples_per_task = 1200
