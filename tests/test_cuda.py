@@ -139,3 +139,17 @@ def test_preparing_the_next_task_in_the_background_on_cuda_changes_no_number(dat
     for a, b in zip(ahead.members, plain.members, strict=True):
         assert a.task_online_accuracy == b.task_online_accuracy
         assert a.task_metrics == b.task_metrics
+
+
+def test_the_compiled_step_on_cuda_replays_a_cuda_graph_and_trains_as_the_eager_step(data_dir):
+    # --compile on CUDA: mode="reduce-overhead". A mutated input that is not static would make
+    # inductor skip the CUDA graph (counted in its "cudagraph_skips"); none may.
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    config = resolve_config({**MLP, "method": "l2_init"})
+    eager = train_ensemble(config, SEEDS, data_dir=data_dir, device="cuda")
+    compiled = train_ensemble(config, SEEDS, data_dir=data_dir, device="cuda", compile=True)
+    assert compiled.extra["step"] == "compiled"
+    assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
+    _assert_same_run(eager, compiled, "l2_init", MLP["steps_per_task"] * 16)

@@ -180,9 +180,9 @@ class CompiledStep:
         eps = getattr(self.optimizer, "eps", None)
         weight_decay = getattr(self.optimizer, "weight_decay", 0.0)
 
-        def step(x, y, correct, params, ms, vs, lr, t):
+        def step(x, y, params, ms, vs, lr, t):
             logits, grads = _mlp_gradients(x, y, params[0::2], params[1::2])
-            correct.add_((logits.argmax(-1) == y).sum(1))
+            hits = (logits.argmax(-1) == y).sum(1)
             for reg, targets in penalties:  # g + λ·ρ'(θ − target), the difference first
                 grads = [g if target is False
                          else g + reg.strength_for(p) * reg.rho_grad(p if target is None else p - target)
@@ -197,12 +197,14 @@ class CompiledStep:
                 _adam_step(params, grads, ms, vs, lr, bc1, bc2_sqrt, betas, eps, weight_decay)
             else:
                 _sgd_step(params, grads, lr)
+            return hits
 
         assert len(self.params) == 2 * weights_n
         if self.device.type == "cuda":
             # CUDA graphs replay the step on fixed addresses: the state it updates or reads
-            # must stay where it is (the parameters, as nn.Parameters, already do)
-            for tensor in [*self._state(), self.lr, self.t,
+            # must stay where it is (a mutated input that is not static would make inductor
+            # skip the graph); the batch is copied into the graph's own input buffers
+            for tensor in [*self.params, *self._state(), self.lr, self.t,
                            *(r.strength for r, _ in penalties),
                            *(r.delta for r, _ in penalties if isinstance(r, HuberInit)),
                            *(t for _, ts in penalties for t in ts if isinstance(t, torch.Tensor))]:
@@ -242,9 +244,11 @@ class CompiledStep:
                 self.t.fill_(count)
             opt.step_counts = [count + 1] * len(opt.step_counts)
             self._t_value = count + 1
-            self._step(x, y, correct, self.params, opt.exp_avg, opt.exp_avg_sq, self.lr, self.t)
+            hits = self._step(x, y, self.params, opt.exp_avg, opt.exp_avg_sq, self.lr, self.t)
         else:
-            self._step(x, y, correct, self.params, [], [], self.lr, self.t)
+            hits = self._step(x, y, self.params, [], [], self.lr, self.t)
+        # read before the next call: a CUDA graph's outputs live in buffers the next replay reuses
+        correct.add_(hits)
 
 
 __all__ = ["COMPILED_METHODS", "CompiledStep", "applies"]
