@@ -146,8 +146,6 @@ class CompiledStep:
             raise ValueError(f"the compiled step does not compute method {method.name!r}; "
                              f"it computes {', '.join(COMPILED_METHODS)}")
         layers = [b.affine for b in net.blocks]
-        self.weights = [layer.weight for layer in layers]
-        self.biases = [layer.bias for layer in layers]
         self.params = [p for layer in layers for p in (layer.weight, layer.bias)]
         self.optimizer = optimizer
         self.adam = type(optimizer) is Adam
@@ -174,7 +172,6 @@ class CompiledStep:
         self._compiled = False  # the first call compiles
 
     def _build(self) -> Callable:
-        weights_n = len(self.weights)
         penalties, adam = self.penalties, self.adam
         betas = getattr(self.optimizer, "betas", None)
         eps = getattr(self.optimizer, "eps", None)
@@ -199,7 +196,6 @@ class CompiledStep:
                 _sgd_step(params, grads, lr)
             return hits
 
-        assert len(self.params) == 2 * weights_n
         if self.device.type == "cuda":
             # CUDA graphs replay the step on fixed addresses: the state it updates or reads
             # must stay where it is (a mutated input that is not static would make inductor
