@@ -108,3 +108,30 @@ def test_the_export_keeps_online_accuracy_exact_and_measurements_to_float32_prec
             assert metrics["online_accuracy"] == stored["online_accuracy"]
             for a, b in zip(metrics["weight_magnitude"], stored["weight_magnitude"], strict=True):
                 assert math.isclose(a, b, rel_tol=10.0 ** (1 - MEASUREMENT_DIGITS))
+
+
+def test_a_killed_sitting_is_closed_at_the_last_file_its_sweep_wrote(tmp_path):
+    import os
+    import time
+
+    from plasticlab.cli_reproduce import close_killed_sittings
+
+    out = tmp_path / "results"
+    (out / "checkpoints").mkdir(parents=True)
+    t0 = 1_700_000_000  # a sitting killed after writing a checkpoint 600 s in, then one more
+    for name, at in (("checkpoints/a.ckpt", t0 + 600), ("results.sqlite", t0 + 120),
+                     ("checkpoints/b.ckpt", t0 + 5000)):
+        (out / name).write_text("x")
+        os.utime(out / name, (at, at))
+
+    def utc(t):
+        return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
+
+    sittings = [{"wall_time_s": 50.0, "ended": "2023-01-01 00:00 UTC"},  # an older record: kept
+                {"started": utc(t0)}, {"started": utc(t0 + 4000)}]
+    close_killed_sittings(sittings, out)
+    assert sittings[0] == {"wall_time_s": 50.0, "ended": "2023-01-01 00:00 UTC"}
+    # the first killed sitting ends at its own last file, not at the next sitting's
+    assert sittings[1]["wall_time_s"] == 600.0 and sittings[1]["ended"] == utc(t0 + 600)
+    assert sittings[1]["exit_code"] is None and "killed" in sittings[1]
+    assert sittings[2]["wall_time_s"] == 1000.0

@@ -4,6 +4,7 @@ exported for ``docs/reproduction/`` in one resumable command."""
 from __future__ import annotations
 
 import argparse
+import calendar
 import json
 import os
 import platform
@@ -43,6 +44,39 @@ def _sweep_args(args: argparse.Namespace, study: str, out: Path, scale: float) -
             + (["--no-progress"] if args.no_progress else []))
 
 
+def _utc_now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+
+
+def _write_record(path: Path, record: dict) -> None:
+    """Write a study's run record, with its total wall time over the sittings recorded so far."""
+    record["wall_time_s"] = round(sum(s.get("wall_time_s") or 0.0 for s in record["sittings"]), 1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n")
+
+
+def _parse_utc(text: str) -> float:
+    return float(calendar.timegm(time.strptime(text, "%Y-%m-%d %H:%M:%S UTC")))
+
+
+def close_killed_sittings(sittings: list[dict], out: Path) -> None:
+    """Close every sitting that was recorded as started but never ended (its process was
+    killed, so nothing could record its end): it ended at the newest file its sweep wrote under
+    ``out`` (a checkpoint at every task end, the results store) before the next sitting
+    started, and its wall time runs from its start to then."""
+    written = [f.stat().st_mtime for f in (out.rglob("*") if out.is_dir() else []) if f.is_file()]
+    starts = [_parse_utc(s["started"]) if "started" in s else None for s in sittings]
+    for i, sitting in enumerate(sittings):
+        if "ended" in sitting or starts[i] is None:
+            continue
+        until = next((t for t in starts[i + 1:] if t is not None), float("inf"))
+        last = max((t for t in written if starts[i] <= t < until), default=starts[i])
+        sitting.update({"wall_time_s": round(last - starts[i], 1), "exit_code": None,
+                        "ended": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(last)),
+                        "killed": "stopped without recording its end; closed at the last file "
+                                  "its sweep wrote"})
+
+
 def reproduce_study(args: argparse.Namespace, study: str) -> int:
     """Sweep ``study`` (resuming), then write its report, export and run record under
     ``args.docs/study``; return the sweep's exit code (the report is written only after a
@@ -56,21 +90,26 @@ def reproduce_study(args: argparse.Namespace, study: str) -> int:
     out, docs = Path(args.out) / study, Path(args.docs) / study
     sweep = _sweep_args(args, study, out, scale)
     print(f"reproduce {study}: plasticlab {' '.join(sweep)}", file=sys.stderr)
-    t0 = time.perf_counter()
-    code = main(sweep)
-    elapsed = time.perf_counter() - t0
-    record_path = docs / "run.json"
     command = f"plasticlab {' '.join(sweep)}"
+    record_path = docs / "run.json"
     record = json.loads(record_path.read_text()) if record_path.is_file() else {}
     if record.get("command") != command:  # sittings of another command (scale, tasks) do not add up
         record = {"sittings": []}
     record.update({"study": study, "scale": scale, "tasks": args.tasks, "command": command,
                    "machine": machine()})
-    record["sittings"].append({"wall_time_s": round(elapsed, 1), "exit_code": code,
-                               "ended": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())})
-    record["wall_time_s"] = round(sum(s["wall_time_s"] for s in record["sittings"]), 1)
-    docs.mkdir(parents=True, exist_ok=True)
-    record_path.write_text(json.dumps(record, indent=2) + "\n")
+    close_killed_sittings(record["sittings"], out)
+    # This sitting is recorded before it trains: if it is killed (no signal handler runs), the
+    # next sitting finds it open and closes it at its last checkpoint.
+    sitting = {"started": _utc_now()}
+    record["sittings"].append(sitting)
+    _write_record(record_path, record)
+    t0, code = time.perf_counter(), None
+    try:
+        code = main(sweep)
+    finally:  # a sweep stopped by a signal ends here too (exit_code None)
+        sitting.update({"wall_time_s": round(time.perf_counter() - t0, 1), "exit_code": code,
+                        "ended": _utc_now()})
+        _write_record(record_path, record)
     if code != 0:
         print(f"reproduce {study}: the sweep stopped (exit {code}); run the same command again "
               "to resume it", file=sys.stderr)
