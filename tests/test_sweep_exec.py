@@ -180,3 +180,28 @@ def test_a_grid_of_step_sizes_and_penalty_methods_trains_as_one_ensemble_of_thei
         assert alone["run_id"] == packed["run_id"]
         with ResultStore(out) as store:
             assert store.task_metrics(packed["run_id"])["online_accuracy"] == alone["task_online_accuracy"]
+
+
+def test_status_shows_how_far_each_unfinished_ensemble_has_come(data_dir, tmp_path, capsys):
+    from plasticlab import checkpoint
+
+    sweep = write_sweep(tmp_path, methods=("l2_init", "l2"))
+    out = tmp_path / "out"
+    assert main(["sweep", str(sweep), "--out", str(out), "--data-dir", str(data_dir),
+                 "--workers", "1", "--no-progress"]) == 0
+    plan = json.loads((out / "plan.json").read_text())
+    entry = plan["ensembles"][0]
+    # a checkpoint as an interrupted sweep leaves it: 1 of the 2 tasks done
+    checkpoint.save(out / "checkpoints" / entry["checkpoint"], "x", {"next_task": 1})
+    (out / "checkpoints" / "ensemble-broken.ckpt").write_bytes(b"not a checkpoint")
+    capsys.readouterr()
+    assert main(["status", str(out)]) == 0
+    text = capsys.readouterr().out
+    methods = {r["config"]["method"] for r in finished_runs(out).values()
+               if r["run_id"] in entry["run_ids"]}
+    stem = entry["checkpoint"].removesuffix(".ckpt")
+    line = next(line for line in text.splitlines() if stem in line)
+    assert line.strip().startswith(f"{stem} (grid, ")
+    assert set(line.split("(grid, ")[1].split(",")[0].split("+")) == methods
+    assert f"K={len(entry['run_ids'])}): 1 of 2 tasks done, saved " in line
+    assert "ensemble-broken.ckpt: unreadable" in text

@@ -214,11 +214,46 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"  {problem:<22}{method:<18}{c['finished']:>9}{c['running']:>9}{c['failed']:>8}"
               f"{c['interrupted']:>12}")
     print("  ('running' after a kill, and 'interrupted', mean unfinished: the same command resumes them)")
+    progress = ensemble_progress(out, {r["run_id"]: r for r in runs})
+    if progress:
+        print("  ensembles under way (their last checkpoint):")
+        for line in progress:
+            print("    " + line)
     if other_code:
         print(f"  note: {len(other_code)} finished run(s) were trained by other code than this "
               f"plasticlab ({code_identity()}): {_code_summary(other_code)}; `sweep --rerun` or "
               "`run --rerun` trains them again (earlier results are kept)")
     return 0
+
+
+def ensemble_progress(out: Path, runs: dict[str, dict]) -> list[str]:
+    """One line per ensemble with a checkpoint in ``out/checkpoints`` (started, not finished):
+    its phase, method(s), members and the tasks done at its last checkpoint, and when that
+    was written — how far an interrupted or running sweep has come."""
+    import json
+    import time
+
+    from .checkpoint import CheckpointError, read_header
+    from .experiments.orchestrate import PLAN_FILE
+
+    plan = out / PLAN_FILE
+    entries = {e["checkpoint"]: e for e in
+               (json.loads(plan.read_text()).get("ensembles", []) if plan.is_file() else [])}
+    lines = []
+    for path in sorted((out / "checkpoints").glob("*.ckpt")):
+        try:
+            done = read_header(path).get("next_task")
+        except CheckpointError as e:
+            lines.append(f"{path.name}: unreadable ({e})")
+            continue
+        entry = entries.get(path.name, {})
+        members = [runs[r] for r in entry.get("run_ids", []) if r in runs]
+        methods = "+".join(dict.fromkeys(r["config"]["method"] for r in members)) or "?"
+        tasks = members[0]["config"]["tasks"] if members else "?"
+        saved = time.strftime("%H:%M UTC", time.gmtime(path.stat().st_mtime))
+        lines.append(f"{path.stem} ({entry.get('phase', '?')}, {methods}, K={len(members) or '?'}): "
+                     f"{done} of {tasks} tasks done, saved {saved}")
+    return lines
 
 
 def _code_summary(runs: list[dict]) -> str:
