@@ -11,7 +11,9 @@ members):
   (b) plasticlab's engine at K = 1, 4, 8, 16, 32 members per process, for Baseline, L2 Init,
       Continual Backprop and ReDo (task-end measurements off: training speed only); for the
       MLP also L2 Init with autograd's backward instead of the hand-written one (the engine's
-      default for the MLP, :mod:`plasticlab.fast.mlp_backprop`), the plain form it replaces;
+      default for the MLP, :mod:`plasticlab.fast.mlp_backprop`), the plain form it replaces,
+      and L2 Init with the compiled step (``--compile``, :mod:`plasticlab.fast.compiled_step`,
+      steady state);
   (c) the single-core sgemm peak, which bounds each network's forward+backward throughput;
   (d) end to end, start-up included: ``plasticlab run`` of L2 Init with 8 members for 8 full
       Permuted MNIST tasks (a fresh process: imports, data loading, the run, the store), with
@@ -111,13 +113,22 @@ def plain_loop(arch: str, steps: int, data_dir, device: str = "cpu") -> float:
 
 
 def engine(arch: str, method: str, members: int, steps: int, data_dir, backprop: str = "auto",
-           device: str = "cpu") -> float:
+           device: str = "cpu", compile: bool = False) -> float:
     """Member-samples/s of plasticlab's engine (b), start-up excluded (the task's start and its
-    final read-back, which waits for the device, included)."""
+    final read-back, which waits for the device, included). ``compile``: the compiled step
+    (``--compile``), steady state: a short training of the same ensemble first compiles it
+    (the process then reuses the compiled step; the compile time is in compiled_step.py's
+    table)."""
     name, params = PROBLEMS[arch]
-    config = resolve_config({"problem": name, "method": method, "params": METHODS[method],
-                             "tasks": 1, "steps_per_task": steps, "problem_params": params})
-    return samples_per_second(config, members, data_dir, backprop=backprop, device=device)
+
+    def config(steps):
+        return resolve_config({"problem": name, "method": method, "params": METHODS[method],
+                               "tasks": 1, "steps_per_task": steps, "problem_params": params})
+
+    if compile:
+        samples_per_second(config(3), members, data_dir, device=device, compile=True)
+    return samples_per_second(config(steps), members, data_dir, backprop=backprop, device=device,
+                              compile=compile)
 
 
 def cli_run(data_dir, members: int = 8, tasks: int = 8, measure: bool = True,
@@ -164,11 +175,12 @@ def measurements(args, members: list[int]) -> list[tuple[str, str, int, object]]
                                                     args.device)))
         variants = [(method, "auto") for method in METHODS if method in args.methods]
         if arch == "mlp" and "l2_init" in args.methods:
-            variants.append(("l2_init", "autograd"))
-        for method, backprop in variants:
-            label = method if backprop == "auto" else f"{method}, {backprop}"
+            variants += [("l2_init", "autograd"), ("l2_init", "compiled")]
+        for method, form in variants:
+            label = method if form == "auto" else f"{method}, {form}"
+            backprop = "autograd" if form == "autograd" else "auto"
             out += [(arch, label, k, partial(engine, arch, method, k, steps, args.data_dir, backprop,
-                                             args.device))
+                                             args.device, form == "compiled"))
                     for k in members]
     for measure in (True, False) if "mlp" in args.archs else ():
         label = "cli_run_l2_init" + ("" if measure else "_no_measure")
