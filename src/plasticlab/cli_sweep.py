@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -14,12 +13,12 @@ from .experiments import bench
 from .experiments.executor import EXECUTORS, default_workers
 from .experiments.export import EXPORT_NAME, read_export
 from .experiments.orchestrate import (
-    PLAN_FILE,
     evaluation_runs,
     grid_selection,
     plan,
     protocol_seeds,
     run_plan,
+    stored_ensembles,
     tidy_checkpoints,
     write_plan,
     write_selection,
@@ -234,9 +233,7 @@ def ensemble_progress(out: Path, runs: dict[str, dict]) -> list[str]:
     """One line per ensemble with a checkpoint in ``out/checkpoints`` (started, not finished):
     its phase, method(s), members and the tasks done at its last checkpoint, and when that
     was written — how far an interrupted or running sweep has come."""
-    plan = out / PLAN_FILE
-    entries = {e["checkpoint"]: e for e in
-               (json.loads(plan.read_text()).get("ensembles", []) if plan.is_file() else [])}
+    entries = {e["checkpoint"]: e for e in stored_ensembles(out)}
     lines = []
     for path in sorted((out / "checkpoints").glob("*.ckpt")):
         try:
