@@ -83,6 +83,23 @@ def test_fewer_ensembles_than_workers_are_halved_so_every_core_has_one():
     assert len(group(runs[:1], max_members=16, workers=2)) == 1  # one run cannot be split
 
 
+def test_ensembles_are_halved_until_every_round_fills_every_worker():
+    runs = expand({**SWEEP, "methods": ["baseline"], "seeds": "0-35", "grid": {}})
+    assert [len(e.seeds) for e in group(runs, max_members=12)] == [12, 12, 12]
+    # 12, 12, then 12 alone on one of two cores; halving one gives two full rounds of 18
+    assert sorted(len(e.seeds) for e in group(runs, max_members=12, workers=2)) == [6, 6, 12, 12]
+    assert len(group(runs, max_members=12, workers=3)) == 3  # already a full round
+    assert sorted(len(e.seeds) for e in group(runs, max_members=12, workers=4)) == [6, 6, 12, 12]
+
+
+def test_the_costliest_ensemble_is_halved_not_the_one_with_most_members():
+    short = expand({**SWEEP, "methods": ["baseline"], "seeds": "0-7", "grid": {}, "tasks": 2})
+    long = expand({**SWEEP, "methods": ["l2"], "seeds": "0-3", "grid": {}, "tasks": 40})
+    ensembles = group(short + long, max_members=16, workers=3)
+    assert sorted((e.config.method, len(e.seeds)) for e in ensembles) == [
+        ("baseline", 8), ("l2", 2), ("l2", 2)]
+
+
 def test_max_members_can_depend_on_the_configuration():
     runs = expand({**SWEEP, "seeds": "0-9"})
     ensembles = group(runs, max_members=lambda c: 2 if c.method == "redo" else 16)
@@ -275,7 +292,7 @@ def test_dry_run_prints_how_the_runs_are_packed_into_ensembles(tmp_path, capsys)
     from plasticlab.cli import main
 
     assert main(["sweep", "--preset", "main-permuted_mnist-adam", "--dry-run", "--out",
-                 str(tmp_path / "x")]) == 0
+                 str(tmp_path / "x"), "--workers", "1"]) == 0
     out = capsys.readouterr().out
     # S&P: 2 step sizes × 16 (p, σ) × 3 seeds = 96 runs, split under the CPU's default K of 16
     assert "permuted_mnist shrink_perturb adam: 6 ensemble(s), K = 16 ×6" in out

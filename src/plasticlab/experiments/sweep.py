@@ -187,9 +187,11 @@ def group(runs: list[Run], max_members: int | Callable[[RunConfig], int] = 16,
 
     ``max_members`` may depend on the configuration (the best K differs between the MLP and
     the CNN). A group larger than that is split into equal parts, not into full ones and a
-    remainder. With fewer ensembles than ``workers``, the largest are halved until every
-    worker has one (or nothing is left to halve): a lone 10-seed evaluation then runs as two
-    ensembles of 5 on two cores instead of one of 10 on one.
+    remainder. Then, while the ensembles do not fill every worker in every round — their number
+    is not a multiple of ``workers`` — the costliest (members × steps) is halved, until it is
+    (or nothing is left to halve): a lone 10-seed evaluation runs as two ensembles of 5 on two
+    cores instead of one of 10 on one, and 36 runs of at most 12 as 12, 12, 6 and 6 — two
+    rounds of 18 members on two cores instead of 12, 12 and then 12 alone.
     """
     limit = max_members if callable(max_members) else (lambda _config: max_members)
     groups: dict[str, list[Run]] = {}
@@ -201,14 +203,20 @@ def group(runs: list[Run], max_members: int | Callable[[RunConfig], int] = 16,
         if k < 1:
             raise ValueError(f"max_members must be >= 1, got {k}")
         chunks.extend(_split(members, -(-len(members) // k)))
-    while len(chunks) < workers:
-        largest = max(chunks, key=len, default=[])
-        if len(largest) < 2:
+    while len(chunks) % max(int(workers), 1):
+        costliest = max(chunks, key=_member_steps, default=[])
+        if len(costliest) < 2:
             break
-        chunks.remove(largest)
-        chunks.extend(_split(largest, 2))
+        chunks.remove(costliest)
+        chunks.extend(_split(costliest, 2))
     return [Ensemble(c[0].config, [r.seed for r in c], [dict(r.config.params) for r in c],
                      member_lr=_member_lr(c), member_methods=_member_methods(c)) for c in chunks]
+
+
+def _member_steps(members: list[Run]) -> int:
+    """An ensemble's work: members × steps (its members share the stream lengths)."""
+    config = members[0].config if members else None
+    return len(members) * config.tasks * config.steps_per_task if config else 0
 
 
 def _member_methods(members: list[Run]) -> list[str] | None:
