@@ -191,9 +191,13 @@ def test_status_shows_how_far_each_unfinished_ensemble_has_come(data_dir, tmp_pa
                  "--workers", "1", "--no-progress"]) == 0
     plan = json.loads((out / "plan.json").read_text())
     entry = plan["ensembles"][0]
-    # a checkpoint as an interrupted sweep leaves it: 1 of the 2 tasks done
-    checkpoint.save(out / "checkpoints" / entry["checkpoint"], "x", {"next_task": 1})
+    # a checkpoint as an interrupted sweep leaves it: 1 of the 2 tasks done, in 3 s of training
+    checkpoint.save(out / "checkpoints" / entry["checkpoint"], "x", {"next_task": 1, "wall": 3.0})
     (out / "checkpoints" / "ensemble-broken.ckpt").write_bytes(b"not a checkpoint")
+    # and an ensemble of the plan that has not started: no checkpoint, its run not finished
+    plan["ensembles"].append({"phase": "grid", "run_ids": ["not-finished"],
+                              "checkpoint": "ensemble-waiting.ckpt"})
+    (out / "plan.json").write_text(json.dumps(plan))
     capsys.readouterr()
     assert main(["status", str(out)]) == 0
     text = capsys.readouterr().out
@@ -204,4 +208,6 @@ def test_status_shows_how_far_each_unfinished_ensemble_has_come(data_dir, tmp_pa
     assert line.strip().startswith(f"{stem} (grid, ")
     assert set(line.split("(grid, ")[1].split(",")[0].split("+")) == methods
     assert f"K={len(entry['run_ids'])}): 1 of 2 tasks done, saved " in line
+    assert line.endswith("UTC; 3.0 s a task, 0h00m03s of training left at that pace")
     assert "ensemble-broken.ckpt: unreadable" in text
+    assert "and 1 ensemble(s) of the plan not started (1 runs)" in text

@@ -231,13 +231,15 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def ensemble_progress(out: Path, runs: dict[str, dict]) -> list[str]:
     """One line per ensemble with a checkpoint in ``out/checkpoints`` (started, not finished):
-    its phase, method(s), members and the tasks done at its last checkpoint, and when that
-    was written — how far an interrupted or running sweep has come."""
+    its phase, method(s), members and the tasks done at its last checkpoint, when that was
+    written, and the training time left at its pace so far (the checkpoint's training wall
+    time per task done) — how far an interrupted or running sweep has come."""
     entries = {e["checkpoint"]: e for e in stored_ensembles(out)}
     lines = []
     for path in sorted((out / "checkpoints").glob("*.ckpt")):
         try:
-            done = read_header(path).get("next_task")
+            header = read_header(path)
+            done = header.get("next_task")
         except CheckpointError as e:
             lines.append(f"{path.name}: unreadable ({e})")
             continue
@@ -246,8 +248,18 @@ def ensemble_progress(out: Path, runs: dict[str, dict]) -> list[str]:
         methods = "+".join(dict.fromkeys(r["config"]["method"] for r in members)) or "?"
         tasks = members[0]["config"]["tasks"] if members else "?"
         saved = time.strftime("%H:%M UTC", time.gmtime(path.stat().st_mtime))
-        lines.append(f"{path.stem} ({entry.get('phase', '?')}, {methods}, K={len(members) or '?'}): "
-                     f"{done} of {tasks} tasks done, saved {saved}")
+        line = (f"{path.stem} ({entry.get('phase', '?')}, {methods}, K={len(members) or '?'}): "
+                f"{done} of {tasks} tasks done, saved {saved}")
+        wall = header.get("wall")
+        if wall and done and isinstance(tasks, int):
+            line += (f"; {wall / done:.1f} s a task, {_hms((tasks - done) * wall / done)} of "
+                     "training left at that pace")
+        lines.append(line)
+    waiting = [e for e in entries.values() if not (out / "checkpoints" / e["checkpoint"]).is_file()
+               and any(runs.get(r, {}).get("status") != "finished" for r in e["run_ids"])]
+    if lines and waiting:
+        lines.append(f"and {len(waiting)} ensemble(s) of the plan not started "
+                     f"({sum(len(e['run_ids']) for e in waiting)} runs)")
     return lines
 
 
