@@ -15,7 +15,7 @@ from pathlib import Path
 STUDY_SCALES = {
     "best-random_label_mnist-adam": 0.2,
     "best-random_label_mnist-sgd": 0.2,
-    "best-random_label_cifar-adam": 0.02,
+    "best-random_label_cifar-adam": 0.1,
 }
 """The default ``--scale`` of studies too long to run at full length on a CPU (SPEC §3:
 Random Label problems train 30,000 steps per task); every other study runs at full length."""
