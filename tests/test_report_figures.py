@@ -24,6 +24,7 @@ from plasticlab.report.figures import (
     save_figure,
     sweep_figure,
     use_log_x,
+    x_scale,
 )
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -182,6 +183,24 @@ def test_sweep_figure_log_axis_and_selected_value(tmp_path):
     forced = sweep_figure([SweepLine("cbp", "cbp", [1, 2, 5, 10], [0.5, 0.6, 0.7, 0.6], None, None, 2)],
                           param="p", ylabel="accuracy", log_x=True)
     assert forced.axes[0].get_xscale() == "log"
+
+
+def test_a_sweep_from_zero_across_decades_gets_a_symlog_axis_with_zero_first(tmp_path):
+    values = [0.0, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1]  # the λ-sensitivity study
+    assert x_scale(values) == "symlog" and x_scale(values[1:]) == "log"
+    assert x_scale([0, 1, 2, 5]) == "linear" and x_scale([-1, 1e-3, 1]) == "linear"
+    assert x_scale([0, 1, 2], log_x=True) == "symlog" and x_scale(values, log_x=False) == "linear"
+    fig = sweep_figure([SweepLine("l2_init", "l2_init", values, [0.66, 0.77, 0.79, 0.81, 0.83, 0.8],
+                                  None, None, 3, selected=1e-2)],
+                       param="strength", ylabel="average online accuracy")
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "symlog"
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "1e-5", "0.0001", "0.001", "0.01", "0.1"]
+    # on the drawn axis the decades are evenly spaced and 0 sits just left of the smallest
+    ticks = ax.transData.transform([(v, 0.7) for v in values])[:, 0]
+    decades = np.diff(ticks[1:])
+    assert np.allclose(decades, decades[0], rtol=1e-6) and 0 < ticks[1] - ticks[0] < decades[0]
+    assert_files(save_figure(fig, tmp_path, "symlog", formats=("png",)), formats=("png",))
 
 
 def test_heatmap_figure_blank_above_diagonal(tmp_path):

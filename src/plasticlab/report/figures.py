@@ -31,7 +31,7 @@ from .tables import mean_and_ci
 __all__ = [
     "COLUMN_WIDTH", "METHOD_COLORS", "PAGE_WIDTH", "PNG_DPI", "Band", "Estimate", "MethodStyle",
     "SweepLine", "heatmap_figure", "interval_figure", "line_figure", "method_color", "method_style",
-    "plot_online_accuracy", "poi_figure", "save_figure", "sweep_figure", "use_log_x",
+    "plot_online_accuracy", "poi_figure", "save_figure", "sweep_figure", "use_log_x", "x_scale",
 ]
 
 # A fixed colour per method so every figure agrees; L2 Init stands out.
@@ -172,6 +172,23 @@ def use_log_x(values: Sequence[float]) -> bool:
     if array.size < 2 or np.any(array <= 0):
         return False
     return bool(array.max() / array.min() >= 100 - 1e-9)
+
+
+def x_scale(values: Sequence[float], log_x: bool | None = None) -> str:
+    """The x axis for a swept parameter's ``values``: ``"log"`` when they are positive and span
+    two decades (:func:`use_log_x`); ``"symlog"`` when they are those and 0 (λ ∈ {0, 1e-5 … 1e-1}:
+    0 stands half a decade left of the smallest positive value, linear below it, instead of
+    every positive value crowding against 0 on a linear axis); else ``"linear"``. ``log_x``
+    True asks for the logarithmic form (symlog where there is a 0), False for linear."""
+    array = np.asarray(values, dtype=float)
+    array = array[np.isfinite(array)]
+    zero, positive = np.any(array == 0), array[array > 0]
+    if log_x is False or np.any(array < 0):
+        return "linear"
+    logarithmic = use_log_x(positive) if log_x is None else positive.size > 0
+    if not logarithmic:
+        return "linear"
+    return "symlog" if zero else "log"
 
 
 # --- layout helpers -------------------------------------------------------------------------------
@@ -386,16 +403,19 @@ def sweep_figure(lines: Sequence[SweepLine], *, param: str, ylabel: str, title: 
     per :class:`SweepLine`.
 
     The x axis is logarithmic when ``log_x`` is true, or — when it is None — when the values are
-    positive and span at least two decades (:func:`use_log_x`). A line's ``selected`` value is
-    ringed (a dotted vertical line when that value is not one of its points).
+    positive and span at least two decades (:func:`use_log_x`); with a 0 among them, symmetric-
+    logarithmic (:func:`x_scale`). A line's ``selected`` value is ringed (a dotted vertical line
+    when that value is not one of its points).
     """
     with _style():
         fig = _new_figure(width, height)
         ax = fig.add_subplot()
         scale = 100.0 if percent else 1.0
         all_x = np.concatenate([line.x for line in lines]) if lines else np.array([])
-        logarithmic = use_log_x(all_x) if log_x is None else bool(log_x)
-        if logarithmic:
+        axis = x_scale(all_x, log_x)
+        if axis == "symlog":
+            ax.set_xscale("symlog", linthresh=float(np.min(all_x[all_x > 0])), linscale=0.5)
+        elif axis == "log":
             ax.set_xscale("log")
         handles = []
         any_selected = False
@@ -420,7 +440,7 @@ def sweep_figure(lines: Sequence[SweepLine], *, param: str, ylabel: str, title: 
             from matplotlib.ticker import NullFormatter, NullLocator
 
             ax.set_xticks(values, [_format_param(v) for v in values])
-            if logarithmic:
+            if axis != "linear":
                 ax.xaxis.set_minor_locator(NullLocator())
                 ax.xaxis.set_minor_formatter(NullFormatter())
         if not lines:
