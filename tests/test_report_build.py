@@ -370,3 +370,27 @@ def test_the_plasticity_table_is_in_reports_of_twenty_tasks_or_more(tmp_path):
     assert row[5].startswith("9.00 [9.00, 9.00]")
     assert _row(md.split("Plasticity over the run")[1], "l2_init")[5].startswith("0.00")
     assert "Plasticity over the run" not in write(12, tmp_path / "short")
+
+
+def test_a_long_sweeps_configuration_table_shows_each_settings_first_and_last_tasks(tmp_path):
+    out = tmp_path / "sweep"
+    curves = {1e-2: lambda t: 0.8, 0.0: lambda t: 0.8 - 0.01 * t}  # λ 0 loses plasticity
+    with ResultStore(out) as store:
+        for strength, curve in curves.items():
+            config = resolve_config({"problem": "permuted_mnist", "method": "l2_init",
+                                     "params": {"strength": strength}, "tasks": 20,
+                                     "steps_per_task": 10}).to_dict()
+            for seed in SEEDS:
+                rid = ResultStore.run_id(config, seed)
+                store.start_run(rid, config, {"seed": seed})
+                online = [curve(t) for t in range(20)]
+                store.finish_run(rid, {"total_online_accuracy": float(np.mean(online))},
+                                 {"online_accuracy": online})
+    build_report(out, out / "r", formats=("png",), reps=100)
+    table = (out / "r" / "report.md").read_text().split("Configurations (grid seeds)")[1]
+    assert "| first 2 tasks | last 2 tasks | best |" in table
+    # λ 0: tasks 0–1 at 0.8 − 0.005, tasks 18–19 at 0.8 − 0.185
+    assert re.search(r"\| l2_init \| 2 \| strength=0 \| 3 \| 70\.50 \[[^]]*\] \| 79\.50 \| 61\.50 \|  \|",
+                     table)
+    assert re.search(r"\| l2_init \| 1 \| strength=0\.01 \| 3 \| 80\.00 \[[^]]*\] \| 80\.00 \| 80\.00 \| ✓ \|",
+                     table)

@@ -371,19 +371,30 @@ def _sweep_views(results: Results, study: list[ConfigRuns], headline: list[Confi
              for m, cs in by_method.items() if len(cs) > 1}
     if not swept:
         return
-    # Ranking of every configuration on the grid seeds.
-    rows = []
+    # Ranking of every configuration on the grid seeds; on a long stream, with the online
+    # accuracy of its first and last tasks, so that a sensitivity study shows which settings
+    # lose plasticity, not only which score highest.
+    long = min(len(c.reported) for c in grid) >= PLASTICITY_MIN_TASKS
+    rows, w = [], None
     for method, configs in sorted(by_method.items(), key=lambda kv: method_order(kv[0])):
         ranked = sorted(configs, key=lambda c: -float(np.mean(c.total)))
         for rank, c in enumerate(ranked, 1):
             mark = "✓" if rank == 1 else ""
-            rows.append([method, str(rank), _settings_text(c, swept.get(method, [])), str(c.n),
-                         _pct(ctx.interval(c.total)), mark])
+            row = [method, str(rank), _settings_text(c, swept.get(method, [])), str(c.n),
+                   _pct(ctx.interval(c.total))]
+            if long:
+                win = plasticity_windows(c.online, c.reported)
+                w = win["w"]
+                row += [f"{100 * win['first'].mean():.2f}", f"{100 * win['last'].mean():.2f}"]
+            rows.append(row + [mark])
+    windows = [f"first {w} tasks", f"last {w} tasks"] if long else []
     section.tables.append(Table(
         "Configurations (grid seeds)", ["method", "rank", "settings", "n", "total online acc. (%)",
-                                        "best"], rows,
+                                        *windows, "best"], rows,
         "Every configuration in the directory on its grid seeds (the protocol's evaluation seeds "
-        "excluded), ranked per method by mean total online accuracy — the protocol's selection rule."))
+        "excluded), ranked per method by mean total online accuracy — the protocol's selection "
+        "rule." + (f" First and last {w} tasks: the mean online accuracy (%) over those tasks, "
+                   "mean over seeds." if long else "")))
     # One figure per swept setting: the accuracy along it, through each method's best config.
     settings = sorted({k for keys in swept.values() for k in keys})
     for setting in settings:
