@@ -112,8 +112,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     workers = args.workers or default_workers()
     calibration = bench.load()
     max_members = args.max_members or bench.members_for(args.device, calibration, workers)
-    # Halving ensembles until every worker has one feeds each CPU core; on a GPU, one device
-    # for all workers, it would only shrink K below the device's best.
+    # Halving ensembles until every round fills every worker feeds each CPU core; on a GPU,
+    # one device for all workers, it would only shrink K below the device's best.
     split_for = workers if str(args.device).startswith("cpu") else 1
     grid_plan = plan(runs, out, max_members, workers=split_for, rerun=args.rerun)
     options = {"forgetting": True} if sweep.get("forgetting") else {}
