@@ -215,8 +215,8 @@ def group(runs: list[Run], max_members: int | Callable[[RunConfig], int] = 16,
 
 def _member_steps(members: list[Run]) -> int:
     """An ensemble's work: members × steps (its members share the stream lengths)."""
-    config = members[0].config if members else None
-    return len(members) * config.tasks * config.steps_per_task if config else 0
+    config = members[0].config
+    return len(members) * config.tasks * config.steps_per_task
 
 
 def _member_methods(members: list[Run]) -> list[str] | None:
