@@ -69,6 +69,13 @@ def test_palette_is_fixed_and_l2_init_stands_out():
         assert other.zorder < l2_init.zorder
 
 
+def test_every_registered_method_has_its_own_fixed_colour():
+    from plasticlab.methods import METHODS
+
+    assert set(METHODS) <= set(METHOD_COLORS)  # the field-* figures draw them all at once
+    assert not set(METHOD_COLORS.values()) & set(figures.EXTRA_COLORS)  # nor shared with a new one
+
+
 def test_unknown_method_colour_is_deterministic():
     colour = method_color("my_new_method")
     assert colour == method_color("my_new_method")

@@ -40,12 +40,15 @@ METHOD_COLORS = {
     "cbp": "#9467bd", "redo": "#8c564b", "concat_relu": "#e377c2", "layer_norm": "#17becf",
     "l1_init": "#ff7f0e", "huber_init": "#bcbd22", "l2_init_resample": "#f7b6d2",
     "ewc": "#7f7f7f", "l2_init_ewc": "#aa3939",
+    # the methods since the paper, drawn beside all of the above in the field-* studies
+    "snr": "#393b79", "hare_tortoise": "#637939", "parseval": "#b5cf6b", "swr": "#8c6d31",
+    "full_reset": "#7b4173", "head_reset": "#e7ba52", "fire": "#e6550d",
 }
 HIGHLIGHT_METHOD = "l2_init"
 
 # Colours for methods without a fixed one, picked by a stable hash of the name (never random).
-EXTRA_COLORS = ("#393b79", "#637939", "#8c6d31", "#7b4173", "#3182bd", "#31a354", "#756bb1",
-                "#e6550d", "#636363", "#843c39", "#5254a3", "#b5cf6b")
+EXTRA_COLORS = ("#3182bd", "#31a354", "#756bb1", "#636363", "#843c39", "#5254a3", "#e7969c",
+                "#de9ed6", "#9c9ede", "#cedb9c", "#ad494a", "#6b6ecf")
 _MARKERS = {
     "l2_init": "o", "baseline": "s", "l2": "^", "shrink_perturb": "v", "cbp": "D", "redo": "P",
     "concat_relu": "X", "layer_norm": "<", "l1_init": ">", "huber_init": "h", "l2_init_resample": "p",
