@@ -140,6 +140,20 @@ def test_calibration_measures_each_k_alone_and_with_every_worker_at_once(data_di
     assert estimate_seconds(ensembles, cal, workers=2) > 0
 
 
+def test_the_estimate_schedules_ensembles_longest_first_onto_the_worker_that_frees_first():
+    from plasticlab.experiments.bench import estimate_seconds
+
+    cal = {"samples_per_second": {"mlp": {"4": 1000.0}}}  # 1,000 member-samples/s at any K
+    runs = expand({"problem": "permuted_mnist", "method": "baseline", "seeds": "0-11",
+                   "tasks": 1, "steps_per_task": 10, "batch_size": 25})
+    ensembles = group(runs, max_members=4)  # 3 ensembles of 4: 4 × 10 × 25 = 1,000 samples, 1 s each
+    assert estimate_seconds(ensembles, cal, workers=1) == pytest.approx(3.0)
+    assert estimate_seconds(ensembles, cal, workers=2) == pytest.approx(2.0)  # not 1.5: a third round
+    assert estimate_seconds(ensembles, cal, workers=3) == pytest.approx(1.0)
+    assert estimate_seconds(ensembles, cal, workers=8) == pytest.approx(1.0)
+    assert estimate_seconds([], cal, workers=2) == 0.0
+
+
 def test_scale_shortens_tasks_and_steps():
     runs = expand(SWEEP, scale=0.1)
     assert {(r.config.tasks, r.config.steps_per_task) for r in runs} == {(2, 62)}

@@ -185,9 +185,10 @@ def estimate_seconds(ensembles, calibration: dict, workers: int = 1) -> float:
 
     Each ensemble costs steps × K × batch member-samples at the calibrated rate of its
     architecture and nearest calibrated K, times its method's relative cost, plus its tasks ×
-    the calibrated task-end cost (measurements, checkpoint); the total is
-    spread over the workers (longest first, so the estimate is the larger of total/workers and
-    the longest ensemble).
+    the calibrated task-end cost (measurements, checkpoint). The ensembles are then scheduled as
+    the executor runs them — longest first, each to the worker that frees first — and the
+    estimate is the last worker's finish: three equal ensembles on two workers take two
+    ensembles' time, not one and a half.
     """
     times = []
     # Several workers share the machine: their own rate each is the all-workers rate / workers.
@@ -205,6 +206,7 @@ def estimate_seconds(ensembles, calibration: dict, workers: int = 1) -> float:
         # task ends scale roughly with the members measured (calibrated at K = 8)
         task_end = calibration.get("task_overhead_seconds", {}).get(arch, 0.0) * len(e.seeds) / 8
         times.append(samples / rates[k] * cost + e.config.tasks * task_end)
-    if not times:
-        return 0.0
-    return max(sum(times) / max(1, workers), max(times))
+    finish = [0.0] * max(1, int(workers))
+    for t in sorted(times, reverse=True):
+        finish[finish.index(min(finish))] += t
+    return max(finish)
