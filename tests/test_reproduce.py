@@ -66,6 +66,18 @@ def test_reproduce_sweeps_exports_reports_and_resumes(data_dir, tmp_path, capsys
     assert "unknown preset 'no-such-study'" in capsys.readouterr().err
 
 
+def test_a_dry_run_prints_each_studys_plan_and_writes_nothing(tmp_path, capsys):
+    argv = ["reproduce", "init", "best-random_label_cifar-adam", "--dry-run", "--workers", "2",
+            "--out", str(tmp_path / "results"), "--docs", str(tmp_path / "docs")]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "sweep init → " in captured.out and "grid: 30 runs" in captured.out
+    # the CIFAR study at its default scale, said in the sweep command it would run
+    assert "--preset best-random_label_cifar-adam" in captured.err and "--scale 0.1" in captured.err
+    assert "sweep best-random_label_cifar-adam (scale 0.1) → " in captured.out
+    assert not (tmp_path / "results").exists() and not (tmp_path / "docs").exists()
+
+
 def test_tasks_sets_every_runs_tasks_and_keeps_steps_per_task():
     from plasticlab.cli_sweep import with_tasks
     from plasticlab.experiments.presets import get_preset

@@ -80,7 +80,7 @@ def close_killed_sittings(sittings: list[dict], out: Path) -> None:
 def reproduce_study(args: argparse.Namespace, study: str) -> int:
     """Sweep ``study`` (resuming), then write its report, export and run record under
     ``args.docs/study``; return the sweep's exit code (the report is written only after a
-    sweep that finished every run)."""
+    sweep that finished every run). With ``args.dry_run``, only the sweep's plan."""
     from .cli import main
     from .experiments.export import export_results
     from .experiments.presets import get_preset
@@ -90,6 +90,8 @@ def reproduce_study(args: argparse.Namespace, study: str) -> int:
     out, docs = Path(args.out) / study, Path(args.docs) / study
     sweep = _sweep_args(args, study, out, scale)
     print(f"reproduce {study}: plasticlab {' '.join(sweep)}", file=sys.stderr)
+    if args.dry_run:  # the sweep's plan and time estimate; no record, no results, no report
+        return main([*sweep, "--dry-run"])
     command = f"plasticlab {' '.join(sweep)}"
     record_path = docs / "run.json"
     record = json.loads(record_path.read_text()) if record_path.is_file() else {}
@@ -158,6 +160,9 @@ def register(sub) -> None:
     rp.add_argument("--compile", action="store_true",
                     help="the compiled training step where it applies (sweep --compile)")
     rp.add_argument("--no-progress", action="store_true")
+    rp.add_argument("--dry-run", action="store_true",
+                    help="print each study's sweep command, plan and time estimate (after "
+                         "`plasticlab bench`); writes nothing")
     rp.set_defaults(func=cmd_reproduce)
 
     ex = sub.add_parser("export", help="the finished runs of a results directory as one compact "
