@@ -60,6 +60,16 @@ def test_reproduce_sweeps_exports_reports_and_resumes(data_dir, tmp_path, capsys
     assert record["scale"] == 0.004 and record["command"].startswith("plasticlab sweep --preset")
     assert main(argv) == 0  # resumes: nothing left to train, one more sitting recorded
     assert len(json.loads((docs / "run.json").read_text())["sittings"]) == 2
+    # another command (another length) would replace these results: refused before it trains
+    exported = (docs / EXPORT_NAME).read_bytes()
+    shorter = [*argv, "--tasks", "2", "--out", str(tmp_path / "other")]
+    capsys.readouterr()
+    assert main(shorter) == 2
+    assert "--replace" in capsys.readouterr().err and not (tmp_path / "other").exists()
+    assert (docs / EXPORT_NAME).read_bytes() == exported
+    assert main([*shorter, "--replace"]) == 0
+    record = json.loads((docs / "run.json").read_text())
+    assert "--tasks 2" in record["command"] and len(record["sittings"]) == 1
     with pytest.raises(SystemExit):
         main(["reproduce"])
     assert main(["reproduce", "no-such-study", "--docs", str(tmp_path / "d")]) == 2
@@ -76,6 +86,11 @@ def test_a_dry_run_prints_each_studys_plan_and_writes_nothing(tmp_path, capsys):
     assert "--preset best-random_label_cifar-adam" in captured.err and "--scale 0.1" in captured.err
     assert "sweep best-random_label_cifar-adam (scale 0.1) → " in captured.out
     assert not (tmp_path / "results").exists() and not (tmp_path / "docs").exists()
+    # published results of another command: the dry run says the real one would need --replace
+    (tmp_path / "docs" / "init").mkdir(parents=True)
+    (tmp_path / "docs" / "init" / EXPORT_NAME).write_bytes(b"")
+    assert main(argv) == 0
+    assert "would replace them when it finishes (it needs --replace)" in capsys.readouterr().err
 
 
 def test_tasks_sets_every_runs_tasks_and_keeps_steps_per_task():

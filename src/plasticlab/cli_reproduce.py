@@ -82,7 +82,7 @@ def reproduce_study(args: argparse.Namespace, study: str) -> int:
     ``args.docs/study``; return the sweep's exit code (the report is written only after a
     sweep that finished every run). With ``args.dry_run``, only the sweep's plan."""
     from .cli import main
-    from .experiments.export import export_results
+    from .experiments.export import EXPORT_NAME, export_results
     from .experiments.presets import get_preset
 
     get_preset(study)  # an unknown study is an error that lists the presets
@@ -90,11 +90,19 @@ def reproduce_study(args: argparse.Namespace, study: str) -> int:
     out, docs = Path(args.out) / study, Path(args.docs) / study
     sweep = _sweep_args(args, study, out, scale)
     print(f"reproduce {study}: plasticlab {' '.join(sweep)}", file=sys.stderr)
-    if args.dry_run:  # the sweep's plan and time estimate; no record, no results, no report
-        return main([*sweep, "--dry-run"])
     command = f"plasticlab {' '.join(sweep)}"
     record_path = docs / "run.json"
     record = json.loads(record_path.read_text()) if record_path.is_file() else {}
+    if (docs / EXPORT_NAME).is_file() and record.get("command") != command:
+        # a study's published results are replaced only on purpose
+        problem = (f"{docs} holds the results of `{record.get('command', 'another command')}`; "
+                   f"`{command}` would replace them when it finishes")
+        if args.dry_run:
+            print(f"reproduce {study}: note: {problem} (it needs --replace)", file=sys.stderr)
+        elif not args.replace:
+            raise ValueError(f"{problem}: pass --replace to replace them, or --docs another folder")
+    if args.dry_run:  # the sweep's plan and time estimate; no record, no results, no report
+        return main([*sweep, "--dry-run"])
     if record.get("command") != command:  # sittings of another command (scale, tasks) do not add up
         record = {"sittings": []}
     record.update({"study": study, "scale": scale, "tasks": args.tasks, "command": command,
@@ -160,6 +168,10 @@ def register(sub) -> None:
     rp.add_argument("--compile", action="store_true",
                     help="the compiled training step where it applies (sweep --compile)")
     rp.add_argument("--no-progress", action="store_true")
+    rp.add_argument("--replace", action="store_true",
+                    help="replace a study's results under --docs that another command (another "
+                         "--scale or --tasks) made; without it, that is an error before anything "
+                         "trains")
     rp.add_argument("--dry-run", action="store_true",
                     help="print each study's sweep command, plan and time estimate (after "
                          "`plasticlab bench`); writes nothing")
