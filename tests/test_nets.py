@@ -462,3 +462,37 @@ def test_layer_norm_sits_after_each_hidden_affine_over_channels_height_width():
     assert norms == [(16, 28, 28), (16, 10, 10), (100,), (100,)]
     assert net.blocks[-1].norm is None
     assert net(torch.randn(1, 2, 3, 32, 32)).shape == (1, 2, 10)
+
+
+@pytest.mark.parametrize("scheme", init_schemes.INIT_SCHEMES)
+@pytest.mark.parametrize("weight_shape", [(100, 784), (10, 100), (16, 3, 5, 5), (3, 7)])
+def test_the_draws_are_the_formulas_every_result_was_trained_with_to_the_bit(scheme, weight_shape):
+    """Every result on record was drawn as ``(rand·2 − 1)·bound`` or ``randn·std``, member by
+    member, weight then bias; drawing in place into each member's row must give the same bits
+    and leave each generator where those formulas left it."""
+    fan_in = math.prod(weight_shape[1:])
+    fan_out = weight_shape[0] * math.prod(weight_shape[2:])
+    bound = {"torch_default": 1 / math.sqrt(fan_in), "kaiming_uniform": math.sqrt(6 / fan_in),
+             "xavier_uniform": math.sqrt(6 / (fan_in + fan_out))}
+    std = {"kaiming_normal": math.sqrt(2 / fan_in), "xavier_normal": math.sqrt(2 / (fan_in + fan_out))}
+
+    def formula(g):
+        if scheme in bound:
+            w = (torch.rand(weight_shape, generator=g) * 2 - 1) * bound[scheme]
+        else:
+            w = torch.randn(weight_shape, generator=g) * std[scheme]
+        b = ((torch.rand(weight_shape[0], generator=g) * 2 - 1) * bound[scheme]
+             if scheme == "torch_default" else torch.zeros(weight_shape[0]))
+        return w, b
+
+    seeds = [3, 1, 4]
+    expected = [formula(torch.Generator().manual_seed(s)) for s in seeds]
+    generators = [torch.Generator().manual_seed(s) for s in seeds]
+    weight, bias = init_schemes.draw_members(scheme, weight_shape, fan_in, fan_out, generators, "cpu")
+    assert torch.equal(weight, torch.stack([w for w, _ in expected]))
+    assert torch.equal(bias, torch.stack([b for _, b in expected]))
+    alone = init_schemes.draw(scheme, weight_shape, fan_in, fan_out, torch.Generator().manual_seed(4))
+    assert torch.equal(alone[0], weight[2]) and torch.equal(alone[1], bias[2])
+    after = torch.Generator().manual_seed(3)
+    formula(after)
+    assert torch.equal(generators[0].get_state(), after.get_state())

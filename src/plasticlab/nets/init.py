@@ -24,12 +24,28 @@ def check_scheme(scheme: str) -> str:
     return scheme
 
 
-def _uniform(shape, bound: float, generator: torch.Generator) -> torch.Tensor:
-    return (torch.rand(shape, generator=generator, device=generator.device) * 2 - 1) * bound
-
-
-def _normal(shape, std: float, generator: torch.Generator) -> torch.Tensor:
-    return torch.randn(shape, generator=generator, device=generator.device) * std
+def _fill(scheme: str, weight: torch.Tensor, bias: torch.Tensor, fan_in: int, fan_out: int,
+          generator: torch.Generator) -> None:
+    """Draw one member's layer from ``scheme`` into ``weight`` and ``bias`` (weight first, then
+    the bias when the scheme draws one). A uniform draw is U(−1, 1) scaled by its bound, a
+    normal one N(0, 1) scaled by its s.d.: the same numbers, to the bit, as
+    ``(torch.rand(shape) * 2 − 1) * bound`` and ``torch.randn(shape) * std`` from the same
+    generator, written in place instead of through temporaries."""
+    check_scheme(scheme)
+    if scheme == "torch_default":
+        bound = 1.0 / math.sqrt(fan_in)
+        weight.uniform_(-1.0, 1.0, generator=generator).mul_(bound)
+        bias.uniform_(-1.0, 1.0, generator=generator).mul_(bound)
+        return
+    bias.zero_()
+    if scheme == "kaiming_uniform":
+        weight.uniform_(-1.0, 1.0, generator=generator).mul_(math.sqrt(6.0 / fan_in))
+    elif scheme == "kaiming_normal":
+        weight.normal_(0.0, 1.0, generator=generator).mul_(math.sqrt(2.0 / fan_in))
+    elif scheme == "xavier_uniform":
+        weight.uniform_(-1.0, 1.0, generator=generator).mul_(math.sqrt(6.0 / (fan_in + fan_out)))
+    else:  # xavier_normal
+        weight.normal_(0.0, 1.0, generator=generator).mul_(math.sqrt(2.0 / (fan_in + fan_out)))
 
 
 def draw(
@@ -44,28 +60,21 @@ def draw(
     The weight is drawn first and the bias second, always, so that a member's draws depend
     only on its own generator.
     """
-    bias_shape = (weight_shape[0],)
-    if scheme == "torch_default":
-        bound = 1.0 / math.sqrt(fan_in)
-        return _uniform(weight_shape, bound, generator), _uniform(bias_shape, bound, generator)
-    zero_bias = torch.zeros(bias_shape, device=generator.device)
-    if scheme == "kaiming_uniform":
-        return _uniform(weight_shape, math.sqrt(6.0 / fan_in), generator), zero_bias
-    if scheme == "kaiming_normal":
-        return _normal(weight_shape, math.sqrt(2.0 / fan_in), generator), zero_bias
-    if scheme == "xavier_uniform":
-        return _uniform(weight_shape, math.sqrt(6.0 / (fan_in + fan_out)), generator), zero_bias
-    if scheme == "xavier_normal":
-        return _normal(weight_shape, math.sqrt(2.0 / (fan_in + fan_out)), generator), zero_bias
-    check_scheme(scheme)
-    raise AssertionError("unreachable")
+    weight = torch.empty(weight_shape, device=generator.device)
+    bias = torch.empty((weight_shape[0],), device=generator.device)
+    _fill(scheme, weight, bias, fan_in, fan_out, generator)
+    return weight, bias
 
 
 def draw_members(scheme: str, weight_shape: tuple[int, ...], fan_in: int, fan_out: int,
                  generators, device) -> tuple[torch.Tensor, torch.Tensor]:
     """Every member's (weight ``[K, …]``, bias ``[K, …]``) for a layer on ``device``: member k
-    draws from ``generators[k]`` only (:func:`draw`), on the host, and the stack is copied
-    without making the host wait for the device."""
-    draws = [draw(scheme, weight_shape, fan_in, fan_out, g) for g in generators]
-    return (to_device(torch.stack([w for w, _ in draws]), device),
-            to_device(torch.stack([b for _, b in draws]), device))
+    draws from ``generators[k]`` only — what :func:`draw` gives it — into its row, on the
+    generators' device (the host), and the whole is copied without making the host wait for
+    the device."""
+    host = generators[0].device
+    weight = torch.empty((len(generators), *weight_shape), device=host)
+    bias = torch.empty((len(generators), weight_shape[0]), device=host)
+    for k, generator in enumerate(generators):
+        _fill(scheme, weight[k], bias[k], fan_in, fan_out, generator)
+    return to_device(weight, device), to_device(bias, device)
