@@ -44,8 +44,12 @@ def _sweep_args(args: argparse.Namespace, study: str, out: Path, scale: float) -
             + (["--no-progress"] if args.no_progress else []))
 
 
-def _utc_now() -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+UTC_FORMAT = "%Y-%m-%d %H:%M:%S UTC"  # a sitting's start and end in run.json
+
+
+def _utc(seconds: float | None = None) -> str:
+    """``seconds`` since the epoch (default: now) as run.json writes a time."""
+    return time.strftime(UTC_FORMAT, time.gmtime(seconds))
 
 
 def _write_record(path: Path, record: dict) -> None:
@@ -56,7 +60,7 @@ def _write_record(path: Path, record: dict) -> None:
 
 
 def _parse_utc(text: str) -> float:
-    return float(calendar.timegm(time.strptime(text, "%Y-%m-%d %H:%M:%S UTC")))
+    return float(calendar.timegm(time.strptime(text, UTC_FORMAT)))
 
 
 def close_killed_sittings(sittings: list[dict], out: Path) -> None:
@@ -72,7 +76,7 @@ def close_killed_sittings(sittings: list[dict], out: Path) -> None:
         until = next((t for t in starts[i + 1:] if t is not None), float("inf"))
         last = max((t for t in written if starts[i] <= t < until), default=starts[i])
         sitting.update({"wall_time_s": round(last - starts[i], 1), "exit_code": None,
-                        "ended": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(last)),
+                        "ended": _utc(last),
                         "killed": "stopped without recording its end; closed at the last file "
                                   "its sweep wrote"})
 
@@ -93,7 +97,8 @@ def reproduce_study(args: argparse.Namespace, study: str) -> int:
     command = f"plasticlab {' '.join(sweep)}"
     record_path = docs / "run.json"
     record = json.loads(record_path.read_text()) if record_path.is_file() else {}
-    if (docs / EXPORT_NAME).is_file() and record.get("command") != command:
+    same_command = record.get("command") == command
+    if (docs / EXPORT_NAME).is_file() and not same_command:
         # a study's published results are replaced only on purpose
         problem = (f"{docs} holds the results of `{record.get('command', 'another command')}`; "
                    f"`{command}` would replace them when it finishes")
@@ -103,14 +108,14 @@ def reproduce_study(args: argparse.Namespace, study: str) -> int:
             raise ValueError(f"{problem}: pass --replace to replace them, or --docs another folder")
     if args.dry_run:  # the sweep's plan and time estimate; no record, no results, no report
         return main([*sweep, "--dry-run"])
-    if record.get("command") != command:  # sittings of another command (scale, tasks) do not add up
+    if not same_command:  # sittings of another command (scale, tasks) do not add up
         record = {"sittings": []}
     record.update({"study": study, "scale": scale, "tasks": args.tasks, "command": command,
                    "machine": machine()})
     close_killed_sittings(record["sittings"], out)
     # This sitting is recorded before it trains: if it is killed (no signal handler runs), the
     # next sitting finds it open and closes it at its last checkpoint.
-    sitting = {"started": _utc_now()}
+    sitting = {"started": _utc()}
     record["sittings"].append(sitting)
     _write_record(record_path, record)
     t0, code = time.perf_counter(), None
@@ -118,7 +123,7 @@ def reproduce_study(args: argparse.Namespace, study: str) -> int:
         code = main(sweep)
     finally:  # a sweep stopped by a signal ends here too (exit_code None)
         sitting.update({"wall_time_s": round(time.perf_counter() - t0, 1), "exit_code": code,
-                        "ended": _utc_now()})
+                        "ended": _utc()})
         _write_record(record_path, record)
     if code != 0:
         print(f"reproduce {study}: the sweep stopped (exit {code}); run the same command again "
