@@ -52,8 +52,9 @@ def main() -> None:
         for name, ensembles in plans.items():
             best[name] = min(best[name], wall(ensembles))
     print(f"device cpu, {args.workers} worker processes of one torch thread each (the engine's "
-          f"default), {os.cpu_count()} cores, {args.runs} runs, max K {args.max_members}, batch 16, {args.tasks} tasks × "
-          f"{args.steps_per_task} steps, no measurements, best of {args.rounds}")
+          f"default), {os.cpu_count()} cores, {args.runs} runs, max K {args.max_members}, "
+          f"batch 16, {args.tasks} tasks × {args.steps_per_task} steps, no measurements, "
+          f"best of {args.rounds}")
     for name, ensembles in plans.items():
         sizes = ", ".join(str(len(e.seeds)) for e in ensembles)
         print(f"{name:>22}: K = {sizes:<16} {best[name]:7.1f} s")

@@ -392,5 +392,5 @@ def test_a_long_sweeps_configuration_table_shows_each_settings_first_and_last_ta
     # λ 0: tasks 0–1 at 0.8 − 0.005, tasks 18–19 at 0.8 − 0.185
     assert re.search(r"\| l2_init \| 2 \| strength=0 \| 3 \| 70\.50 \[[^]]*\] \| 79\.50 \| 61\.50 \|  \|",
                      table)
-    assert re.search(r"\| l2_init \| 1 \| strength=0\.01 \| 3 \| 80\.00 \[[^]]*\] \| 80\.00 \| 80\.00 \| ✓ \|",
-                     table)
+    assert re.search(r"\| l2_init \| 1 \| strength=0\.01 \| 3 \| 80\.00 \[[^]]*\] "
+                     r"\| 80\.00 \| 80\.00 \| ✓ \|", table)
