@@ -58,8 +58,10 @@ def test_reproduce_sweeps_exports_reports_and_resumes(data_dir, tmp_path, capsys
     assert not (docs / "results.sqlite").exists()
     record = json.loads((docs / "run.json").read_text())
     assert record["scale"] == 0.004 and record["command"].startswith("plasticlab sweep --preset")
-    assert main(argv) == 0  # resumes: nothing left to train, one more sitting recorded
-    assert len(json.loads((docs / "run.json").read_text())["sittings"]) == 2
+    # resumes (nothing left to train) with another run-only flag: the same results, one more sitting
+    assert main([a for a in argv if a != "--no-progress"]) == 0
+    sittings = json.loads((docs / "run.json").read_text())["sittings"]
+    assert len(sittings) == 2 and "--no-progress" not in sittings[1]["command"]
     # another command (another length) would replace these results: refused before it trains
     exported = (docs / EXPORT_NAME).read_bytes()
     shorter = [*argv, "--tasks", "2", "--out", str(tmp_path / "other")]
@@ -74,6 +76,19 @@ def test_reproduce_sweeps_exports_reports_and_resumes(data_dir, tmp_path, capsys
         main(["reproduce"])
     assert main(["reproduce", "no-such-study", "--docs", str(tmp_path / "d")]) == 2
     assert "unknown preset 'no-such-study'" in capsys.readouterr().err
+
+
+def test_commands_that_differ_only_in_how_they_run_make_the_same_results():
+    from plasticlab.cli_reproduce import same_results
+
+    command = "plasticlab sweep --preset ablation --out r/ablation --tasks 100"
+    assert same_results(command, f"{command} --data-dir d --workers 2 --device cpu --compile --no-progress")
+    assert same_results("plasticlab sweep --preset init --workers 2 --out r/init", "plasticlab sweep "
+                        "--preset init --out r/init --workers 1")
+    for other in ("--tasks 50", "--tasks 100 --scale 0.5", "--tasks 100 --seeds 1"):
+        assert not same_results(command, command.replace("--tasks 100", other))
+    assert not same_results(command, command.replace("r/ablation", "s/ablation"))
+    assert not same_results(command, "")
 
 
 def test_a_dry_run_prints_each_studys_plan_and_writes_nothing(tmp_path, capsys):

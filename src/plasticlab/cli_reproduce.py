@@ -44,6 +44,28 @@ def _sweep_args(args: argparse.Namespace, study: str, out: Path, scale: float) -
             + (["--no-progress"] if args.no_progress else []))
 
 
+RUN_ONLY_FLAGS = {"--data-dir": 1, "--workers": 1, "--device": 1, "--compile": 0, "--no-progress": 0}
+"""The sweep flags that change how a study runs, not what it trains (with how many values each
+takes): two commands that differ only in these make the same results, so their sittings add up."""
+
+
+def same_results(command: str, other: str) -> bool:
+    """Whether two recorded ``plasticlab sweep …`` commands make the same results: the same
+    preset, ``--out``, ``--scale`` and ``--tasks``, whatever their run-only flags
+    (:data:`RUN_ONLY_FLAGS`)."""
+    def what_it_trains(text: str) -> list[str]:
+        words, kept = text.split(), []
+        while words:
+            word = words.pop(0)
+            if word in RUN_ONLY_FLAGS:
+                del words[:RUN_ONLY_FLAGS[word]]
+            else:
+                kept.append(word)
+        return kept
+
+    return what_it_trains(command) == what_it_trains(other)
+
+
 UTC_FORMAT = "%Y-%m-%d %H:%M:%S UTC"  # a sitting's start and end in run.json
 
 
@@ -97,7 +119,7 @@ def reproduce_study(args: argparse.Namespace, study: str) -> int:
     command = f"plasticlab {' '.join(sweep)}"
     record_path = docs / "run.json"
     record = json.loads(record_path.read_text()) if record_path.is_file() else {}
-    same_command = record.get("command") == command
+    same_command = same_results(record.get("command", ""), command)
     if (docs / EXPORT_NAME).is_file() and not same_command:
         # a study's published results are replaced only on purpose
         problem = (f"{docs} holds the results of `{record.get('command', 'another command')}`; "
@@ -108,14 +130,14 @@ def reproduce_study(args: argparse.Namespace, study: str) -> int:
             raise ValueError(f"{problem}: pass --replace to replace them, or --docs another folder")
     if args.dry_run:  # the sweep's plan and time estimate; no record, no results, no report
         return main([*sweep, "--dry-run"])
-    if not same_command:  # sittings of another command (scale, tasks) do not add up
+    if not same_command:  # sittings of other results (scale, tasks, --out) do not add up
         record = {"sittings": []}
     record.update({"study": study, "scale": scale, "tasks": args.tasks, "command": command,
                    "machine": machine()})
     close_killed_sittings(record["sittings"], out)
     # This sitting is recorded before it trains: if it is killed (no signal handler runs), the
     # next sitting finds it open and closes it at its last checkpoint.
-    sitting = {"started": _utc()}
+    sitting = {"started": _utc(), "command": command}
     record["sittings"].append(sitting)
     _write_record(record_path, record)
     t0, code = time.perf_counter(), None
@@ -175,7 +197,7 @@ def register(sub) -> None:
     rp.add_argument("--no-progress", action="store_true")
     rp.add_argument("--replace", action="store_true",
                     help="replace a study's results under --docs that another command (another "
-                         "--scale or --tasks) made; without it, that is an error before anything "
+                         "--scale, --tasks or --out) made; without it, that is an error before anything "
                          "trains")
     rp.add_argument("--dry-run", action="store_true",
                     help="print each study's sweep command, plan and time estimate (after "
