@@ -59,6 +59,8 @@ def build_run_request(args: argparse.Namespace) -> tuple[dict, dict]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """``plasticlab run``: train one ensemble (one configuration, K seeds), print its per-task
+    table and save its results; return the exit code."""
     from .experiments.loggers import make_loggers
     from .experiments.runner import run_ensemble, strict_json
     from .problems import get_problem
@@ -177,6 +179,8 @@ def _unfinished_seeds(config, seeds: list[int], out: Path, rerun: bool) -> list[
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    """``plasticlab list``: print the registered methods, problems and optimizers with their
+    hyper-parameters and defaults."""
     from .methods import BOUNDARY_ORACLE_NOTE, METHODS, boundary_oracle
     from .optim import OPTIMIZERS, optimizer_hyperparameters
     from .problems import PROBLEMS
@@ -209,6 +213,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    """``plasticlab demo``: the README's L2 Init vs Baseline comparison on Permuted MNIST (a
+    printed table and a saved figure)."""
     from .demo import run_demo
 
     run_demo(tasks=args.tasks, steps_per_task=args.steps_per_task, seeds=parse_seeds(args.seeds),

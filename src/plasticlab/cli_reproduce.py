@@ -159,6 +159,8 @@ def reproduce_study(args: argparse.Namespace, study: str) -> int:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
+    """``plasticlab reproduce``: :func:`reproduce_study` for each study in turn; stop at the first
+    that does not finish and return its exit code."""
     for study in args.studies:
         code = reproduce_study(args, study)
         if code != 0:
@@ -167,6 +169,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    """``plasticlab export``: write a results directory's finished runs as one gzipped JSON
+    export (:func:`plasticlab.experiments.export.export_results`)."""
     from .experiments.export import EXPORT_NAME, export_results
 
     out = Path(args.to) if args.to else Path(args.dir) / "export"

@@ -98,6 +98,8 @@ def packing(ensembles) -> list[str]:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    """``plasticlab sweep``: expand a sweep (a preset or a TOML file), train its grid in
+    ensembles (resuming), then the protocol's evaluation; return the exit code."""
     sweep = _load_sweep(args)
     name = sweep.get("name", Path(args.file).stem if args.file else args.preset)
     out = Path(args.out or Path("results") / name)
@@ -191,6 +193,7 @@ def evaluation_table(out, selection: dict, seeds) -> str:
 
 
 def cmd_presets(args: argparse.Namespace) -> int:
+    """``plasticlab presets``: print every preset with its number of runs and description."""
     for name in PRESETS:
         sweep = get_preset(name)
         runs = expand(sweep)
@@ -199,6 +202,8 @@ def cmd_presets(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    """``plasticlab status``: print a results directory's runs by state, the unfinished
+    ensembles' progress and pace, and runs trained by other code than this plasticlab."""
     out = Path(args.dir)
     if not (out / "results.sqlite").is_file():
         raise ValueError(f"{out} holds no results store (results.sqlite)")
@@ -272,6 +277,8 @@ def _code_summary(runs: list[dict]) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    """``plasticlab report``: build the report (tables, figures, statistics) of a results
+    directory or an export."""
     from .report.build import build_report
     from .report.data import load_results
 
@@ -320,6 +327,8 @@ def _check_in_browser(page: Path) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    """``plasticlab bench``: measure this machine's step times for the sweep's time estimates
+    and ensemble sizes, and save the calibration."""
     print(f"calibrating on this machine (1 torch thread per process; {args.steps} steps each):")
     calibration = bench.calibrate(args.data_dir, steps=args.steps, methods=not args.no_methods,
                                   workers=args.workers)

@@ -4,5 +4,7 @@ from .base import Method
 
 
 class Baseline(Method):
+    """The Baseline: the optimizer (Adam or SGD) on L_task alone."""
+
     name = "baseline"
     description = "plain Adam / SGD"

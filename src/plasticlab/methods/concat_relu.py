@@ -11,6 +11,9 @@ from .base import Method
 
 
 class ConcatReLU(Method):
+    """Concat ReLU: every hidden activation is CReLU(x) = [ReLU(x), ReLU(−x)], in a network
+    whose hidden widths are shrunk to keep the plain network's parameter count."""
+
     name = "concat_relu"
     description = "CReLU activations, widths shrunk to the plain net's parameter count"
 

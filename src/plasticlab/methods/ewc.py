@@ -38,6 +38,9 @@ FISHER_SAMPLES = Param("fisher_samples", 992, int, "examples of the finished tas
 
 
 class EWCMethod(Method):
+    """EWC: L_task + (β/2)·Σ_i F_i (θ_i − θ*_i)², with θ* and the diagonal Fisher F taken at each
+    task end (``strength`` is β; ``anchor``, ``fisher``, ``fisher_data``: the module docstring)."""
+
     name = "ewc"
     description = "Elastic Weight Consolidation (diagonal Fisher at a task end)"
     hyperparameters = (EWC_STRENGTH, ANCHOR, FISHER, FISHER_DATA, FISHER_SAMPLES)

@@ -72,6 +72,8 @@ class BoundaryReset(Method):
 
 
 class FullReset(BoundaryReset):
+    """Full reset: at each task end every parameter goes back to θ₀ (or a fresh draw)."""
+
     name = "full_reset"
     description = "every parameter back to θ₀ (or a fresh draw) at each task end"
 
@@ -81,6 +83,8 @@ class FullReset(BoundaryReset):
 
 
 class HeadReset(BoundaryReset):
+    """Head reset: at each task end only the output layer goes back to θ₀ (or a fresh draw)."""
+
     name = "head_reset"
     description = "the output layer back to θ₀ (or a fresh draw) at each task end"
 

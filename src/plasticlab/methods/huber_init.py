@@ -6,6 +6,8 @@ from .base import STRENGTH, PenaltyMethod
 
 
 class HuberInitMethod(PenaltyMethod):
+    """Huber Init: L_task + λ·Σ_i huber_δ(θ_i − θ₀_i) (``strength`` is λ, ``delta`` δ)."""
+
     name = "huber_init"
     description = "Huber regularization toward θ₀"
     hyperparameters = (STRENGTH, Param("delta", 1.0, float, "δ: where the penalty turns linear",

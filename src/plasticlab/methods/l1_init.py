@@ -5,6 +5,8 @@ from .base import STRENGTH, PenaltyMethod
 
 
 class L1InitMethod(PenaltyMethod):
+    """L1 Init: L_task + λ‖θ − θ₀‖₁ (``strength`` is λ)."""
+
     name = "l1_init"
     description = "L1 regularization toward θ₀"
     hyperparameters = (STRENGTH,)

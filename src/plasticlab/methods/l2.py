@@ -5,6 +5,8 @@ from .base import STRENGTH, PenaltyMethod
 
 
 class L2Method(PenaltyMethod):
+    """L2: L_task + (λ/2)‖θ‖² (``strength`` is λ)."""
+
     name = "l2"
     description = "L2 regularization toward 0"
     hyperparameters = (STRENGTH,)

@@ -12,6 +12,9 @@ from .base import STRENGTH, PenaltyMethod
 
 
 class L2InitMethod(PenaltyMethod):
+    """L2 Init: L_task + (λ/2)‖θ − θ₀‖², θ₀ the network's own initial parameters
+    (``strength`` is λ)."""
+
     name = "l2_init"
     description = "L2 regularization toward the initial parameters θ₀"
     hyperparameters = (STRENGTH,)

@@ -8,6 +8,8 @@ from .ewc import EWCMethod
 
 
 class L2InitEWC(EWCMethod):
+    """L2 Init + EWC: L_task + (λ/2)‖θ − θ₀‖² + (β/2)·Σ_i F_i (θ_i − θ*_i)²."""
+
     name = "l2_init_ewc"
     description = "L2 Init and EWC together"
     hyperparameters = (STRENGTH, *EWCMethod.hyperparameters)

@@ -8,6 +8,9 @@ from .base import STRENGTH, PenaltyMethod
 
 
 class L2InitResampleMethod(PenaltyMethod):
+    """L2 Init + Resample: L_task + (λ/2)‖θ − φₜ‖², φₜ a fresh draw from the init distribution
+    at every step t (``strength`` is λ)."""
+
     name = "l2_init_resample"
     description = "L2 toward a fresh init draw every step"
     hyperparameters = (STRENGTH,)

@@ -6,6 +6,8 @@ from .base import Method
 
 
 class LayerNorm(Method):
+    """Layer Norm: LayerNorm(Wx + b) before every hidden ReLU; its gain and bias are trained."""
+
     name = "layer_norm"
     description = "LayerNorm before every hidden activation"
 

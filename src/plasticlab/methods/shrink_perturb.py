@@ -14,6 +14,9 @@ from .base import Method
 
 
 class ShrinkPerturbMethod(Method):
+    """Shrink & Perturb: after every optimizer step θ ← p·θ + σ·ε, ε a fresh draw from the
+    init distribution (``shrink`` is p, ``noise`` σ)."""
+
     name = "shrink_perturb"
     description = "θ ← p·θ + σ·ε after every step, ε ~ init"
     hyperparameters = (

@@ -18,6 +18,9 @@ from .base import Problem, TaskData
 
 
 class ContinualImageNet(Problem):
+    """Continual ImageNet: task t is a binary task between ImageNet-32 classes 2t and 2t + 1
+    of the run's class order (the module docstring gives the schedule)."""
+
     name = "continual_imagenet"
     description = "binary tasks between two new ImageNet-32 classes each time"
     arch = "cnn"

@@ -19,6 +19,8 @@ from .random_label import CIFAR_MEAN, CIFAR_STD
 
 
 class FivePlusOneCIFAR(Problem):
+    """5+1 CIFAR: CIFAR-100 classes arriving 5 (hard task) and 1 (easy task) at a time."""
+
     name = "five_plus_one_cifar"
     description = "CIFAR-100 in alternating hard (5 classes) and easy (1 class) tasks"
     arch = "cnn"

@@ -17,6 +17,8 @@ from .base import Problem, TaskData
 
 
 class PermutedMNIST(Problem):
+    """Permuted MNIST: task t is MNIST under the run's t-th fixed pixel permutation."""
+
     name = "permuted_mnist"
     description = "MNIST under a new random pixel permutation each task (input non-stationarity)"
     arch = "mlp"

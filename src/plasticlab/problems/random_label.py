@@ -43,6 +43,8 @@ class _RandomLabel(Problem):
 
 
 class RandomLabelMNIST(_RandomLabel):
+    """Random Label MNIST: 1,200 fixed MNIST images, new random labels at every task."""
+
     name = "random_label_mnist"
     description = "1,200 MNIST images relabelled at random each task (memorisation)"
     arch = "mlp"
@@ -59,6 +61,8 @@ class RandomLabelMNIST(_RandomLabel):
 
 
 class RandomLabelCIFAR(_RandomLabel):
+    """Random Label CIFAR: 1,200 fixed CIFAR-10 images, new random labels at every task."""
+
     name = "random_label_cifar"
     description = "1,200 CIFAR-10 images relabelled at random each task (memorisation)"
     arch = "cnn"
