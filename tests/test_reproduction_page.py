@@ -4,7 +4,8 @@ Each study's ``report/report.md`` must be the report that this plasticlab builds
 study's ``results.json.gz``: a change to the statistics, the selection or the tables that
 would alter a published number fails here until the reports are rebuilt
 (``plasticlab report docs/reproduction/STUDY --formats png``), so no number on the page is
-silently stale. Every figure a report shows must be committed beside it.
+silently stale. Every figure a report shows must be committed beside it, and the page's status
+table must give each study the scale and wall time of its ``run.json``.
 """
 
 import re
@@ -64,3 +65,51 @@ def test_the_volatile_lines_are_only_the_header_and_the_images():
     md = ("# t\n- results: /x\n- generated 2026\n> ⚠ **Warning:** code\n\n| a | b |\n|---|---|\n"
           "| 1 | 2 |\n![Figure 1. c](figures/f.png)\n*Figure 1.* c — no image file\n")
     assert _tables_and_text(md) == ["# t", "| a | b |", "|---|---|", "| 1 | 2 |", "*Figure 1.* c"]
+
+
+def _status_rows(page: str) -> dict[str, list[str]]:
+    """The status table of ``page``: each study named in a row's first cell → the row's cells."""
+    table = page.split("## Status", 1)[1].split("\n\n", 2)[1]
+    rows = {}
+    for line in table.splitlines()[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        for study in re.findall(r"`([^`]+)`", cells[0]):
+            rows[study] = cells
+    return rows
+
+
+def wall_time(seconds: float) -> str:
+    """A study's wall time as the status table gives it: minutes under an hour, else hours."""
+    return f"{round(seconds / 60)} min" if seconds < 3600 else f"{seconds / 3600:.1f} h"
+
+
+RECORDED = sorted(p.parent.name for p in PAGE.glob("*/run.json"))
+
+
+@pytest.mark.parametrize("study", RECORDED)
+def test_the_status_table_gives_the_scale_and_wall_time_of_the_studys_run_record(study):
+    import json
+
+    record = json.loads((PAGE / study / "run.json").read_text())
+    rows = _status_rows((PAGE / "README.md").read_text(encoding="utf-8"))
+    assert study in rows, f"docs/reproduction/README.md: the status table has no row for {study}"
+    _, scale, wall, _ = rows[study]
+    tasks, factor = record.get("tasks"), record.get("scale", 1.0)
+    if tasks is not None:
+        assert f"--tasks {tasks}" in scale, f"{study} ran with --tasks {tasks}; its row says {scale!r}"
+    if factor != 1.0:
+        assert f"--scale {factor:g}" in scale, f"{study} ran at --scale {factor:g}; its row says {scale!r}"
+    if tasks is None and factor == 1.0:
+        assert "full" in scale and "--" not in scale, f"{study} ran at full length; its row says {scale!r}"
+    assert wall == wall_time(record["wall_time_s"]), (
+        f"{study}: its run.json gives {record['wall_time_s']} s ({wall_time(record['wall_time_s'])}); "
+        f"the status table says {wall!r}")
+
+
+def test_the_status_table_is_read_row_by_row():
+    page = ("# p\n\n## Status\n\n| study | scale | wall | status |\n|---|---|---:|---|\n"
+            "| [`depth`](#d) | `--tasks 100` | 9 min | run |\n| `a`, `b` studies | — | — | not run |\n"
+            "\nWall time: …\n")
+    rows = _status_rows(page)
+    assert set(rows) == {"depth", "a", "b"} and rows["depth"][1:3] == ["`--tasks 100`", "9 min"]
+    assert wall_time(1715.4) == "29 min" and wall_time(5866.5) == "1.6 h"
