@@ -24,6 +24,7 @@ from plasticlab.experiments.executor import Job, default_workers, run_jobs
 from plasticlab.experiments.paper import COMPARED_METHODS, best_config
 from plasticlab.methods import METHODS
 from plasticlab.report import mean_and_ci
+from plasticlab.run_config import Members
 
 
 def main() -> None:
@@ -50,7 +51,7 @@ def main() -> None:
         raw = best_config(args.problem, method, args.optimizer) | {"tasks": args.tasks}
         if args.steps_per_task:
             raw["steps_per_task"] = args.steps_per_task
-        jobs.append(Job(resolve_config(raw), seeds, label=method))
+        jobs.append(Job(Members(resolve_config(raw), seeds), label=method))
     cfg0 = jobs[0].config
     print(f"{args.problem}, {args.optimizer}, paper's best configs (SPEC §6); {cfg0.tasks} tasks × "
           f"{cfg0.steps_per_task} steps, batch {cfg0.batch_size}; seeds {seeds} (K={len(seeds)} per "

@@ -23,6 +23,7 @@ import torch
 from plasticlab.experiments.config import parse_seeds, resolve_config
 from plasticlab.experiments.executor import Job, default_workers, run_jobs
 from plasticlab.report import mean_and_ci
+from plasticlab.run_config import Members
 
 METHODS = {"l2_init": {"strength": 1e-2}, "l2": {"strength": 1e-2}, "baseline": {}}
 
@@ -45,10 +46,10 @@ def main() -> None:
     args = parser.parse_args()
 
     seeds = parse_seeds(args.seeds)
-    jobs = [Job(resolve_config({"problem": "permuted_mnist", "method": method, "params": params,
-                                "optimizer": "adam", "lr": args.lr, "tasks": args.tasks,
-                                "steps_per_task": args.steps_per_task}), seeds, label=method,
-                options={"forgetting": True})
+    jobs = [Job(Members(resolve_config({"problem": "permuted_mnist", "method": method,
+                                        "params": params, "optimizer": "adam", "lr": args.lr,
+                                        "tasks": args.tasks, "steps_per_task": args.steps_per_task}),
+                        seeds), label=method, options={"forgetting": True})
             for method, params in METHODS.items()]
     print(f"permuted_mnist, adam α={args.lr}; {args.tasks} tasks × {jobs[0].config.steps_per_task} steps, "
           f"batch {jobs[0].config.batch_size}; seeds {seeds} (K={len(seeds)} per ensemble); "

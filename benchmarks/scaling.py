@@ -20,14 +20,15 @@ import torch
 
 from plasticlab.experiments.config import resolve_config
 from plasticlab.experiments.executor import Job, run_jobs
+from plasticlab.run_config import Members
 
 
 def jobs(count: int, members: int, tasks: int, steps: int, method: str) -> list[Job]:
     params = {"strength": 1e-2} if method == "l2_init" else {}
     config = resolve_config({"problem": "permuted_mnist", "method": method, "params": params,
                              "tasks": tasks, "steps_per_task": steps})
-    return [Job(config, list(range(i * members, (i + 1) * members)), options={"measure": False},
-                label=f"job {i}") for i in range(count)]
+    return [Job(Members(config, list(range(i * members, (i + 1) * members))),
+                options={"measure": False}, label=f"job {i}") for i in range(count)]
 
 
 def timed(workers: int, args) -> float:

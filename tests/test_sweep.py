@@ -28,26 +28,22 @@ def test_per_member_parameters_step_sizes_and_penalty_methods_share_an_ensemble(
     # L2 Init and the Baseline (methods.penalty_members): 2 lr × (2 λ + 1) × 3 seeds
     (quad,) = [e for e in ensembles if e.config.method in ("l2_init", "baseline")]
     assert len(quad.seeds) == 18
-    assert sorted(set(quad.member_methods)) == ["baseline", "l2_init"]
-    assert sorted(set(quad.member_lr)) == [1e-4, 1e-3]
+    assert sorted(set(quad.members.methods)) == ["baseline", "l2_init"]
+    assert sorted(set(quad.members.lr)) == [1e-4, 1e-3]
     redo = [e for e in ensembles if e.config.method == "redo"]
     assert len(redo) == 2  # one per period (shared); lr and τ vary inside
     for e in redo:
-        assert len({m["period"] for m in e.member_params}) == 1
-        assert {m["threshold"] for m in e.member_params} == {0.0, 0.1}
-        assert set(e.member_lr) == {1e-3, 1e-4}
-        assert e.member_methods is None
+        assert len({m["period"] for m in e.members.params}) == 1
+        assert {m["threshold"] for m in e.members.params} == {0.0, 0.1}
+        assert set(e.members.lr) == {1e-3, 1e-4}
+        assert e.members.methods is None
 
 
 def test_a_member_of_a_packed_ensemble_keeps_its_own_run_id_method_and_step_size():
-    from plasticlab.experiments.runner import member_configs
-
     runs = expand(SWEEP)
     packed = [e for e in group(runs, max_members=16) if e.config.method != "redo"]
     assert len(packed) == 2  # 18 runs split in two
-    configs = [(c, s) for e in packed for c, s in zip(
-        member_configs(e.config, e.seeds, e.member_params, e.member_lr, e.member_methods),
-        e.seeds, strict=True)]
+    configs = [(c, s) for e in packed for c, s in zip(e.members.configs(), e.seeds, strict=True)]
     assert {ResultStore.run_id(c, s) for c, s in configs} == {
         ResultStore.run_id(r.config.to_dict(), r.seed) for r in runs if r.config.method != "redo"}
     assert all(c["params"] == {} for c, _ in configs if c["method"] == "baseline")
@@ -56,7 +52,7 @@ def test_a_member_of_a_packed_ensemble_keeps_its_own_run_id_method_and_step_size
 def test_step_sizes_stay_apart_where_the_optimizer_has_one_for_all_members():
     lr_grid = {"problem": "permuted_mnist", "seeds": "0-2", "grid": {"lr": [1e-3, 1e-4]}}
     upgd = group(expand({**lr_grid, "method": "baseline", "optimizer": "upgd"}), max_members=16)
-    assert len(upgd) == 2 and all(e.member_lr is None for e in upgd)
+    assert len(upgd) == 2 and all(e.members.lr is None for e in upgd)
     cbp = expand({**lr_grid, "method": "cbp", "params": {"cbp": {"adam_variant": "reference"}}})
     assert len(group(cbp, max_members=16)) == 2  # AdamGnT has one step size
     assert len(group(expand({**lr_grid, "method": "cbp"}), max_members=16)) == 1
@@ -245,8 +241,7 @@ def test_the_stored_grouping_is_reused_whatever_the_workers_and_max_members(tmp_
     first = plan(runs, tmp_path, max_members=16, workers=4)
     write_plan(tmp_path, runs, "s", "grid", first.ensembles)
     again = plan(runs, tmp_path, max_members=2, workers=1)
-    assert [(e.seeds, e.member_params) for e in again.ensembles] == \
-        [(e.seeds, e.member_params) for e in first.ensembles]
+    assert [e.members for e in again.ensembles] == [e.members for e in first.ensembles]
     fresh = plan(runs, tmp_path / "elsewhere", max_members=2, workers=1)
     assert [len(e.seeds) for e in fresh.ensembles] != [len(e.seeds) for e in first.ensembles]
 

@@ -162,13 +162,13 @@ def check_device(device: str) -> str:
 def _unfinished_seeds(config, seeds: list[int], out: Path, rerun: bool) -> list[int]:
     """The seeds whose runs of ``config`` have not finished in ``out`` (all with ``rerun``);
     says on stderr which are skipped. Reads the store only if it exists (creates nothing)."""
-    from .experiments.runner import member_configs
     from .experiments.store import DB_NAME, ResultStore
+    from .run_config import Members
 
     if rerun or not (out / DB_NAME).is_file():
         return seeds
     with ResultStore(out) as store:
-        done = [s for c, s in zip(member_configs(config, seeds), seeds, strict=True)
+        done = [s for c, s in zip(Members(config, seeds).configs(), seeds, strict=True)
                 if store.is_finished(ResultStore.run_id(c, s))]
     if done:
         left = [s for s in seeds if s not in done]

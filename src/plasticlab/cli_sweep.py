@@ -85,7 +85,7 @@ def packing(ensembles) -> list[str]:
     groups: dict[tuple, list[int]] = {}
     for e in ensembles:
         c = e.config
-        methods = "+".join(dict.fromkeys(e.member_methods or [c.method]))
+        methods = "+".join(dict.fromkeys(e.members.method_names()))
         groups.setdefault((c.problem, methods, c.optimizer), []).append(len(e.seeds))
     lines = []
     for (problem, method, optimizer), sizes in sorted(groups.items()):

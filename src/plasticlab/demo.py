@@ -14,6 +14,7 @@ from pathlib import Path
 from .experiments.config import resolve_config
 from .experiments.executor import Job, run_jobs
 from .report import plot_online_accuracy, task_table
+from .run_config import Members
 
 DEMO_METHODS = (("baseline", {}), ("l2_init", {"strength": 1e-2}))
 DEMO_LR = 1e-3
@@ -29,7 +30,7 @@ def run_demo(*, tasks: int = 20, steps_per_task: int = 625, seeds=(0, 1, 2, 3), 
                                  "optimizer": "adam", "lr": DEMO_LR, "tasks": tasks,
                                  "steps_per_task": steps_per_task})
         label = method + (f" λ={params['strength']:g}" if "strength" in params else "")
-        jobs.append(Job(config, seeds, label=label))
+        jobs.append(Job(Members(config, seeds), label=label))
     print(f"plasticlab demo: L2 Init vs Baseline on Permuted MNIST — {tasks} tasks × "
           f"{steps_per_task} steps, batch 16, Adam α={DEMO_LR}, seeds {seeds}, "
           f"{workers} worker process(es), 1 torch thread each", flush=True)

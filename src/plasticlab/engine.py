@@ -37,7 +37,7 @@ from .optim import MEMBER_LR_OPTIMIZERS, make_optimizer, optimizer_options
 from .params import Param
 from .problems import get_problem
 from .rng import torch_generator
-from .run_config import RunConfig, member_method_params
+from .run_config import Members, RunConfig
 
 
 @dataclass
@@ -113,17 +113,12 @@ def member_hyperparameters(params: tuple[Param, ...], per_member: Sequence[dict]
     return out
 
 
-def _member_lr(config: RunConfig, member_lr: Sequence[float] | None, members: int) -> list[float]:
-    """Each member's step size: ``member_lr`` (one per member, checked), else ``config.lr``."""
-    if member_lr is None:
-        return [config.lr] * members
-    rates = [float(r) for r in member_lr]
-    if len(rates) != members:
-        raise ValueError(f"member_lr has {len(rates)} step sizes for {members} members")
-    if len(set(rates)) > 1 and config.optimizer not in MEMBER_LR_OPTIMIZERS:
-        raise ValueError(f"optimizer {config.optimizer} takes one step size for all members; "
-                         f"one per member needs {' or '.join(MEMBER_LR_OPTIMIZERS)}")
-    return rates
+def _check_member_lr(members: Members) -> None:
+    """One step size per member needs an optimizer that takes them
+    (:data:`plasticlab.optim.MEMBER_LR_OPTIMIZERS`)."""
+    if len(set(members.rates())) > 1 and members.config.optimizer not in MEMBER_LR_OPTIMIZERS:
+        raise ValueError(f"optimizer {members.config.optimizer} takes one step size for all "
+                         f"members; one per member needs {' or '.join(MEMBER_LR_OPTIMIZERS)}")
 
 
 def configure_threads(device: torch.device, threads: int | None) -> int:
@@ -236,16 +231,15 @@ class EnsembleTraining:
             raise ValueError(f"measure_every must be >= 1 step, got {measure_every}")
         if (measure_every or forgetting) and not measure:
             raise ValueError("measure_every and forgetting need measurements on (measure=True)")
-        self.config, self.member_params = config, member_params
+        self.config = config
+        self.members = members = Members(config, seeds, member_params, member_lr, member_methods)
+        _check_member_lr(members)
         self.device = device = torch.device(device)
         self.threads = configure_threads(device, threads)
-        self.seeds = seeds = [int(s) for s in seeds]
-        K = len(seeds)
-        self.member_lr = _member_lr(config, member_lr, K)
-        self.member_methods = [config.method] * K if member_methods is None else list(member_methods)
-        if len(self.member_methods) != K:
-            raise ValueError(f"member_methods has {len(self.member_methods)} names for {K} members")
-        self.per_member = member_method_params(config, K, member_params, self.member_methods)
+        self.seeds = seeds = members.seeds
+        K = len(members)
+        self.member_lr, self.member_methods = members.rates(), members.method_names()
+        self.per_member = members.method_params()
         if len(set(self.member_methods)) == 1:
             method_cls = get_method(self.member_methods[0])
             hp = member_hyperparameters(method_cls.hyperparameters, self.per_member, device,
@@ -273,7 +267,7 @@ class EnsembleTraining:
             **plain, **method_cls.architecture(hp, plain),
         ).to(device)
         optimizer = make_optimizer(config.optimizer, list(net.parameters()),
-                                   self.member_lr if member_lr is not None else config.lr,
+                                   members.lr if members.lr is not None else config.lr,
                                    member_dim=True,
                                    **optimizer_options(config.optimizer, seeds, device,
                                                        config.optimizer_params))
@@ -297,8 +291,7 @@ class EnsembleTraining:
         self.step_measures: list[list[dict]] = []  # [measurement][member]
         self.measure_time = 0.0
         self.global_step, self.next_task, self.wall = 0, 0, 0.0
-        self.fingerprint = ckpt.fingerprint(config.to_dict(), seeds, member_params, member_lr,
-                                            member_methods)
+        self.fingerprint = members.fingerprint()
 
     # --- checkpoints -----------------------------------------------------------------------------
     def resume(self, checkpoint: str | Path) -> bool:

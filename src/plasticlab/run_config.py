@@ -55,4 +55,59 @@ def member_method_params(config: RunConfig, members: int,
             for k in range(members)]
 
 
-__all__ = ["RunConfig", "member_method_params"]
+@dataclass
+class Members:
+    """An ensemble's members: member k is the run of ``config`` with seed ``seeds[k]``, method
+    parameters ``params[k]``, step size ``lr[k]`` and method ``methods[k]``.
+
+    ``params`` holds each member's parameters over ``config.params`` — a member's whole
+    parameters when ``methods`` names more than one method (Baseline, L2 and the *-Init
+    penalties in one ensemble, :mod:`plasticlab.methods.penalty_members`); ``lr`` and
+    ``methods`` are None when every member has ``config.lr`` and ``config.method``."""
+
+    config: RunConfig
+    seeds: list[int]
+    params: list[dict] | None = None
+    lr: list[float] | None = None
+    methods: list[str] | None = None
+
+    def __post_init__(self):
+        self.seeds = [int(s) for s in self.seeds]
+        K = len(self.seeds)
+        for name, given in (("params", self.params), ("lr", self.lr), ("methods", self.methods)):
+            if given is not None and len(given) != K:
+                raise ValueError(f"member {name} has {len(given)} entries for {K} members (seeds)")
+        self.params = None if self.params is None else [dict(p) for p in self.params]
+        self.lr = None if self.lr is None else [float(r) for r in self.lr]
+        self.methods = None if self.methods is None else list(self.methods)
+
+    def __len__(self) -> int:
+        return len(self.seeds)
+
+    def method_names(self) -> list[str]:
+        """Each member's method."""
+        return self.methods or [self.config.method] * len(self)
+
+    def rates(self) -> list[float]:
+        """Each member's step size α."""
+        return self.lr or [self.config.lr] * len(self)
+
+    def method_params(self) -> list[dict]:
+        """Each member's whole method parameters (:func:`member_method_params`)."""
+        return member_method_params(self.config, len(self), self.params, self.methods)
+
+    def configs(self) -> list[dict]:
+        """Each member's full config (as :meth:`RunConfig.to_dict`), with its own method
+        parameters, step size and method filled in: what its run is stored under."""
+        base = self.config.to_dict()
+        return [dict(base, params=params, lr=lr, method=method) for params, lr, method
+                in zip(self.method_params(), self.rates(), self.method_names(), strict=True)]
+
+    def fingerprint(self) -> str:
+        """What a checkpoint of this ensemble is keyed by (:func:`plasticlab.checkpoint.fingerprint`)."""
+        from .checkpoint import fingerprint
+
+        return fingerprint(self.config.to_dict(), self.seeds, self.params, self.lr, self.methods)
+
+
+__all__ = ["Members", "RunConfig", "member_method_params"]

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..engine import EnsembleResult, train_ensemble
+from ..run_config import Members
 from .config import RunConfig
 from .lifecycle import StopRequested, check_stop, signal_name, worker_init
 from .runner import checkpoint_path, progress_bar, record_result, record_start
@@ -46,14 +47,10 @@ EXECUTORS = ("inline", "local", "ray")
 
 @dataclass
 class Job:
-    """One ensemble to train: a config, its members' seeds, per-member parameters, step sizes
-    (``member_lr``, None: all ``config.lr``) and methods (``member_methods``, None: all
-    ``config.method``), and extra keyword options for
-    :func:`~plasticlab.engine.train_ensemble`."""
+    """One ensemble to train: its ``members`` (config, seeds, and each member's parameters,
+    step size and method) and extra keyword options for :func:`~plasticlab.engine.train_ensemble`."""
 
-    config: RunConfig
-    seeds: list[int]
-    member_params: list[dict] | None = None
+    members: Members
     label: str = ""
     options: dict = field(default_factory=dict)
     records: list[dict] = field(default_factory=list)
@@ -61,8 +58,16 @@ class Job:
     record: list[bool] | None = None  # per member: record its run (False: it finished before)
     interrupted: str | None = None
     exception: BaseException | None = None  # what failed it, when it trained in this process
-    member_lr: list[float] | None = None
-    member_methods: list[str] | None = None
+
+    @property
+    def config(self) -> RunConfig:
+        """The members' shared config."""
+        return self.members.config
+
+    @property
+    def seeds(self) -> list[int]:
+        """Each member's seed."""
+        return self.members.seeds
 
 
 def default_workers() -> int:
@@ -86,8 +91,8 @@ def train_job(job: Job, data_dir=None, device: str = "cpu", position: int = 0,
             check_stop(task)
 
     try:
-        return train_ensemble(job.config, job.seeds, job.member_params, member_lr=job.member_lr,
-                              member_methods=job.member_methods,
+        m = job.members
+        return train_ensemble(m.config, m.seeds, m.params, member_lr=m.lr, member_methods=m.methods,
                               data_dir=data_dir,
                               device=device, on_task_end=on_task_end, on_steps=bar.update,
                               **job.options)
@@ -118,9 +123,7 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
     order = sorted(range(len(jobs)), key=lambda i: -job_cost(jobs[i]))
     for job in jobs:
         # Task-boundary checkpoints: a killed sweep loses at most one task of each ensemble.
-        job.options.setdefault("checkpoint", str(checkpoint_path(
-            out, job.config, job.seeds, job.member_params, kind="ensemble", member_lr=job.member_lr,
-            member_methods=job.member_methods)))
+        job.options.setdefault("checkpoint", str(checkpoint_path(out, job.members, kind="ensemble")))
     workers = workers or default_workers()
     # A bar per ensemble while they all run at once; beyond that one overall bar in the driver
     # (runs done / total, member-steps/s, ETA), advanced as ensembles finish.
@@ -128,11 +131,8 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
                                  or (len(jobs) <= workers and executor == "local"))
     overall = _overall_bar(jobs) if progress and not per_job_bars else None
     with ResultStore(out) as store:
-        run_ids = {i: record_start(store, jobs[i].config, jobs[i].seeds, device=device,
-                                   threads=jobs[i].options.get("threads"),
-                                   member_params=jobs[i].member_params, record=jobs[i].record,
-                                   member_lr=jobs[i].member_lr,
-                                   member_methods=jobs[i].member_methods)
+        run_ids = {i: record_start(store, jobs[i].members, device=device,
+                                   threads=jobs[i].options.get("threads"), record=jobs[i].record)
                    for i in order}
         done: set[int] = set()
 

@@ -91,14 +91,11 @@ def stored_ensembles(out) -> list[dict]:
 
 def ensemble_entry(e: Ensemble, phase: str) -> dict:
     """How ``plan.json`` records an ensemble."""
-    from .runner import checkpoint_path, member_configs
+    from .runner import checkpoint_path
 
-    ids = [ResultStore.run_id(c, s) for c, s in
-           zip(member_configs(e.config, e.seeds, e.member_params, e.member_lr, e.member_methods),
-               e.seeds, strict=True)]
+    ids = [ResultStore.run_id(c, s) for c, s in zip(e.members.configs(), e.seeds, strict=True)]
     return {"phase": phase, "run_ids": ids,
-            "checkpoint": checkpoint_path("", e.config, e.seeds, e.member_params, "ensemble",
-                                          e.member_lr, e.member_methods).name}
+            "checkpoint": checkpoint_path("", e.members, "ensemble").name}
 
 
 def tidy_checkpoints(out, p: Plan) -> list[str]:
@@ -135,16 +132,15 @@ def tidy_checkpoints(out, p: Plan) -> list[str]:
 def run_plan(p: Plan, *, out, data_dir=None, device="cpu", workers=None, executor="local",
              ray_address=None, progress=True, options: dict | None = None, loggers=()) -> list[Job]:
     """Train every ensemble of ``p``; returns the jobs (failures recorded, not raised)."""
-    jobs = [Job(e.config, e.seeds, e.member_params, label=_label(e), options=dict(options or {}),
-                record=e.record, member_lr=e.member_lr, member_methods=e.member_methods)
+    jobs = [Job(e.members, label=_label(e), options=dict(options or {}), record=e.record)
             for e in p.ensembles]
     return run_jobs(jobs, out=out, data_dir=data_dir, device=device, workers=workers,
                     executor=executor, ray_address=ray_address, progress=progress, loggers=loggers)
 
 
 def _label(e: Ensemble) -> str:
-    rates = sorted(set(e.member_lr or [e.config.lr]))
-    methods = "+".join(dict.fromkeys(e.member_methods or [e.config.method]))
+    rates = sorted(set(e.members.rates()))
+    methods = "+".join(dict.fromkeys(e.members.method_names()))
     return f"{methods} {e.config.problem} lr={','.join(f'{r:g}' for r in rates)} K={len(e.seeds)}"
 
 

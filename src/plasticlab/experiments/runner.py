@@ -12,7 +12,7 @@ import torch
 from .. import checkpoint as ckpt
 from ..data.checksums import data_provenance
 from ..engine import EnsembleResult
-from ..run_config import member_method_params
+from ..run_config import Members
 from .config import RunConfig
 from .manifest import build_manifest, utc_now
 from .store import ResultStore
@@ -69,26 +69,9 @@ def member_task_metrics(member) -> dict[str, list]:
     return out
 
 
-def member_configs(config: RunConfig, seeds: Sequence[int],
-                   member_params: Sequence[dict] | None = None,
-                   member_lr: Sequence[float] | None = None,
-                   member_methods: Sequence[str] | None = None) -> list[dict]:
-    """Each member's full config: its own method parameters
-    (:func:`~plasticlab.run_config.member_method_params`), step size and method filled in."""
-    base = config.to_dict()
-    params = member_method_params(config, len(seeds), member_params, member_methods)
-    return [dict(base, params=params[k],
-                 lr=float(member_lr[k]) if member_lr is not None else base["lr"],
-                 method=member_methods[k] if member_methods is not None else base["method"])
-            for k in range(len(seeds))]
-
-
-def record_start(store: ResultStore, config: RunConfig, seeds: Sequence[int], *,
-                 device: str = "cpu", threads: int | None = None,
-                 member_params: Sequence[dict] | None = None,
-                 record: Sequence[bool] | None = None,
-                 member_lr: Sequence[float] | None = None,
-                 member_methods: Sequence[str] | None = None) -> list[str | None]:
+def record_start(store: ResultStore, members: Members, *, device: str = "cpu",
+                 threads: int | None = None,
+                 record: Sequence[bool] | None = None) -> list[str | None]:
     """Start a new attempt at each member's run ('running', with its manifest); return the run
     ids (None for a member that ``record`` says not to record: it trains, for its ensemble's
     sake, but its run finished before).
@@ -98,7 +81,7 @@ def record_start(store: ResultStore, config: RunConfig, seeds: Sequence[int], *,
     """
     threads_now = threads if threads is not None else (
         1 if torch.device(device).type == "cpu" else torch.get_num_threads())
-    configs = member_configs(config, seeds, member_params, member_lr, member_methods)
+    configs, seeds = members.configs(), members.seeds
     all_ids = [ResultStore.run_id(c, s) for c, s in zip(configs, seeds, strict=True)]
     ensemble = {"members": len(seeds), "run_ids": all_ids, "seeds": [int(s) for s in seeds],
                 "params": [c["params"] for c in configs], "lr": [c["lr"] for c in configs],
@@ -230,7 +213,8 @@ def run_ensemble(
     """
     from .executor import Job, run_jobs
 
-    path = checkpoint_path(out, config, seeds, member_params)
+    members = Members(config, seeds, member_params)
+    path = checkpoint_path(out, members)
     if not resume:
         path.unlink(missing_ok=True)
     elif path.is_file() and on_resume is not None:
@@ -238,8 +222,7 @@ def run_ensemble(
     options = dict(threads=threads, measure=measure, measure_every=measure_every,
                    forgetting=forgetting, backprop=backprop, compile=compile,
                    checkpoint=str(path))
-    job = Job(config, [int(s) for s in seeds],
-              list(member_params) if member_params is not None else None, options=options)
+    job = Job(members, options=options)
     run_jobs([job], out=out, data_dir=data_dir, device=device, progress=progress,
              executor="inline", loggers=loggers)
     if job.exception is not None:
@@ -247,13 +230,8 @@ def run_ensemble(
     return job.records
 
 
-def checkpoint_path(out: str | Path, config: RunConfig, seeds: Sequence[int],
-                    member_params: Sequence[dict] | None = None, kind: str = "run",
-                    member_lr: Sequence[float] | None = None,
-                    member_methods: Sequence[str] | None = None) -> Path:
-    """Where the checkpoint of the ensemble (config, seeds and each member's parameters, step
-    size and method) lives in ``out``: ``checkpoints/<kind>-<fingerprint>.ckpt`` (``run`` for
-    ``plasticlab run``, ``ensemble`` for a sweep's ensembles)."""
-    key = ckpt.fingerprint(config.to_dict(), [int(s) for s in seeds], member_params, member_lr,
-                           member_methods)
-    return Path(out) / "checkpoints" / f"{kind}-{key}.ckpt"
+def checkpoint_path(out: str | Path, members: Members, kind: str = "run") -> Path:
+    """Where the checkpoint of the ensemble ``members`` (config, seeds and each member's
+    parameters, step size and method) lives in ``out``: ``checkpoints/<kind>-<fingerprint>.ckpt``
+    (``run`` for ``plasticlab run``, ``ensemble`` for a sweep's ensembles)."""
+    return Path(out) / "checkpoints" / f"{kind}-{members.fingerprint()}.ckpt"

@@ -35,11 +35,12 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..methods import get_method
 from ..methods.penalty_members import MEMBER_METHODS
 from ..optim import MEMBER_LR_OPTIMIZERS
+from ..run_config import Members
 from .config import RUN_PARAMETERS, RunConfig, parse_seeds, resolve_config
 
 SWEEP_KEYS = ("name", "description", "problem", "problems", "method", "methods", "optimizer",
@@ -58,15 +59,22 @@ class Run:
 
 @dataclass
 class Ensemble:
-    """Runs trained together: a shared config and each member's seed, method parameters and —
-    when they differ — step size (``member_lr``; None when every member has ``config.lr``)."""
+    """Runs trained together: their :class:`~plasticlab.run_config.Members` (a shared config
+    and each member's seed, method parameters, and — when they differ — step size and method)
+    and which of them to record."""
 
-    config: RunConfig
-    seeds: list[int] = field(default_factory=list)
-    member_params: list[dict] = field(default_factory=list)
+    members: Members
     record: list[bool] | None = None  # per member: record its run (False: it finished before)
-    member_lr: list[float] | None = None
-    member_methods: list[str] | None = None  # None when every member has ``config.method``
+
+    @property
+    def config(self) -> RunConfig:
+        """The members' shared config."""
+        return self.members.config
+
+    @property
+    def seeds(self) -> list[int]:
+        """Each member's seed."""
+        return self.members.seeds
 
     @property
     def steps(self) -> int:
@@ -209,8 +217,8 @@ def group(runs: list[Run], max_members: int | Callable[[RunConfig], int] = 16,
             break
         chunks.remove(costliest)
         chunks.extend(_split(costliest, 2))
-    return [Ensemble(c[0].config, [r.seed for r in c], [dict(r.config.params) for r in c],
-                     member_lr=_member_lr(c), member_methods=_member_methods(c)) for c in chunks]
+    return [Ensemble(Members(c[0].config, [r.seed for r in c], [dict(r.config.params) for r in c],
+                             _member_lr(c), _member_methods(c))) for c in chunks]
 
 
 def _member_steps(members: list[Run]) -> int:
