@@ -110,4 +110,21 @@ class Members:
         return fingerprint(self.config.to_dict(), self.seeds, self.params, self.lr, self.methods)
 
 
-__all__ = ["Members", "RunConfig", "member_method_params"]
+class OfMembers:
+    """What holds an ensemble's ``members`` (a sweep's ensemble, an executor's job), with their
+    shared ``config`` and their ``seeds`` at hand."""
+
+    members: Members
+
+    @property
+    def config(self) -> RunConfig:
+        """The members' shared config."""
+        return self.members.config
+
+    @property
+    def seeds(self) -> list[int]:
+        """Each member's seed."""
+        return self.members.seeds
+
+
+__all__ = ["Members", "OfMembers", "RunConfig", "member_method_params"]

@@ -36,8 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..engine import EnsembleResult, train_ensemble
-from ..run_config import Members
-from .config import RunConfig
+from ..run_config import Members, OfMembers
 from .lifecycle import StopRequested, check_stop, signal_name, worker_init
 from .runner import checkpoint_path, progress_bar, record_result, record_start
 from .store import ResultStore
@@ -46,7 +45,7 @@ EXECUTORS = ("inline", "local", "ray")
 
 
 @dataclass
-class Job:
+class Job(OfMembers):
     """One ensemble to train: its ``members`` (config, seeds, and each member's parameters,
     step size and method) and extra keyword options for :func:`~plasticlab.engine.train_ensemble`."""
 
@@ -58,16 +57,6 @@ class Job:
     record: list[bool] | None = None  # per member: record its run (False: it finished before)
     interrupted: str | None = None
     exception: BaseException | None = None  # what failed it, when it trained in this process
-
-    @property
-    def config(self) -> RunConfig:
-        """The members' shared config."""
-        return self.members.config
-
-    @property
-    def seeds(self) -> list[int]:
-        """Each member's seed."""
-        return self.members.seeds
 
 
 def default_workers() -> int:

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from ..methods import get_method
 from ..methods.penalty_members import MEMBER_METHODS
 from ..optim import MEMBER_LR_OPTIMIZERS
-from ..run_config import Members
+from ..run_config import Members, OfMembers
 from .config import RUN_PARAMETERS, RunConfig, parse_seeds, resolve_config
 
 SWEEP_KEYS = ("name", "description", "problem", "problems", "method", "methods", "optimizer",
@@ -58,23 +58,13 @@ class Run:
 
 
 @dataclass
-class Ensemble:
+class Ensemble(OfMembers):
     """Runs trained together: their :class:`~plasticlab.run_config.Members` (a shared config
     and each member's seed, method parameters, and — when they differ — step size and method)
     and which of them to record."""
 
     members: Members
     record: list[bool] | None = None  # per member: record its run (False: it finished before)
-
-    @property
-    def config(self) -> RunConfig:
-        """The members' shared config."""
-        return self.members.config
-
-    @property
-    def seeds(self) -> list[int]:
-        """Each member's seed."""
-        return self.members.seeds
 
     @property
     def steps(self) -> int:
