@@ -152,18 +152,28 @@ def test_the_export_keeps_online_accuracy_exact_and_measurements_to_float32_prec
                 assert math.isclose(a, b, rel_tol=10.0 ** (1 - MEASUREMENT_DIGITS))
 
 
-def test_a_killed_sitting_is_closed_at_the_last_file_its_sweep_wrote(tmp_path):
+def test_a_killed_sitting_is_closed_at_its_sweeps_last_progress(tmp_path):
     import os
     import time
+    from datetime import datetime, timezone
 
     from plasticlab.cli_reproduce import close_killed_sittings
+    from plasticlab.experiments.store import DB_NAME, ResultStore
 
     out = tmp_path / "results"
     (out / "checkpoints").mkdir(parents=True)
-    t0 = 1_700_000_000  # a sitting killed after writing a checkpoint 600 s in, then one more
-    for name, at in (("checkpoints/a.ckpt", t0 + 600), ("results.sqlite", t0 + 120),
-                     ("checkpoints/b.ckpt", t0 + 5000)):
-        (out / name).write_text("x")
+    t0 = 1_700_000_000  # a sitting killed 700 s in, after a checkpoint and a finished run
+
+    def iso(t):
+        return datetime.fromtimestamp(t, timezone.utc).isoformat()
+
+    with ResultStore(out) as store:
+        store.start_run("r", {"method": "baseline"}, {"start_time": iso(t0 + 10)})
+        store.finish_run("r", {}, {}, manifest_update={"end_time": iso(t0 + 700)})
+    for name, at in (("checkpoints/a.ckpt", t0 + 600), ("checkpoints/b.ckpt", t0 + 5000),
+                     (DB_NAME, t0 + 3000)):  # the store read (and so touched) at t0 + 3000
+        if not (out / name).exists():
+            (out / name).write_text("x")
         os.utime(out / name, (at, at))
 
     def utc(t):
@@ -173,7 +183,8 @@ def test_a_killed_sitting_is_closed_at_the_last_file_its_sweep_wrote(tmp_path):
                 {"started": utc(t0)}, {"started": utc(t0 + 4000)}]
     close_killed_sittings(sittings, out)
     assert sittings[0] == {"wall_time_s": 50.0, "ended": "2023-01-01 00:00 UTC"}
-    # the first killed sitting ends at its own last file, not at the next sitting's
-    assert sittings[1]["wall_time_s"] == 600.0 and sittings[1]["ended"] == utc(t0 + 600)
+    # the first killed sitting ends at its own last progress (the run's end), not at the time
+    # someone read the store, nor at the next sitting's progress
+    assert sittings[1]["wall_time_s"] == 700.0 and sittings[1]["ended"] == utc(t0 + 700)
     assert sittings[1]["exit_code"] is None and "killed" in sittings[1]
     assert sittings[2]["wall_time_s"] == 1000.0

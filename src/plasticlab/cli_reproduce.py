@@ -10,6 +10,7 @@ import os
 import platform
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 STUDY_SCALES = {
@@ -85,12 +86,27 @@ def _parse_utc(text: str) -> float:
     return float(calendar.timegm(time.strptime(text, UTC_FORMAT)))
 
 
+def progress_times(out: Path) -> list[float]:
+    """When a sweep in ``out`` last made progress, as seconds since the epoch: each file it
+    writes (a checkpoint at every task end, its plan and selection) and each run's start and
+    end in its results store. Not the store's own files: reading them (``plasticlab status``,
+    ``report``) changes their times too."""
+    from .experiments.store import DB_NAME, ResultStore
+
+    times = [f.stat().st_mtime for f in (out.rglob("*") if out.is_dir() else [])
+             if f.is_file() and not f.name.startswith(DB_NAME)]
+    if (out / DB_NAME).is_file():
+        with ResultStore(out) as store:
+            times += [datetime.fromisoformat(t).timestamp() for t in store.attempt_times()]
+    return times
+
+
 def close_killed_sittings(sittings: list[dict], out: Path) -> None:
     """Close every sitting that was recorded as started but never ended (its process was
-    killed, so nothing could record its end): it ended at the newest file its sweep wrote under
-    ``out`` (a checkpoint at every task end, the results store) before the next sitting
-    started, and its wall time runs from its start to then."""
-    written = [f.stat().st_mtime for f in (out.rglob("*") if out.is_dir() else []) if f.is_file()]
+    killed, so nothing could record its end): it ended at the sweep's last progress in ``out``
+    (:func:`progress_times`) before the next sitting started, and its wall time runs from its
+    start to then."""
+    written = progress_times(out)
     starts = [_parse_utc(s["started"]) if "started" in s else None for s in sittings]
     for i, sitting in enumerate(sittings):
         if "ended" in sitting or starts[i] is None:
@@ -99,8 +115,8 @@ def close_killed_sittings(sittings: list[dict], out: Path) -> None:
         last = max((t for t in written if starts[i] <= t < until), default=starts[i])
         sitting.update({"wall_time_s": round(last - starts[i], 1), "exit_code": None,
                         "ended": _utc(last),
-                        "killed": "stopped without recording its end; closed at the last file "
-                                  "its sweep wrote"})
+                        "killed": "stopped without recording its end; closed at its sweep's "
+                                  "last progress (a checkpoint, a run's start or end)"})
 
 
 def reproduce_study(args: argparse.Namespace, study: str) -> int:

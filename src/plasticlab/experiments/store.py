@@ -503,6 +503,15 @@ class ResultStore:
             "JOIN runs AS r USING (run_id) WHERE r.run_id = ? ORDER BY a.attempt", (run_id,))
         return [_run_row(row) for row in rows]
 
+    def attempt_times(self) -> list[str]:
+        """Every attempt's start and end time (UTC, ISO 8601), as its manifest records them:
+        when the store last saw training begin or end, whoever reads it since."""
+        times = []
+        for (text,) in self._db.execute("SELECT manifest FROM attempts"):
+            manifest = json.loads(text)
+            times += [manifest[k] for k in ("start_time", "end_time") if manifest.get(k)]
+        return times
+
     def running_attempts(self) -> list[dict]:
         """Every attempt still marked ``'running'`` (a sweep in progress, or a killed one)."""
         rows = self._db.execute(
