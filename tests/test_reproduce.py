@@ -152,6 +152,19 @@ def test_the_export_keeps_online_accuracy_exact_and_measurements_to_float32_prec
                 assert math.isclose(a, b, rel_tol=10.0 ** (1 - MEASUREMENT_DIGITS))
 
 
+def test_the_export_keeps_the_metrics_a_report_reads_and_no_other(results_dir, tmp_path):  # noqa: F811
+    from plasticlab.experiments.export import EXACT_METRICS
+    from plasticlab.report.data import INTERNALS
+
+    export_results(results_dir, tmp_path / "export")
+    _, exported, _ = read_export(tmp_path / "export" / EXPORT_NAME)
+    with ResultStore(results_dir) as store:
+        stored = {name for run_id in exported for name in store.task_metrics(run_id)}
+    kept = {name for metrics in exported.values() for name in metrics}
+    assert "weight_magnitude_per_layer" in stored and "weight_magnitude_per_layer" not in kept
+    assert kept == {n for n in stored if n in INTERNALS or n in EXACT_METRICS}
+
+
 def test_a_killed_sitting_is_closed_at_its_sweeps_last_progress(tmp_path):
     import os
     import time

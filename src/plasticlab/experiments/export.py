@@ -6,11 +6,13 @@ summary, manifest — with their per-task metrics, and the selection protocol's 
 one gzipped JSON file, :data:`EXPORT_NAME`, which :func:`plasticlab.report.data.load_results`
 reads in place of a store (``plasticlab report DIR`` works on either).
 
-Online accuracies and the accuracy matrix are exported exactly; the other task-end and
-every-N-steps measurements (weight magnitude, ranks, dead and dormant fractions, gradient norm,
-test accuracy …) to :data:`MEASUREMENT_DIGITS` significant digits — the precision of the
-float32 networks they are measured on (a float32 carries 7.2 decimal digits) — which keeps a
-500-task study's export near half the size it has with every float64 digit.
+Only the metrics a report reads are exported (:func:`reported_metric`): online accuracies
+and the accuracy matrix exactly; the measurements the report draws (weight magnitude, ranks,
+dead and dormant fractions, gradient norm, test accuracy), at task ends and every N steps, to
+:data:`MEASUREMENT_DIGITS` significant digits — the precision of the float32 networks they are
+measured on (a float32 carries 7.2 decimal digits). The rest of what a store holds (the
+per-layer weight magnitudes and unit fractions, a method's own measurements) stays in the
+store.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .orchestrate import SELECTION_FILE
+from .runner import STEP_PREFIX
 from .store import ResultStore
 
 EXPORT_NAME = "results.json.gz"
@@ -43,11 +46,22 @@ def _rounded(value, digits: int):
     return value
 
 
+def reported_metric(name: str) -> bool:
+    """Whether ``plasticlab report`` reads the per-task metric ``name``: the online accuracy,
+    the accuracy matrix, and the internals it draws (:data:`plasticlab.report.data.INTERNALS`),
+    at task ends or every N steps (``steps.<name>``, with ``steps.step``)."""
+    from ..report.data import INTERNALS  # the export is the report's input: its list decides
+
+    name = name.removeprefix(STEP_PREFIX)
+    return name in EXACT_METRICS or name in INTERNALS or name == "step"
+
+
 def compact_metrics(metrics: dict[str, list]) -> dict[str, list]:
-    """A run's per-task metrics as the export keeps them: :data:`EXACT_METRICS` exactly, the
-    rest to :data:`MEASUREMENT_DIGITS` significant digits."""
+    """A run's per-task metrics as the export keeps them: those a report reads
+    (:func:`reported_metric`), :data:`EXACT_METRICS` exactly, the rest to
+    :data:`MEASUREMENT_DIGITS` significant digits."""
     return {name: values if name in EXACT_METRICS else _rounded(values, MEASUREMENT_DIGITS)
-            for name, values in metrics.items()}
+            for name, values in metrics.items() if reported_metric(name)}
 
 
 def export_results(directory: str | Path, out: str | Path) -> int:
