@@ -153,9 +153,10 @@ def test_the_export_keeps_online_accuracy_exact_and_measurements_to_float32_prec
 
 
 def test_the_export_keeps_the_metrics_a_report_reads_and_no_other(results_dir, tmp_path):  # noqa: F811
-    from plasticlab.experiments.export import EXACT_METRICS
+    from plasticlab.experiments.export import EXACT_METRICS, REPORTED_MEASUREMENTS
     from plasticlab.report.data import INTERNALS
 
+    assert set(REPORTED_MEASUREMENTS) == set(INTERNALS)  # every internal the report draws
     export_results(results_dir, tmp_path / "export")
     _, exported, _ = read_export(tmp_path / "export" / EXPORT_NAME)
     with ResultStore(results_dir) as store:

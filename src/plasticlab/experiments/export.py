@@ -34,6 +34,10 @@ RUN_KEYS = ("run_id", "status", "config", "seed", "manifest", "summary", "code")
 MEASUREMENT_DIGITS = 7
 """Significant digits of the exported measurements (online accuracies: every digit)."""
 EXACT_METRICS = ("online_accuracy", "accuracy_matrix")
+REPORTED_MEASUREMENTS = ("weight_magnitude", "srank", "effective_rank", "dead_fraction",
+                         "dormant_fraction", "grad_norm", "task_test_accuracy")
+"""The measurements ``plasticlab report`` draws (:data:`plasticlab.report.data.INTERNALS`,
+which labels each): the export keeps these, and :data:`EXACT_METRICS`."""
 
 
 def _rounded(value, digits: int):
@@ -48,12 +52,10 @@ def _rounded(value, digits: int):
 
 def reported_metric(name: str) -> bool:
     """Whether ``plasticlab report`` reads the per-task metric ``name``: the online accuracy,
-    the accuracy matrix, and the internals it draws (:data:`plasticlab.report.data.INTERNALS`),
-    at task ends or every N steps (``steps.<name>``, with ``steps.step``)."""
-    from ..report.data import INTERNALS  # the export is the report's input: its list decides
-
+    the accuracy matrix, and the internals it draws (:data:`REPORTED_MEASUREMENTS`), at task
+    ends or every N steps (``steps.<name>``, with ``steps.step``)."""
     name = name.removeprefix(STEP_PREFIX)
-    return name in EXACT_METRICS or name in INTERNALS or name == "step"
+    return name in EXACT_METRICS or name in REPORTED_MEASUREMENTS or name == "step"
 
 
 def compact_metrics(metrics: dict[str, list]) -> dict[str, list]:

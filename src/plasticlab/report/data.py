@@ -28,7 +28,8 @@ from ..experiments.protocol import config_key
 from ..experiments.runner import STEP_PREFIX
 from ..experiments.store import DB_NAME, ResultStore
 
-#: Per-task metrics drawn as "internals" figures, in this order, with their axis labels.
+#: Per-task metrics drawn as "internals" figures, in this order, with their axis labels (the
+#: export keeps the same names: :data:`plasticlab.experiments.export.REPORTED_MEASUREMENTS`).
 INTERNALS = {
     "weight_magnitude": "average weight magnitude, mean |θ|",
     "srank": "feature srank (last hidden layer)",
