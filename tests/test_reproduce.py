@@ -166,6 +166,37 @@ def test_the_export_keeps_the_metrics_a_report_reads_and_no_other(results_dir, t
     assert kept == {n for n in stored if n in INTERNALS or n in EXACT_METRICS}
 
 
+def test_a_large_export_is_written_in_parts_of_whole_runs_and_read_back_whole(
+        results_dir, tmp_path, monkeypatch):  # noqa: F811
+    from plasticlab.experiments import export
+
+    whole = tmp_path / "whole"
+    export_results(results_dir, whole)
+    one_part = (whole / EXPORT_NAME).read_bytes()
+    monkeypatch.setattr(export, "PART_BYTES", len(one_part) * 4 // 5)
+    split = tmp_path / "split"
+    assert export_results(results_dir, split) == len(read_export(whole / EXPORT_NAME)[0])
+    files = sorted(p.name for p in split.iterdir())
+    assert files == ["results.2.json.gz", "results.json.gz"]
+    assert all((split / name).stat().st_size <= export.PART_BYTES for name in files)
+    assert read_export(split / EXPORT_NAME) == read_export(whole / EXPORT_NAME)
+    from plasticlab.report.build import build_report
+
+    build_report(split, tmp_path / "r", formats=())
+    build_report(whole, tmp_path / "w", formats=())
+    assert _tables((tmp_path / "r" / "report.md").read_text()) == \
+        _tables((tmp_path / "w" / "report.md").read_text())
+    (split / "results.2.json.gz").unlink()  # a part missing: an error that names it
+    with pytest.raises(ValueError, match=r"results\.2\.json\.gz: missing, a part of this export"):
+        read_export(split / EXPORT_NAME)
+    # a re-export that fits in one file removes the parts of the earlier one
+    (split / "results.2.json.gz").write_bytes(b"")
+    monkeypatch.setattr(export, "PART_BYTES", len(one_part))
+    export_results(results_dir, split)
+    assert [p.name for p in split.iterdir()] == [EXPORT_NAME]
+    assert (split / EXPORT_NAME).read_bytes() == one_part
+
+
 def test_a_killed_sitting_is_closed_at_its_sweeps_last_progress(tmp_path):
     import os
     import time

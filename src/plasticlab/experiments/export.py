@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import io
 import json
 import os
 from collections.abc import Sequence
@@ -31,6 +32,10 @@ from .store import ResultStore
 EXPORT_NAME = "results.json.gz"
 FORMAT = "plasticlab-export/1"
 RUN_KEYS = ("run_id", "status", "config", "seed", "manifest", "summary", "code")
+PART_BYTES = 1_500_000
+"""The most bytes one file of an export takes: a larger export is written as parts of whole
+runs (``results.json.gz``, ``results.2.json.gz``, …), so that every file stays well within a
+repository's limit on a tracked file (2 MB here)."""
 MEASUREMENT_DIGITS = 7
 """Significant digits of the exported measurements (online accuracies: every digit)."""
 EXACT_METRICS = ("online_accuracy", "accuracy_matrix")
@@ -77,18 +82,60 @@ def export_results(directory: str | Path, out: str | Path) -> int:
         metrics = {r["run_id"]: compact_metrics(store.task_metrics(r["run_id"])) for r in runs}
     selection_path = directory / SELECTION_FILE
     selection = json.loads(selection_path.read_text()) if selection_path.is_file() else None
-    body = {"format": FORMAT, "runs": runs, "task_metrics": metrics, "selection": selection}
+    parts = _parts(out, runs, metrics, selection)
     out.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=True)
-    # mtime=0: the same results give the same bytes, so a re-export changes nothing in git
-    with gzip.GzipFile(out, "wb", mtime=0) as f:
-        f.write(text.encode("utf-8"))
+    for i, data in enumerate(parts, start=1):
+        part_path(out, i).write_bytes(data)
+    stale = len(parts) + 1
+    while part_path(out, stale).is_file():  # the parts of an earlier, larger export
+        part_path(out, stale).unlink()
+        stale += 1
     return len(runs)
 
 
-def read_export(path: str | Path) -> tuple[list[dict], dict[str, dict], dict | None]:
-    """The finished runs, their per-task metrics and the selection of an export file."""
-    path = Path(path)
+def part_path(path: Path, part: int) -> Path:
+    """Where part ``part`` of the export ``path`` is: ``path`` itself for part 1, else the
+    same name with the part's number after its stem (``results.2.json.gz``)."""
+    if part == 1:
+        return path
+    stem, _, suffixes = path.name.partition(".")
+    return path.with_name(f"{stem}.{part}.{suffixes}")
+
+
+def _gzipped(body: dict, name: str) -> bytes:
+    """``body`` as the gzipped JSON of the file ``name`` (which gzip's header records)."""
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    buffer = io.BytesIO()
+    # mtime=0: the same results give the same bytes, so a re-export changes nothing in git
+    with gzip.GzipFile(name, "wb", fileobj=buffer, mtime=0) as f:
+        f.write(text.encode("utf-8"))
+    return buffer.getvalue()
+
+
+def _parts(out: Path, runs: list[dict], metrics: dict, selection: dict | None) -> list[bytes]:
+    """The export's files: the fewest parts of consecutive whole runs (sizes within one run of
+    each other) whose every file fits in :data:`PART_BYTES`. Part 1 also holds the selection,
+    and the number of parts when there are several."""
+    for count in range(1, max(len(runs), 1) + 1):
+        size, extra = divmod(len(runs), count)
+        bounds = [i * size + min(i, extra) for i in range(count + 1)]
+        parts = []
+        for i in range(count):
+            chunk = runs[bounds[i]:bounds[i + 1]]
+            body = {"format": FORMAT, "runs": chunk,
+                    "task_metrics": {r["run_id"]: metrics[r["run_id"]] for r in chunk}}
+            body |= ({"selection": selection} | ({"parts": count} if count > 1 else {})
+                     if i == 0 else {"part": i + 1})
+            parts.append(_gzipped(body, part_path(out, i + 1).name))
+        if max(len(p) for p in parts) <= PART_BYTES:
+            break
+    return parts
+
+
+def _read_part(path: Path) -> dict:
+    if not path.is_file():
+        raise ValueError(f"{path}: missing, a part of this export; re-export it with "
+                         "`plasticlab export DIR`")
     try:
         with gzip.open(path, "rt", encoding="utf-8") as f:
             body = json.load(f)
@@ -97,7 +144,23 @@ def read_export(path: str | Path) -> tuple[list[dict], dict[str, dict], dict | N
                          "`plasticlab export DIR`") from None
     if body.get("format") != FORMAT:
         raise ValueError(f"{path}: export format {body.get('format')!r}, this plasticlab reads {FORMAT!r}")
-    return body["runs"], body["task_metrics"], body.get("selection")
+    return body
+
+
+def read_export(path: str | Path) -> tuple[list[dict], dict[str, dict], dict | None]:
+    """The finished runs, their per-task metrics and the selection of an export file — with
+    every further part it names (:func:`part_path`), which must all be there."""
+    path = Path(path)
+    first = _read_part(path)
+    runs, metrics = list(first["runs"]), dict(first["task_metrics"])
+    for i in range(2, first.get("parts", 1) + 1):
+        body = _read_part(part_path(path, i))
+        if body.get("part") != i:
+            raise ValueError(f"{part_path(path, i)}: holds part {body.get('part')} of an export, "
+                             f"not part {i} of {path}; re-export it with `plasticlab export DIR`")
+        runs += body["runs"]
+        metrics |= body["task_metrics"]
+    return runs, metrics, first.get("selection")
 
 
 def _cell(value) -> object:
