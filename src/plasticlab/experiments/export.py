@@ -3,8 +3,9 @@
 ``results.sqlite`` grows with every attempt, checkpoint reference and manifest detail; a study
 committed to a repository (``docs/reproduction/``) needs only its finished runs — config, seed,
 summary, manifest — with their per-task metrics, and the selection protocol's choices. That is
-one gzipped JSON file, :data:`EXPORT_NAME`, which :func:`plasticlab.report.data.load_results`
-reads in place of a store (``plasticlab report DIR`` works on either).
+one gzipped JSON file, :data:`EXPORT_NAME` (in parts past :data:`PART_BYTES`), which
+:func:`plasticlab.report.data.load_results` reads in place of a store (``plasticlab report
+DIR`` works on either).
 
 Only the metrics a report reads are exported (:func:`reported_metric`): online accuracies
 and the accuracy matrix exactly; the measurements the report draws (weight magnitude, ranks,
@@ -28,6 +29,7 @@ from pathlib import Path
 from .orchestrate import SELECTION_FILE
 from .runner import STEP_PREFIX
 from .store import ResultStore
+from .sweep import consecutive_pieces
 
 EXPORT_NAME = "results.json.gz"
 FORMAT = "plasticlab-export/1"
@@ -117,15 +119,16 @@ def _parts(out: Path, runs: list[dict], metrics: dict, selection: dict | None) -
     each other) whose every file fits in :data:`PART_BYTES`. Part 1 also holds the selection,
     and the number of parts when there are several."""
     for count in range(1, max(len(runs), 1) + 1):
-        size, extra = divmod(len(runs), count)
-        bounds = [i * size + min(i, extra) for i in range(count + 1)]
         parts = []
-        for i in range(count):
-            chunk = runs[bounds[i]:bounds[i + 1]]
+        for i, chunk in enumerate(consecutive_pieces(runs, count)):
             body = {"format": FORMAT, "runs": chunk,
                     "task_metrics": {r["run_id"]: metrics[r["run_id"]] for r in chunk}}
-            body |= ({"selection": selection} | ({"parts": count} if count > 1 else {})
-                     if i == 0 else {"part": i + 1})
+            if i == 0:
+                body["selection"] = selection
+                if count > 1:
+                    body["parts"] = count
+            else:
+                body["part"] = i + 1
             parts.append(_gzipped(body, part_path(out, i + 1).name))
         if max(len(p) for p in parts) <= PART_BYTES:
             break

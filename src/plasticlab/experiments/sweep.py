@@ -200,13 +200,13 @@ def group(runs: list[Run], max_members: int | Callable[[RunConfig], int] = 16,
         k = int(limit(members[0].config))
         if k < 1:
             raise ValueError(f"max_members must be >= 1, got {k}")
-        chunks.extend(_split(members, -(-len(members) // k)))
+        chunks.extend(consecutive_pieces(members, -(-len(members) // k)))
     while len(chunks) % max(int(workers), 1):
         costliest = max(chunks, key=_member_steps, default=[])
         if len(costliest) < 2:
             break
         chunks.remove(costliest)
-        chunks.extend(_split(costliest, 2))
+        chunks.extend(consecutive_pieces(costliest, 2))
     return [Ensemble(Members(c[0].config, [r.seed for r in c], [dict(r.config.params) for r in c],
                              _member_lr(c), _member_methods(c))) for c in chunks]
 
@@ -227,12 +227,12 @@ def _member_lr(members: list[Run]) -> list[float] | None:
     return rates if len(set(rates)) > 1 else None
 
 
-def _split(members: list[Run], parts: int) -> list[list[Run]]:
-    """``members`` in ``parts`` consecutive pieces whose sizes differ by at most one."""
-    size, extra = divmod(len(members), parts)
+def consecutive_pieces(items: list, parts: int) -> list[list]:
+    """``items`` in ``parts`` consecutive pieces whose sizes differ by at most one."""
+    size, extra = divmod(len(items), parts)
     out, start = [], 0
     for i in range(parts):
         end = start + size + (i < extra)
-        out.append(members[start:end])
+        out.append(items[start:end])
         start = end
     return out
