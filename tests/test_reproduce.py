@@ -178,6 +178,7 @@ def test_a_large_export_is_written_in_parts_of_whole_runs_and_read_back_whole(
     assert export_results(results_dir, split) == len(read_export(whole / EXPORT_NAME)[0])
     files = sorted(p.name for p in split.iterdir())
     assert files == ["results.2.json.gz", "results.json.gz"]
+    assert export.export_files(split) == [split / "results.json.gz", split / "results.2.json.gz"]
     assert all((split / name).stat().st_size <= export.PART_BYTES for name in files)
     assert read_export(split / EXPORT_NAME) == read_export(whole / EXPORT_NAME)
     from plasticlab.report.build import build_report

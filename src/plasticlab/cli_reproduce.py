@@ -124,7 +124,7 @@ def reproduce_study(args: argparse.Namespace, study: str) -> int:
     ``args.docs/study``; return the sweep's exit code (the report is written only after a
     sweep that finished every run). With ``args.dry_run``, only the sweep's plan."""
     from .cli import main
-    from .experiments.export import EXPORT_NAME, export_results
+    from .experiments.export import EXPORT_NAME, export_files, export_results
     from .experiments.presets import get_preset
 
     get_preset(study)  # an unknown study is an error that lists the presets
@@ -168,9 +168,10 @@ def reproduce_study(args: argparse.Namespace, study: str) -> int:
               "to resume it", file=sys.stderr)
         return code
     runs = export_results(out, docs)
+    files = ", ".join(f.name for f in export_files(docs))
     code = main(["report", str(docs), "--out", str(docs / "report"), "--formats", "png"])
-    print(f"reproduce {study}: {runs} runs exported to {docs}; report in {docs / 'report'}",
-          file=sys.stderr)
+    print(f"reproduce {study}: {runs} runs exported to {docs} ({files}); report in "
+          f"{docs / 'report'}", file=sys.stderr)
     return code
 
 
@@ -185,13 +186,14 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    """``plasticlab export``: write a results directory's finished runs as one gzipped JSON
-    export (:func:`plasticlab.experiments.export.export_results`)."""
-    from .experiments.export import EXPORT_NAME, export_results
+    """``plasticlab export``: write a results directory's finished runs as a gzipped JSON
+    export (:func:`plasticlab.experiments.export.export_results`), and name its files."""
+    from .experiments.export import EXPORT_NAME, export_files, export_results
 
     out = Path(args.to) if args.to else Path(args.dir) / "export"
     runs = export_results(args.dir, out)
-    print(f"{runs} finished runs → {out if out.suffix == '.gz' else out / EXPORT_NAME}")
+    files = export_files(out if out.suffix == ".gz" else out / EXPORT_NAME)
+    print(f"{runs} finished runs → {', '.join(map(str, files))}")
     return 0
 
 

@@ -150,6 +150,14 @@ def _read_part(path: Path) -> dict:
     return body
 
 
+def export_files(path: str | Path) -> list[Path]:
+    """The files of the export ``path`` (a file, or a folder with :data:`EXPORT_NAME`): part 1
+    and every further part it names — all of them to commit, copy or delete together."""
+    path = Path(path)
+    path = path / EXPORT_NAME if path.is_dir() else path
+    return [part_path(path, i) for i in range(1, _read_part(path).get("parts", 1) + 1)]
+
+
 def read_export(path: str | Path) -> tuple[list[dict], dict[str, dict], dict | None]:
     """The finished runs, their per-task metrics and the selection of an export file — with
     every further part it names (:func:`part_path`), which must all be there."""
