@@ -106,13 +106,13 @@ def close_killed_sittings(sittings: list[dict], out: Path) -> None:
     killed, so nothing could record its end): it ended at the sweep's last progress in ``out``
     (:func:`progress_times`) before the next sitting started, and its wall time runs from its
     start to then."""
-    written = progress_times(out)
+    progress = progress_times(out)
     starts = [_parse_utc(s["started"]) if "started" in s else None for s in sittings]
     for i, sitting in enumerate(sittings):
         if "ended" in sitting or starts[i] is None:
             continue
         until = next((t for t in starts[i + 1:] if t is not None), float("inf"))
-        last = max((t for t in written if starts[i] <= t < until), default=starts[i])
+        last = max((t for t in progress if starts[i] <= t < until), default=starts[i])
         sitting.update({"wall_time_s": round(last - starts[i], 1), "exit_code": None,
                         "ended": _utc(last),
                         "killed": "stopped without recording its end; closed at its sweep's "
@@ -135,8 +135,8 @@ def reproduce_study(args: argparse.Namespace, study: str) -> int:
     command = f"plasticlab {' '.join(sweep)}"
     record_path = docs / "run.json"
     record = json.loads(record_path.read_text()) if record_path.is_file() else {}
-    same_command = same_results(record.get("command", ""), command)
-    if (docs / EXPORT_NAME).is_file() and not same_command:
+    same_study = same_results(record.get("command", ""), command)
+    if (docs / EXPORT_NAME).is_file() and not same_study:
         # a study's published results are replaced only on purpose
         problem = (f"{docs} holds the results of `{record.get('command', 'another command')}`; "
                    f"`{command}` would replace them when it finishes")
@@ -146,13 +146,13 @@ def reproduce_study(args: argparse.Namespace, study: str) -> int:
             raise ValueError(f"{problem}: pass --replace to replace them, or --docs another folder")
     if args.dry_run:  # the sweep's plan and time estimate; no record, no results, no report
         return main([*sweep, "--dry-run"])
-    if not same_command:  # sittings of other results (scale, tasks, --out) do not add up
+    if not same_study:  # sittings of other results (scale, tasks, --out) do not add up
         record = {"sittings": []}
     record.update({"study": study, "scale": scale, "tasks": args.tasks, "command": command,
                    "machine": machine()})
     close_killed_sittings(record["sittings"], out)
     # This sitting is recorded before it trains: if it is killed (no signal handler runs), the
-    # next sitting finds it open and closes it at its last checkpoint.
+    # next sitting finds it open and closes it at its sweep's last progress.
     sitting = {"started": _utc(), "command": command}
     record["sittings"].append(sitting)
     _write_record(record_path, record)
