@@ -30,8 +30,8 @@ def _fill(scheme: str, weight: torch.Tensor, bias: torch.Tensor, fan_in: int, fa
     the bias when the scheme draws one). A uniform draw is U(−1, 1) scaled by its bound, a
     normal one N(0, 1) scaled by its s.d.: the same numbers, to the bit, as
     ``(torch.rand(shape) * 2 − 1) * bound`` and ``torch.randn(shape) * std`` from the same
-    generator, written in place instead of through temporaries."""
-    check_scheme(scheme)
+    generator, written in place instead of through temporaries. ``scheme`` is checked by the
+    caller, once per layer rather than once per member."""
     if scheme == "torch_default":
         bound = 1.0 / math.sqrt(fan_in)
         weight.uniform_(-1.0, 1.0, generator=generator).mul_(bound)
@@ -60,6 +60,7 @@ def draw(
     The weight is drawn first and the bias second, always, so that a member's draws depend
     only on its own generator.
     """
+    check_scheme(scheme)
     weight = torch.empty(weight_shape, device=generator.device)
     bias = torch.empty((weight_shape[0],), device=generator.device)
     _fill(scheme, weight, bias, fan_in, fan_out, generator)
@@ -72,6 +73,7 @@ def draw_members(scheme: str, weight_shape: tuple[int, ...], fan_in: int, fan_ou
     draws from ``generators[k]`` only — what :func:`draw` gives it — into its row, on the
     generators' device (the host), and the whole is copied without making the host wait for
     the device."""
+    check_scheme(scheme)
     host = generators[0].device
     weight = torch.empty((len(generators), *weight_shape), device=host)
     bias = torch.empty((len(generators), weight_shape[0]), device=host)
