@@ -4,8 +4,9 @@ Each study's ``report/report.md`` must be the report that this plasticlab builds
 study's ``results.json.gz``: a change to the statistics, the selection or the tables that
 would alter a published number fails here until the reports are rebuilt
 (``plasticlab report docs/reproduction/STUDY --formats png``), so no number on the page is
-silently stale. Every figure a report shows must be committed beside it, and the page's status
-table must give each study the scale and wall time of its ``run.json``.
+silently stale. Every figure a report shows must be committed beside it, the page's status
+table must give each study the scale and wall time of its ``run.json``, and every mean [95 % CI]
+the page (or docs/methods.md) quotes must be printed by the report its section links.
 """
 
 import re
@@ -113,3 +114,47 @@ def test_the_status_table_is_read_row_by_row():
     rows = _status_rows(page)
     assert set(rows) == {"depth", "a", "b"} and rows["depth"][1:3] == ["`--tasks 100`", "9 min"]
     assert wall_time(1715.4) == "29 min" and wall_time(5866.5) == "1.6 h"
+
+
+# a mean with its interval as the reports print it, e.g. "82.84 [82.82, 82.87]" or
+# "**0.01** [−0.28, 0.31]" (the page writes a minus sign where the report writes a hyphen, and
+# bolds a leading mean)
+INTERVAL = re.compile(r"[−-]?\d+\.\d+(?:\*\*)? \[[−-]?\d+\.\d+, [−-]?\d+\.\d+\]")
+REPORT_LINK = re.compile(r"\]\((?:reproduction/)?([\w-]+)/report/")
+
+
+def quoted_intervals(markdown: str) -> list[tuple[str, set[str], list[str]]]:
+    """Each ``## `` section of ``markdown`` that links a study's report: its title, the studies
+    it links (``STUDY/report/…``) and every mean [95 % CI] it quotes, minus signs as hyphens."""
+    sections = []
+    for section in re.split(r"(?m)^## ", markdown)[1:]:
+        studies = set(REPORT_LINK.findall(section))
+        if studies:
+            intervals = [i.replace("−", "-").replace("**", "") for i in INTERVAL.findall(section)]
+            sections.append((section.splitlines()[0], studies, intervals))
+    return sections
+
+
+PAGES_THAT_QUOTE = [PAGE / "README.md", PAGE.parent / "methods.md"]
+
+
+@pytest.mark.parametrize("page", PAGES_THAT_QUOTE, ids=lambda p: p.name)
+def test_every_interval_the_page_quotes_is_in_the_report_of_a_study_its_section_links(page):
+    """A number copied by hand onto the page by mistake (a typo, a stale run) fails here: each
+    'mean [low, high]' a section quotes must be printed by the committed report of one of the
+    studies that section links."""
+    sections = quoted_intervals(page.read_text(encoding="utf-8"))
+    assert sum(len(intervals) for _, _, intervals in sections) > 0, f"{page}: no quoted interval found"
+    for title, studies, intervals in sections:
+        reports = "".join((PAGE / study / "report" / "report.md").read_text(encoding="utf-8")
+                          for study in sorted(studies))
+        missing = [i for i in intervals if i not in reports]
+        assert not missing, (f"{page.name}, section {title!r}: {missing} not in the report of "
+                             f"{', '.join(sorted(studies))}; copy them again from the report")
+
+
+def test_a_quoted_interval_is_read_with_its_sign_and_its_section():
+    md = ("# p\n## A\nsee [r](depth/report/report.md): 80.88 [80.85, 80.91], loss 0.01 [−0.28, 0.31]\n"
+          "and **82.84** [82.82, 82.87]\n## B\nno link: 1.00 [0.50, 2.00]\n")
+    assert quoted_intervals(md) == [("A", {"depth"}, ["80.88 [80.85, 80.91]", "0.01 [-0.28, 0.31]",
+                                                  "82.84 [82.82, 82.87]"])]
