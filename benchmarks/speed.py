@@ -46,14 +46,19 @@ from torch import nn
 from plasticlab import L2Init
 from plasticlab.experiments.bench import samples_per_second
 from plasticlab.experiments.config import resolve_config
+from plasticlab.experiments.presets import FIELD_OPTIMIZERS
 from plasticlab.problems import get_problem
 
 PROBLEMS = peer_ensemble.PROBLEMS  # the same streams for every row
-METHODS = {"baseline": {}, "l2_init": {"strength": 1e-2},
-           "cbp": {"replacement_rate": 1e-4}, "redo": {"period": 625},
+# each row's config beside the problem's: the method and its parameters (Adam, α 1e-3)
+METHODS = {"baseline": {}, "l2_init": {"params": {"strength": 1e-2}},
+           "cbp": {"params": {"replacement_rate": 1e-4}}, "redo": {"params": {"period": 625}},
            # the field since the paper (SPEC §10) at its reference values; --methods picks them
            "snr": {}, "hare_tortoise": {}, "parseval": {}, "swr": {}, "full_reset": {},
-           "head_reset": {}, "fire": {}}
+           "head_reset": {}, "fire": {},
+           # UPGD is an optimizer: the Baseline trained by it, at its reference settings
+           **{name: {"method": "baseline", "optimizer": name, "lr": lr, "optimizer_params": settings}
+              for name, (lr, settings) in FIELD_OPTIMIZERS.items()}}
 DEFAULT_METHODS = ("baseline", "l2_init", "cbp", "redo")
 
 
@@ -122,7 +127,7 @@ def engine(arch: str, method: str, members: int, steps: int, data_dir, backprop:
     name, params = PROBLEMS[arch]
 
     def config(steps):
-        return resolve_config({"problem": name, "method": method, "params": METHODS[method],
+        return resolve_config({"problem": name, "method": method, **METHODS[method],
                                "tasks": 1, "steps_per_task": steps, "problem_params": params})
 
     if compile:
