@@ -107,6 +107,22 @@ def test_the_status_table_gives_the_scale_and_wall_time_of_the_studys_run_record
         f"the status table says {wall!r}")
 
 
+@pytest.mark.parametrize("study", RECORDED)
+def test_reproduce_without_flags_runs_a_study_at_the_scale_the_page_shows(study):
+    """`plasticlab reproduce STUDY` with no --scale reproduces the page's run of it: a study run
+    here at a shortened scale has that scale as its default (``STUDY_SCALES``), unless the page
+    ran it shortened by ``--tasks``, which its row says."""
+    import json
+
+    from plasticlab.cli_reproduce import STUDY_SCALES
+
+    record = json.loads((PAGE / study / "run.json").read_text())
+    if record.get("tasks") is None:
+        assert record.get("scale", 1.0) == STUDY_SCALES.get(study, 1.0), (
+            f"{study} ran at --scale {record.get('scale', 1.0):g}, but `plasticlab reproduce {study}` "
+            f"runs it at {STUDY_SCALES.get(study, 1.0):g}: set its default in STUDY_SCALES")
+
+
 def test_the_status_table_is_read_row_by_row():
     page = ("# p\n\n## Status\n\n| study | scale | wall | status |\n|---|---|---:|---|\n"
             "| [`depth`](#d) | `--tasks 100` | 9 min | run |\n| `a`, `b` studies | — | — | not run |\n"
