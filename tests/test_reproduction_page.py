@@ -6,7 +6,8 @@ would alter a published number fails here until the reports are rebuilt
 (``plasticlab report docs/reproduction/STUDY --formats png``), so no number on the page is
 silently stale. Every figure a report shows must be committed beside it, the page's status
 table must give each study the scale and wall time of its ``run.json``, and every mean [95 % CI]
-the page (or docs/methods.md) quotes must be printed by the report its section links.
+the page (or docs/methods.md) quotes must be printed by the report its section links. A run
+that two studies trained (same config, same seed) must give both the same accuracies.
 """
 
 import re
@@ -174,3 +175,32 @@ def test_a_quoted_interval_is_read_with_its_sign_and_its_section():
           "and **82.84** [82.82, 82.87]\n## B\nno link: 1.00 [0.50, 2.00]\n")
     assert quoted_intervals(md) == [("A", {"depth"}, ["80.88 [80.85, 80.91]", "0.01 [-0.28, 0.31]",
                                                   "82.84 [82.82, 82.87]"])]
+
+
+def repeated_runs(exports: dict[str, Path]) -> dict[str, list[tuple[str, list]]]:
+    """The runs that more than one study trained — the same config and seed — each with every
+    study that holds it and that study's per-task online accuracy."""
+    import json
+
+    from plasticlab.experiments.export import read_export
+
+    held: dict[str, list[tuple[str, list]]] = {}
+    for study, path in exports.items():
+        runs, metrics, _ = read_export(path)
+        for run in runs:
+            key = f"{json.dumps(run['config'], sort_keys=True)} seed {run['seed']}"
+            held.setdefault(key, []).append((study, metrics[run["run_id"]]["online_accuracy"]))
+    return {key: studies for key, studies in held.items() if len(studies) > 1}
+
+
+def test_a_run_that_two_studies_trained_has_the_same_accuracies_in_both():
+    """Studies share runs (the ablation's L2 Init is `best-permuted_mnist-adam`'s; the field's
+    paper methods are the `best-*` presets'), trained in other ensembles and sittings, often by
+    other commits. Each must give the same per-task online accuracy to the bit: a change to the
+    code that alters a run's numbers shows here as two studies on the page that disagree."""
+    repeated = repeated_runs({study: PAGE / study / "results.json.gz" for study in STUDIES})
+    assert len(repeated) >= 50, "the committed studies should share runs; see the docstring"
+    for key, studies in repeated.items():
+        (first, accuracy), *others = studies
+        for study, other in others:
+            assert other == accuracy, f"{key}: {first} and {study} differ; rerun the older study"
