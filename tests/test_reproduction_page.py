@@ -10,6 +10,7 @@ the page (or docs/methods.md) quotes must be printed by the report its section l
 that two studies trained (same config, same seed) must give both the same accuracies.
 """
 
+import json
 import re
 from pathlib import Path
 
@@ -90,8 +91,6 @@ RECORDED = sorted(p.parent.name for p in PAGE.glob("*/run.json"))
 
 @pytest.mark.parametrize("study", RECORDED)
 def test_the_status_table_gives_the_scale_and_wall_time_of_the_studys_run_record(study):
-    import json
-
     record = json.loads((PAGE / study / "run.json").read_text())
     rows = _status_rows((PAGE / "README.md").read_text(encoding="utf-8"))
     assert study in rows, f"docs/reproduction/README.md: the status table has no row for {study}"
@@ -113,8 +112,6 @@ def test_reproduce_without_flags_runs_a_study_at_the_scale_the_page_shows(study)
     """`plasticlab reproduce STUDY` with no --scale reproduces the page's run of it: a study run
     here at a shortened scale has that scale as its default (``STUDY_SCALES``), unless the page
     ran it shortened by ``--tasks``, which its row says."""
-    import json
-
     from plasticlab.cli_reproduce import STUDY_SCALES
 
     record = json.loads((PAGE / study / "run.json").read_text())
@@ -180,8 +177,6 @@ def test_a_quoted_interval_is_read_with_its_sign_and_its_section():
 def repeated_runs(exports: dict[str, Path]) -> dict[str, list[tuple[str, list]]]:
     """The runs that more than one study trained — the same config and seed — each with every
     study that holds it and that study's per-task online accuracy."""
-    import json
-
     from plasticlab.experiments.export import read_export
 
     held: dict[str, list[tuple[str, list]]] = {}
