@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from plasticlab.experiments.manifest import build_manifest
+from plasticlab.experiments import manifest as manifest_module
+from plasticlab.experiments.manifest import build_manifest, from_other_code, trains_as_this_code
 from plasticlab.experiments.store import DB_NAME, SCHEMA_VERSION, ResultStore, SchemaVersionError, StoreError
 
 CONFIG = {
@@ -266,15 +267,39 @@ def test_an_attempt_left_running_by_a_killed_process_becomes_interrupted_when_th
         assert store.runs("interrupted")[0]["error"] == "SIGINT"
 
 
-def test_runs_made_by_other_code_are_found(tmp_path):
+def test_runs_made_by_other_code_are_found(tmp_path, monkeypatch):
+    monkeypatch.setattr(manifest_module, "code_identity", lambda: "plasticlab 9.9")
+    manifest_module.trains_as_this_code.cache_clear()
     with ResultStore(tmp_path) as store:
         old = ResultStore.run_id(CONFIG, 0)
-        store.start_run(old, CONFIG, _manifest(0), code="commit-a")
+        store.start_run(old, CONFIG, _manifest(0), code="plasticlab 9.8")
         store.finish_run(old, SUMMARY, METRICS)
         new = ResultStore.run_id(CONFIG, 1)
-        store.start_run(new, CONFIG, _manifest(1), code="commit-b")
+        store.start_run(new, CONFIG, _manifest(1), code="plasticlab 9.9")
         store.finish_run(new, SUMMARY, METRICS)
-        assert [r["run_id"] for r in store.runs_from_other_code("commit-b")] == [old]
+        assert [r["run_id"] for r in from_other_code(store.runs("finished"))] == [old]
+    manifest_module.trains_as_this_code.cache_clear()
+
+
+def _commit(*args: str) -> str:
+    return "git:" + subprocess.run(["git", *args], cwd=manifest_module._PACKAGE_DIR, check=True,
+                                   capture_output=True, text=True).stdout.strip()
+
+
+@pytest.mark.skipif(manifest_module.git_info() == (None, None) or manifest_module.git_info()[1],
+                    reason="needs a clean git checkout of plasticlab (CI's fresh clone is one)")
+def test_a_commit_that_left_the_package_as_it_is_trains_as_this_code():
+    """Commits that change only docs, tests or benchmarks do not make a run "other code"; the
+    commit before the package's last change does, and so do a commit this checkout lacks, a
+    dirty tree and an unrecorded code."""
+    manifest_module.trains_as_this_code.cache_clear()
+    last_change = _commit("log", "-1", "--format=%H", "--", ".")  # the package's last change
+    assert trains_as_this_code(manifest_module.code_identity())
+    assert trains_as_this_code(last_change)  # HEAD or an older commit with the same package
+    assert not trains_as_this_code(_commit("rev-parse", last_change.removeprefix("git:") + "^"))
+    assert not trains_as_this_code("git:" + "0" * 40)
+    assert not trains_as_this_code(last_change + "+dirty")
+    assert not trains_as_this_code(None) and not trains_as_this_code("plasticlab 0.1.0")
 
 
 _SCHEMA_1 = (

@@ -207,11 +207,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     out = Path(args.dir)
     if not (out / "results.sqlite").is_file():
         raise ValueError(f"{out} holds no results store (results.sqlite)")
-    from .experiments.manifest import code_identity
+    from .experiments.manifest import code_identity, from_other_code
 
     with ResultStore(out) as store:
         runs = store.runs()
-        other_code = store.runs_from_other_code(code_identity())
+    other_code = from_other_code([r for r in runs if r["status"] == "finished"])
     counts = {}
     for r in runs:
         key = (r["config"]["problem"], r["config"]["method"])
@@ -288,14 +288,14 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise ValueError(f"--formats {args.formats!r}: give png plus any of svg, pdf "
                          "(the HTML page embeds the PNGs)")
     results = load_results(args.dir)
-    from .experiments.manifest import code_identity
+    from .experiments.manifest import code_identity, from_other_code
 
     if (Path(args.dir) / DB_NAME).is_file():
         with ResultStore(args.dir) as store:
-            other_code = store.runs_from_other_code(code_identity())
+            finished = store.runs("finished")
     else:  # a compact export (plasticlab export): its runs carry their code too
-        other_code = [r for r in read_export(Path(args.dir) / EXPORT_NAME)[0]
-                      if r.get("code") != code_identity()]
+        finished = read_export(Path(args.dir) / EXPORT_NAME)[0]
+    other_code = from_other_code(finished)
     if other_code:
         results.warnings.append(f"{len(other_code)} finished run(s) were trained by other code than "
                                 f"this plasticlab ({code_identity()}): {_code_summary(other_code)}")

@@ -15,12 +15,14 @@ import importlib
 import importlib.metadata
 import os
 import platform
+import re
 import socket
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
-__all__ = ["build_manifest", "code_identity", "git_info", "package_version", "utc_now"]
+__all__ = ["build_manifest", "code_identity", "from_other_code", "git_info", "package_version",
+           "trains_as_this_code", "utc_now"]
 
 # The directory whose git state identifies the code that ran: the installed package itself,
 # not the caller's working directory (a user may run plasticlab from their own repository).
@@ -105,6 +107,33 @@ def code_identity() -> str:
     if commit is not None:
         return f"git:{commit}" + ("+dirty" if dirty else "")
     return f"plasticlab {package_version()}"
+
+
+_CLEAN_COMMIT = re.compile(r"git:[0-9a-f]{40}")
+
+
+@functools.lru_cache(maxsize=256)
+def trains_as_this_code(recorded: str | None) -> bool:
+    """Whether a run whose manifest records ``recorded`` (its :func:`code_identity`) was trained
+    by the code that runs now: the same identity, or two clean commits whose package
+    directories are identical — a commit that changes only docs, tests or benchmarks trains
+    exactly as the one before it. Anything that cannot be checked (no record, a dirty tree, a
+    commit this checkout does not have, no git) counts as other code."""
+    current = code_identity()
+    if recorded == current:
+        return True
+    if recorded is None or not _CLEAN_COMMIT.fullmatch(recorded) or not _CLEAN_COMMIT.fullmatch(current):
+        return False
+    # exit 0: no difference under the package directory; 1 (a difference) or 128 (an unknown
+    # commit) make _git return None
+    return _git("diff", "--quiet", recorded.removeprefix("git:"), current.removeprefix("git:"),
+                "--", ".") is not None
+
+
+def from_other_code(runs: list[dict]) -> list[dict]:
+    """The runs (dicts with a ``"code"`` key, as the store and an export give them) that
+    :func:`trains_as_this_code` does not vouch for."""
+    return [run for run in runs if not trains_as_this_code(run.get("code"))]
 
 
 def _library_version(module_name: str) -> str:

@@ -21,8 +21,9 @@ Guarantees, and why they hold:
   ``'interrupted'`` when the next attempt starts.
 - **Which code made a result is recorded.** Each attempt stores the code identity
   (:func:`~plasticlab.experiments.manifest.code_identity`: the git commit of the training
-  code, or the plasticlab version); :meth:`ResultStore.runs_from_other_code` finds results
-  made by other code than the running one.
+  code, or the plasticlab version), kept in each run's ``"code"``;
+  :func:`~plasticlab.experiments.manifest.from_other_code` finds results made by other code
+  than the running one.
 - **One writer, many readers.** The database is in WAL mode, so ``plasticlab report`` (or a
   notebook) can read while the sweep driver writes. Only one process should write: with
   several executors the driver collects results and is the only writer.
@@ -519,11 +520,6 @@ class ResultStore:
             "(SELECT COUNT(*) FROM attempts WHERE run_id = r.run_id), a.code FROM attempts AS a "
             "JOIN runs AS r USING (run_id) WHERE a.status = 'running' ORDER BY a.attempt")
         return [_run_row(row) for row in rows]
-
-    def runs_from_other_code(self, code: str | None) -> list[dict]:
-        """The finished runs whose counting attempt was trained by other code than ``code``
-        (or by code that was not recorded)."""
-        return [r for r in self.runs("finished") if code is None or r["code"] != code]
 
     def task_metrics(self, run_id: str) -> dict[str, list]:
         """The run's per-task metrics (of its counting attempt): metric name -> list indexed
