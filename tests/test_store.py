@@ -281,25 +281,30 @@ def test_runs_made_by_other_code_are_found(tmp_path, monkeypatch):
     manifest_module.trains_as_this_code.cache_clear()
 
 
-def _commit(*args: str) -> str:
-    return "git:" + subprocess.run(["git", *args], cwd=manifest_module._PACKAGE_DIR, check=True,
-                                   capture_output=True, text=True).stdout.strip()
+def _git_lines(*args: str) -> list[str]:
+    return subprocess.run(["git", *args], cwd=manifest_module._PACKAGE_DIR, check=True,
+                          capture_output=True, text=True).stdout.split()
 
 
-@pytest.mark.skipif(manifest_module.git_info() == (None, None) or manifest_module.git_info()[1],
-                    reason="needs a clean git checkout of plasticlab (CI's fresh clone is one)")
-def test_a_commit_that_left_the_package_as_it_is_trains_as_this_code():
-    """Commits that change only docs, tests or benchmarks do not make a run "other code"; the
-    commit before the package's last change does, and so do a commit this checkout lacks, a
-    dirty tree and an unrecorded code."""
-    manifest_module.trains_as_this_code.cache_clear()
-    last_change = _commit("log", "-1", "--format=%H", "--", ".")  # the package's last change
-    assert trains_as_this_code(manifest_module.code_identity())
-    assert trains_as_this_code(last_change)  # HEAD or an older commit with the same package
-    assert not trains_as_this_code(_commit("rev-parse", last_change.removeprefix("git:") + "^"))
+@pytest.mark.skipif(manifest_module.git_info() == (None, None),
+                    reason="needs a git checkout of plasticlab (CI's clone is one)")
+def test_a_commit_that_left_the_package_as_it_is_trains_as_this_code(monkeypatch):
+    """A commit that changes only docs, tests or benchmarks does not make its parent's runs
+    "other code"; a commit that changes the package does, and so do a commit this checkout
+    lacks, a dirty tree and an unrecorded code."""
+    changed = _git_lines("log", "--format=%H", "--", ".")  # commits that changed the package
+    history = _git_lines("log", "--format=%H")
+    untouched = next(c for c in history[:-1] if c not in set(changed))
+    for now, before, same in ((untouched, untouched + "^", True), (changed[0], changed[0] + "^", False)):
+        monkeypatch.setattr(manifest_module, "code_identity", lambda now=now: f"git:{now}")
+        manifest_module.trains_as_this_code.cache_clear()
+        (parent,) = _git_lines("rev-parse", before)
+        assert trains_as_this_code(f"git:{parent}") is same, (now, parent)
+        assert trains_as_this_code(f"git:{now}")
+        assert not trains_as_this_code(f"git:{parent}+dirty")
     assert not trains_as_this_code("git:" + "0" * 40)
-    assert not trains_as_this_code(last_change + "+dirty")
     assert not trains_as_this_code(None) and not trains_as_this_code("plasticlab 0.1.0")
+    manifest_module.trains_as_this_code.cache_clear()
 
 
 _SCHEMA_1 = (
