@@ -592,3 +592,27 @@ def test_a_finished_attempt_never_becomes_failed_or_interrupted(tmp_path):
         (attempt,) = store.attempts(run_id)
         assert attempt["status"] == "finished" and attempt["error"] is None
         assert store.task_metrics(run_id) == METRICS
+
+
+@pytest.mark.skipif(manifest_module.git_info() == (None, None),
+                    reason="needs a git checkout of plasticlab (CI's clone is one)")
+def test_status_names_only_the_runs_of_other_package_code(tmp_path, monkeypatch, capsys):
+    from plasticlab.cli import main
+
+    changed = _git_lines("log", "--format=%H", "--", ".")
+    history = _git_lines("log", "--format=%H")
+    now = next(c for c in history[:-1] if c not in set(changed))  # a docs-only commit
+    (same,) = _git_lines("rev-parse", now + "^")
+    (other,) = _git_lines("rev-parse", changed[0] + "^")
+    monkeypatch.setattr(manifest_module, "code_identity", lambda: f"git:{now}")
+    manifest_module.trains_as_this_code.cache_clear()
+    with ResultStore(tmp_path) as store:
+        for seed, code in enumerate((f"git:{same}", f"git:{other}")):
+            run_id = ResultStore.run_id(CONFIG, seed)
+            store.start_run(run_id, CONFIG, _manifest(seed), code=code)
+            store.finish_run(run_id, SUMMARY, METRICS)
+    assert main(["status", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert (f"1 finished run(s) were trained by other code than this plasticlab (git:{now}): "
+            f"1 by git:{other}") in out
+    manifest_module.trains_as_this_code.cache_clear()
