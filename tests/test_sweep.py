@@ -328,3 +328,28 @@ def test_on_a_gpu_ensembles_are_not_halved_to_give_every_worker_one(tmp_path, ca
     assert "in 8 ensembles" in capsys.readouterr().out  # ... halved until 8 cores have one each
     assert main([*args, "--workers", "8", "--device", "cuda"]) == 0
     assert "in 6 ensembles" in capsys.readouterr().out  # ... on one GPU as they are
+
+
+def test_the_estimate_counts_the_optimizers_cost_as_well_as_the_methods():
+    from plasticlab.experiments.bench import estimate_seconds
+
+    cal = {"samples_per_second": {"mlp": {"4": 1000.0}}, "method_cost": {"l2_init": 1.5},
+           "optimizer_cost": {"upgd": 4.0}}
+    spec = {"problem": "permuted_mnist", "seeds": "0-3", "tasks": 1, "steps_per_task": 10, "batch_size": 25}
+    seconds = {(method, optimizer): estimate_seconds(
+        group(expand({**spec, "method": method, "optimizer": optimizer}), max_members=4), cal)
+        for method in ("baseline", "l2_init") for optimizer in ("adam", "upgd")}
+    assert seconds == pytest.approx({("baseline", "adam"): 1.0, ("l2_init", "adam"): 1.5,
+                                     ("baseline", "upgd"): 4.0, ("l2_init", "upgd"): 6.0})
+
+
+def test_relative_costs_time_each_method_and_each_optimizer_against_the_baseline_with_adam(data_dir):
+    from plasticlab.experiments.bench import relative_costs
+
+    lines = []
+    methods, optimizers = relative_costs(1e9, 4, data_dir, methods=("l2_init",), optimizers=("upgd",),
+                                         log=lines.append)
+    # a billion member-samples/s is faster than anything trains here: every cost is above 1
+    assert set(methods) == {"l2_init"} and set(optimizers) == {"upgd"}
+    assert methods["l2_init"] > 1 and optimizers["upgd"] > 1
+    assert "upgd" in lines[1] and "Adam's time per step" in lines[1]

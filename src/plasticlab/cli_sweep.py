@@ -398,7 +398,7 @@ def register(sub) -> None:
     be = sub.add_parser("bench", help="measure this machine's speed (for sweep --dry-run)")
     be.add_argument("--data-dir", dest="data_dir")
     be.add_argument("--steps", type=int, default=200)
-    be.add_argument("--no-methods", action="store_true", help="skip the per-method costs")
+    be.add_argument("--no-methods", action="store_true", help="skip the per-method and per-optimizer costs")
     be.add_argument("--save", help="where to write the calibration (default: user cache)")
     be.add_argument("--workers", type=int,
                     help="also measure this many processes at once (default: one per core)")

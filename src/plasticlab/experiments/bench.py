@@ -1,8 +1,9 @@
 """``plasticlab bench``: this machine's training speed, and wall-time estimates for sweeps.
 
 The calibration trains real (short) runs through the engine on real data — Permuted MNIST for
-the MLP, Random Label CIFAR for the CNN — at several ensemble sizes K, and each method once at
-K = 8 on the MLP for its cost relative to the Baseline. It is saved as JSON (default: the user
+the MLP, Random Label CIFAR for the CNN — at several ensemble sizes K, and each method, and
+each optimizer other than Adam, once at K = 8 on the MLP for its cost relative to the Baseline
+with Adam. It is saved as JSON (default: the user
 cache directory) and ``plasticlab sweep --dry-run`` turns a plan into an estimated wall time.
 """
 
@@ -18,6 +19,7 @@ import torch
 
 from ..engine import train_ensemble
 from ..methods import METHODS
+from ..optim import OPTIMIZERS
 from ..problems import get_problem
 from .config import resolve_config
 
@@ -37,10 +39,12 @@ def default_path() -> Path:
     return Path(platformdirs.user_cache_dir("plasticlab")) / "bench.json"
 
 
-def _short_config(problem: str, method: str, tasks: int, steps: int):
-    """A short run of ``method`` on ``problem`` with a small per-task data set."""
+def _short_config(problem: str, method: str, tasks: int, steps: int, optimizer: str = "adam"):
+    """A short run of ``method`` trained by ``optimizer`` on ``problem`` with a small per-task
+    data set."""
     return resolve_config({
-        "problem": problem, "method": method, "tasks": tasks, "steps_per_task": steps,
+        "problem": problem, "method": method, "optimizer": optimizer, "tasks": tasks,
+        "steps_per_task": steps,
         "params": FAST_PARAMS.get(method, {}),
         "problem_params": ({"examples_per_task": 2000} if problem == "permuted_mnist"
                            else {"examples": 1200})})
@@ -55,8 +59,24 @@ def samples_per_second(config, members: int, data_dir=None, **engine_options) ->
     return result.steps_per_second * members * config.batch_size
 
 
-def _samples_per_second(problem: str, method: str, members: int, steps: int, data_dir) -> float:
-    return samples_per_second(_short_config(problem, method, 1, steps), members, data_dir)
+def _samples_per_second(problem: str, method: str, members: int, steps: int, data_dir,
+                        optimizer: str = "adam") -> float:
+    return samples_per_second(_short_config(problem, method, 1, steps, optimizer), members, data_dir)
+
+
+def relative_costs(base: float, steps: int, data_dir, methods=tuple(METHODS),
+                   optimizers=tuple(o for o in OPTIMIZERS if o != "adam"), log=print) -> tuple[dict, dict]:
+    """Each method's (with Adam) and each optimizer's (training the Baseline) time per step
+    relative to the Baseline with Adam, whose member-samples/s is ``base`` (MLP, K = 8)."""
+    method_cost, optimizer_cost = {}, {}
+    for name in methods:
+        method_cost[name] = base / _samples_per_second("permuted_mnist", name, 8, steps, data_dir)
+        log(f"  {name:<18} {method_cost[name]:5.2f}× the Baseline's time per step (MLP, K=8)")
+    for name in optimizers:
+        optimizer_cost[name] = base / _samples_per_second("permuted_mnist", "baseline", 8, steps,
+                                                          data_dir, optimizer=name)
+        log(f"  {name:<18} {optimizer_cost[name]:5.2f}× Adam's time per step (the Baseline, MLP, K=8)")
+    return method_cost, optimizer_cost
 
 
 def _task_overhead(problem: str, members: int, data_dir, tasks: int = 3) -> float:
@@ -74,8 +94,9 @@ def _task_overhead(problem: str, members: int, data_dir, tasks: int = 3) -> floa
 
 def calibrate(data_dir=None, members=(1, 4, 8, 16), steps: int = 200, methods: bool = True,
               log=print, workers: int | None = None) -> dict:
-    """Measure member-samples/s per architecture and K (Baseline), and each method's cost
-    relative to the Baseline (MLP, K = 8). One torch thread, as the engine uses.
+    """Measure member-samples/s per architecture and K (Baseline), and each method's and each
+    optimizer's cost relative to the Baseline with Adam (MLP, K = 8; :func:`relative_costs`).
+    One torch thread, as the engine uses.
 
     With ``workers`` > 1 (default: one per core, as sweeps run), each K is also measured with
     that many processes training at once — the whole machine's rate, which is what a sweep
@@ -88,7 +109,8 @@ def calibrate(data_dir=None, members=(1, 4, 8, 16), steps: int = 200, methods: b
     start = time.perf_counter()
     out = {"torch": torch.__version__, "machine": platform.machine(),
            "processor": platform.processor(), "threads": 1, "steps": steps, "workers": workers,
-           "samples_per_second": {}, "samples_per_second_all_workers": {}, "method_cost": {}}
+           "samples_per_second": {}, "samples_per_second_all_workers": {}, "method_cost": {},
+           "optimizer_cost": {}}
     pool = _pool(workers) if workers > 1 else None
     try:
         for arch, problem in CALIBRATION_PROBLEMS.items():
@@ -117,10 +139,7 @@ def calibrate(data_dir=None, members=(1, 4, 8, 16), steps: int = 200, methods: b
     if methods:
         base = out["samples_per_second"]["mlp"].get("8") or _samples_per_second(
             "permuted_mnist", "baseline", 8, steps, data_dir)
-        for name in METHODS:
-            rate = _samples_per_second("permuted_mnist", name, 8, steps, data_dir)
-            out["method_cost"][name] = base / rate
-            log(f"  {name:<18} {base / rate:5.2f}× the Baseline's time per step (MLP, K=8)")
+        out["method_cost"], out["optimizer_cost"] = relative_costs(base, steps, data_dir, log=log)
     out["seconds"] = time.perf_counter() - start
     return out
 
@@ -184,7 +203,8 @@ def estimate_seconds(ensembles, calibration: dict, workers: int = 1) -> float:
     """Estimated wall time of ``ensembles`` on ``workers`` processes of this machine.
 
     Each ensemble costs steps × K × batch member-samples at the calibrated rate of its
-    architecture and nearest calibrated K, times its method's relative cost, plus its tasks ×
+    architecture and nearest calibrated K, times its method's and its optimizer's relative
+    costs, plus its tasks ×
     the calibrated task-end cost (measurements, checkpoint). The ensembles are then scheduled as
     the executor runs them — longest first, each to the worker that frees first — and the
     estimate is the last worker's finish: three equal ensembles on two workers take two
@@ -201,7 +221,8 @@ def estimate_seconds(ensembles, calibration: dict, workers: int = 1) -> float:
         else:
             rates = {int(k): v for k, v in calibration["samples_per_second"][arch].items()}
         k = min(rates, key=lambda c: abs(c - len(e.seeds)))
-        cost = calibration.get("method_cost", {}).get(e.config.method, 1.0)
+        cost = (calibration.get("method_cost", {}).get(e.config.method, 1.0)
+                * calibration.get("optimizer_cost", {}).get(e.config.optimizer, 1.0))
         samples = e.steps * len(e.seeds) * e.config.batch_size
         # task ends scale roughly with the members measured (calibrated at K = 8)
         task_end = calibration.get("task_overhead_seconds", {}).get(arch, 0.0) * len(e.seeds) / 8
