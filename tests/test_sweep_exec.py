@@ -211,3 +211,32 @@ def test_status_shows_how_far_each_unfinished_ensemble_has_come(data_dir, tmp_pa
     assert line.endswith("UTC; 3.0 s a task, 0h00m03s of training left at that pace")
     assert "ensemble-broken.ckpt: unreadable" in text
     assert "and 1 ensemble(s) of the plan not started (1 runs)" in text
+    # a plan entry the plan has no runs for gets no estimate, calibrated or not
+    assert "`plasticlab bench` calibrates this machine for an estimate of their time" in text
+
+
+def test_status_estimates_the_ensembles_not_started_by_the_machines_calibration(data_dir, tmp_path, capsys):
+    from plasticlab import checkpoint
+    from plasticlab.experiments import bench
+
+    out = tmp_path / "out"
+    assert main(["sweep", str(write_sweep(tmp_path, methods=("l2_init",), steps=10)), "--out", str(out),
+                 "--data-dir", str(data_dir), "--workers", "1", "--no-progress"]) == 0
+    plan = json.loads((out / "plan.json").read_text())
+    # one ensemble of the plan under way, and one not started: the same runs with new seeds
+    (out / "checkpoints").mkdir(exist_ok=True)
+    checkpoint.save(out / "checkpoints" / plan["ensembles"][0]["checkpoint"], "x",
+                    {"next_task": 1, "wall": 1.0})
+    new_runs = [{**r, "run_id": f"new-{r['seed']}", "seed": r["seed"] + 10} for r in plan["runs"]]
+    plan["runs"] += new_runs
+    plan["ensembles"].append({"phase": "grid", "run_ids": [r["run_id"] for r in new_runs],
+                              "checkpoint": "ensemble-new.ckpt"})
+    (out / "plan.json").write_text(json.dumps(plan))
+    # 64 member-samples/s: 2 members × 2 tasks × 10 steps × 16 examples take 10 s
+    bench.save({"samples_per_second": {"mlp": {"2": 64.0}}})
+    capsys.readouterr()
+    assert main(["status", str(out)]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if "not started" in line)
+    assert line.strip().startswith("and 1 ensemble(s) of the plan not started (2 runs): "
+                                   "about 0h00m10s of training on ")
+    assert line.endswith("worker(s), by this machine's calibration")

@@ -16,6 +16,7 @@ from .experiments.orchestrate import (
     evaluation_runs,
     grid_selection,
     plan,
+    planned_ensembles,
     protocol_seeds,
     run_plan,
     stored_ensembles,
@@ -264,8 +265,22 @@ def ensemble_progress(out: Path, runs: dict[str, dict]) -> list[str]:
                and any(runs.get(r, {}).get("status") != "finished" for r in e["run_ids"])]
     if lines and waiting:
         lines.append(f"and {len(waiting)} ensemble(s) of the plan not started "
-                     f"({sum(len(e['run_ids']) for e in waiting)} runs)")
+                     f"({sum(len(e['run_ids']) for e in waiting)} runs){_waiting_time(out, waiting)}")
     return lines
+
+
+def _waiting_time(out: Path, waiting: list[dict]) -> str:
+    """What the ensembles of the plan not started would train for on this machine: the sweep's
+    own estimate (``plasticlab bench``'s calibration, one worker per core)."""
+    calibration = bench.load()
+    if calibration is None:
+        return "; `plasticlab bench` calibrates this machine for an estimate of their time"
+    ensembles = planned_ensembles(out, waiting)
+    if any(e is None for e in ensembles):
+        return ""
+    workers = default_workers()
+    return (f": about {_hms(bench.estimate_seconds(ensembles, calibration, workers))} of training "
+            f"on {workers} worker(s), by this machine's calibration")
 
 
 def _code_summary(runs: list[dict]) -> str:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config import RunConfig, parse_seeds
+from .config import RunConfig, parse_seeds, resolve_config
 from .executor import Job, run_jobs
 from .protocol import select_best
 from .store import ResultStore
@@ -87,6 +87,23 @@ def stored_ensembles(out) -> list[dict]:
     ``checkpoint`` (its file name under ``checkpoints/``)."""
     path = Path(out) / PLAN_FILE
     return json.loads(path.read_text()).get("ensembles", []) if path.is_file() else []
+
+
+def planned_ensembles(out, entries: Sequence[dict]) -> list[Ensemble | None]:
+    """The ensembles that ``plan.json`` entries (of :func:`stored_ensembles`) train, rebuilt
+    from the configs and seeds the plan records for their runs; None for an entry whose runs
+    the plan lacks or that no longer share a configuration."""
+    path = Path(out) / PLAN_FILE
+    recorded = {r["run_id"]: r for r in json.loads(path.read_text()).get("runs", [])} \
+        if path.is_file() else {}
+    ensembles: list[Ensemble | None] = []
+    for entry in entries:
+        ids = entry["run_ids"]
+        runs = [Run(resolve_config(recorded[r]["config"]), recorded[r]["seed"]) for r in ids
+                if r in recorded]
+        grouped = group(runs, len(runs)) if runs and len(runs) == len(ids) else []
+        ensembles.append(grouped[0] if len(grouped) == 1 else None)
+    return ensembles
 
 
 def ensemble_entry(e: Ensemble, phase: str) -> dict:
