@@ -281,30 +281,47 @@ def test_runs_made_by_other_code_are_found(tmp_path, monkeypatch):
     manifest_module.trains_as_this_code.cache_clear()
 
 
-def _git_lines(*args: str) -> list[str]:
-    return subprocess.run(["git", *args], cwd=manifest_module._PACKAGE_DIR, check=True,
-                          capture_output=True, text=True).stdout.split()
+@pytest.fixture
+def package_history(tmp_path, monkeypatch):
+    """A git repository with a package directory ``pkg/`` and three commits — the package
+    written, then a docs-only change, then a change to the package — standing in for
+    plasticlab's own checkout (whose history a shallow clone may lack): ``{"first", "docs",
+    "package"}`` → commit. The code running now is the docs-only commit's."""
+    repo = tmp_path / "repo"
+    (repo / "pkg").mkdir(parents=True)
 
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo,
+                              check=True, capture_output=True, text=True).stdout.strip()
 
-@pytest.mark.skipif(manifest_module.git_info() == (None, None),
-                    reason="needs a git checkout of plasticlab (CI's clone is one)")
-def test_a_commit_that_left_the_package_as_it_is_trains_as_this_code(monkeypatch):
-    """A commit that changes only docs, tests or benchmarks does not make its parent's runs
-    "other code"; a commit that changes the package does, and so do a commit this checkout
-    lacks, a dirty tree and an unrecorded code."""
-    changed = _git_lines("log", "--format=%H", "--", ".")  # commits that changed the package
-    history = _git_lines("log", "--format=%H")
-    untouched = next(c for c in history[:-1] if c not in set(changed))
-    for now, before, same in ((untouched, untouched + "^", True), (changed[0], changed[0] + "^", False)):
-        monkeypatch.setattr(manifest_module, "code_identity", lambda now=now: f"git:{now}")
-        manifest_module.trains_as_this_code.cache_clear()
-        (parent,) = _git_lines("rev-parse", before)
-        assert trains_as_this_code(f"git:{parent}") is same, (now, parent)
-        assert trains_as_this_code(f"git:{now}")
-        assert not trains_as_this_code(f"git:{parent}+dirty")
-    assert not trains_as_this_code("git:" + "0" * 40)
-    assert not trains_as_this_code(None) and not trains_as_this_code("plasticlab 0.1.0")
+    def commit(path: str, text: str) -> str:
+        (repo / path).write_text(text)
+        git("add", "-A")
+        git("commit", "-q", "-m", path)
+        return git("rev-parse", "HEAD")
+
+    git("init", "-q")
+    commits = {"first": commit("pkg/a.py", "x = 1\n"), "docs": commit("README.md", "docs\n"),
+               "package": commit("pkg/a.py", "x = 2\n")}
+    monkeypatch.setattr(manifest_module, "_PACKAGE_DIR", repo / "pkg")
+    monkeypatch.setattr(manifest_module, "code_identity", lambda: f"git:{commits['docs']}")
     manifest_module.trains_as_this_code.cache_clear()
+    yield commits
+    manifest_module.trains_as_this_code.cache_clear()
+
+
+@pytest.mark.skipif(manifest_module._git("--version") is None, reason="needs git (CI has it)")
+def test_a_commit_that_left_the_package_as_it_is_trains_as_this_code(package_history):
+    """A commit that changes only docs, tests or benchmarks does not make its parent's runs
+    "other code"; a commit that changes the package does, and so do a commit the checkout
+    lacks, a dirty tree and an unrecorded code."""
+    first, docs, package = (package_history[k] for k in ("first", "docs", "package"))
+    assert trains_as_this_code(f"git:{docs}")
+    assert trains_as_this_code(f"git:{first}")  # the docs-only commit left the package as it was
+    assert not trains_as_this_code(f"git:{package}")  # the package changed after
+    assert not trains_as_this_code(f"git:{first}+dirty")
+    assert not trains_as_this_code("git:" + "0" * 40)  # a commit this checkout lacks
+    assert not trains_as_this_code(None) and not trains_as_this_code("plasticlab 0.1.0")
 
 
 _SCHEMA_1 = (
@@ -594,18 +611,21 @@ def test_a_finished_attempt_never_becomes_failed_or_interrupted(tmp_path):
         assert store.task_metrics(run_id) == METRICS
 
 
-@pytest.mark.skipif(manifest_module.git_info() == (None, None),
-                    reason="needs a git checkout of plasticlab (CI's clone is one)")
-def test_status_names_only_the_runs_of_other_package_code(tmp_path, monkeypatch, capsys):
+@pytest.mark.skipif(manifest_module._git("--version") is None, reason="needs git (CI has it)")
+def test_status_names_only_the_runs_of_other_package_code(tmp_path, package_history, capsys):
     from plasticlab.cli import main
 
-    changed = _git_lines("log", "--format=%H", "--", ".")
-    history = _git_lines("log", "--format=%H")
-    now = next(c for c in history[:-1] if c not in set(changed))  # a docs-only commit
-    (same,) = _git_lines("rev-parse", now + "^")
-    (other,) = _git_lines("rev-parse", changed[0] + "^")
-    monkeypatch.setattr(manifest_module, "code_identity", lambda: f"git:{now}")
-    manifest_module.trains_as_this_code.cache_clear()
+    now, same, other = (package_history[k] for k in ("docs", "first", "package"))
+    out = tmp_path / "out"
+    with ResultStore(out) as store:
+        for seed, code in enumerate((f"git:{same}", f"git:{other}")):
+            run_id = ResultStore.run_id(CONFIG, seed)
+            store.start_run(run_id, CONFIG, _manifest(seed), code=code)
+            store.finish_run(run_id, SUMMARY, METRICS)
+    assert main(["status", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert (f"1 finished run(s) were trained by other code than this plasticlab (git:{now}): "
+            f"1 by git:{other}") in text
     with ResultStore(tmp_path) as store:
         for seed, code in enumerate((f"git:{same}", f"git:{other}")):
             run_id = ResultStore.run_id(CONFIG, seed)
