@@ -200,8 +200,45 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    """``plasticlab verify``: train the recorded ensembles of a results directory or export
+    again for their first tasks (:mod:`plasticlab.experiments.verify`) and say, run by run,
+    whether this code gives the recorded online accuracies; 1 when any differs."""
+    import torch
+
+    from .experiments.verify import choose, ensembles, recorded_runs, verify_ensemble
+
+    if args.tasks < 1:
+        raise ValueError(f"--tasks must be >= 1, got {args.tasks}")
+    runs, accuracy = recorded_runs(args.dir)
+    if not runs:
+        raise ValueError(f"{args.dir} holds no finished run to verify")
+    chosen = choose(ensembles(runs), every=args.all)
+    print(f"verify {args.dir}: {len(chosen)} ensemble(s) of {len(runs)} finished runs trained again "
+          f"for {args.tasks} task(s) each (device {args.device}, torch {torch.__version__})")
+    differ = 0
+    for members in chosen:
+        check = verify_ensemble(members, accuracy, args.tasks, data_dir=args.data_dir, device=args.device)
+        if check.same:
+            print(f"  same       {check.label}: {check.compared} run(s), {check.tasks} task(s), "
+                  f"recorded by {check.code} on {check.device}")
+            continue
+        differ += len(check.mismatches)
+        print(f"  DIFFERENT  {check.label}: {len(check.mismatches)} of {check.compared} run(s), "
+              f"recorded by {check.code} on {check.device}")
+        for m in check.mismatches:
+            print(f"    run {m.run_id} ({m.method}, seed {m.seed}): task {m.task} recorded {m.recorded!r}, "
+                  f"now {m.now!r}")
+    if differ:
+        print(f"{differ} run(s) differ: this code does not give their recorded numbers (a run recorded "
+              "by other code, another device or more threads may; docs/member-independence.md)")
+        return 1
+    print("every run checked gives its recorded online accuracy, bit for bit")
+    return 0
+
+
 def register(sub) -> None:
-    """Add ``reproduce`` and ``export`` to the ``plasticlab`` parser."""
+    """Add ``reproduce``, ``export`` and ``verify`` to the ``plasticlab`` parser."""
     rp = sub.add_parser("reproduce", help="run the paper's studies (presets), resumable, and write "
                                           "their reports and exports for docs/reproduction/")
     rp.add_argument("studies", nargs="+", metavar="STUDY", help="preset names (`plasticlab presets`)")
@@ -234,3 +271,14 @@ def register(sub) -> None:
     ex.add_argument("dir", help="a results directory")
     ex.add_argument("--to", help="a folder or a .json.gz file (default DIR/export/)")
     ex.set_defaults(func=cmd_export)
+
+    ve = sub.add_parser("verify", help="train recorded runs again for their first tasks and check "
+                                       "that this code gives their online accuracies, bit for bit")
+    ve.add_argument("dir", help="a results directory or a study's folder under docs/reproduction")
+    ve.add_argument("--tasks", type=int, default=1, help="tasks to train and compare (default 1)")
+    ve.add_argument("--all", action="store_true",
+                    help="every ensemble (default: the first of each method and optimizer)")
+    ve.add_argument("--data-dir", dest="data_dir")
+    ve.add_argument("--device", default="cpu", help="where to train (default cpu: the recorded "
+                                                   "numbers are exact there)")
+    ve.set_defaults(func=cmd_verify)

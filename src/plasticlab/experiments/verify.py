@@ -1,0 +1,146 @@
+"""``plasticlab verify``: train recorded runs again and check that this code gives their numbers.
+
+A committed result stays true only while the code still makes it. For each chosen ensemble of
+a results directory or an export, :func:`verify_ensemble` trains the same members again — the
+config, and each member's seed, method parameters, step size and method, as the run manifest's
+``ensemble`` record gives them — for the first T tasks, with the recorded torch threads,
+backward pass and step (eager or compiled), without the task-end measurements (which never
+change training). It then compares every member's online accuracy aₜ on those tasks with the
+recorded value, bit for bit: on the CPU, with one thread, an ensemble trained again gives
+exactly the numbers it gave (docs/member-independence.md says where that holds and where not).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .export import EXPORT_NAME, read_export
+from .store import DB_NAME, ResultStore
+
+
+@dataclass
+class Mismatch:
+    """A recorded run whose online accuracy on a task is not what this code gives."""
+
+    run_id: str
+    method: str
+    seed: int
+    task: int
+    recorded: float
+    now: float
+
+
+@dataclass
+class Check:
+    """One ensemble trained again: which runs it held, and which of them differ."""
+
+    run_ids: list[str]
+    label: str
+    code: str | None
+    device: str
+    tasks: int
+    compared: int
+    mismatches: list[Mismatch] = field(default_factory=list)
+
+    @property
+    def same(self) -> bool:
+        """Every recorded member gave the same online accuracy on every task compared."""
+        return not self.mismatches
+
+
+def recorded_runs(directory: str | Path) -> tuple[list[dict], dict[str, list[float]]]:
+    """The finished runs of a results directory (its store, or else its export) and each run's
+    recorded online accuracy per task, by run id."""
+    directory = Path(directory)
+    if (directory / DB_NAME).is_file():
+        with ResultStore(directory) as store:
+            runs = store.runs("finished")
+            accuracy = {r["run_id"]: store.task_metrics(r["run_id"]).get("online_accuracy", [])
+                        for r in runs}
+        return runs, accuracy
+    if (directory / EXPORT_NAME).is_file():
+        runs, metrics, _ = read_export(directory / EXPORT_NAME)
+        return runs, {r["run_id"]: metrics.get(r["run_id"], {}).get("online_accuracy", []) for r in runs}
+    raise ValueError(f"{directory} holds no results store ({DB_NAME}) and no export ({EXPORT_NAME}); "
+                     "give the --out directory of a `plasticlab run` or `sweep`, or a study's folder "
+                     "under docs/reproduction")
+
+
+def _ensemble_record(run: dict) -> dict:
+    """How ``run`` was trained: its manifest's ensemble (a lone run's record when it has none)."""
+    recorded = run["manifest"].get("ensemble")
+    if recorded:
+        return recorded
+    return {"run_ids": [run["run_id"]], "seeds": [run["seed"]], "params": [run["config"]["params"]],
+            "lr": [run["config"]["lr"]], "methods": [run["config"]["method"]]}
+
+
+def ensembles(runs: Sequence[dict]) -> list[list[dict]]:
+    """``runs`` grouped by the ensemble that trained them, in the order first recorded."""
+    groups: dict[tuple, list[dict]] = {}
+    for run in runs:
+        groups.setdefault(tuple(_ensemble_record(run)["run_ids"]), []).append(run)
+    return list(groups.values())
+
+
+def describe(members: Sequence[dict]) -> str:
+    """'l2_init+l2, adam, K=15': an ensemble's methods, optimizer and size."""
+    record = _ensemble_record(members[0])
+    methods = "+".join(dict.fromkeys(record.get("methods") or [m["config"]["method"] for m in members]))
+    return f"{methods}, {members[0]['config']['optimizer']}, K={len(record['run_ids'])}"
+
+
+def choose(groups: Sequence[list[dict]], every: bool = False) -> list[list[dict]]:
+    """The ensembles to train again: all with ``every``, else the first of each kind (its
+    methods and optimizer), so that every method of a study is checked once."""
+    if every:
+        return list(groups)
+    kinds: dict[str, list[dict]] = {}
+    for members in groups:
+        kinds.setdefault(describe(members).rsplit(", K=", 1)[0], members)
+    return list(kinds.values())
+
+
+def verify_ensemble(members: Sequence[dict], accuracy: dict[str, list[float]], tasks: int,
+                    data_dir=None, device: str = "cpu") -> Check:
+    """Train the ensemble that trained ``members`` (recorded runs, each with its manifest) again
+    for its first ``tasks`` tasks and compare each recorded member's online accuracy there."""
+    from ..engine import train_ensemble
+    from .config import resolve_config
+
+    first = members[0]
+    record = _ensemble_record(first)
+    manifest = first["manifest"]
+    tasks = min(tasks, first["config"]["tasks"])
+    config = resolve_config({**first["config"], "tasks": tasks})
+    # as the sweep passed them: a step size or method per member only where they differ (a
+    # record made before ensembles mixed them has neither: every member had the config's)
+    rates = record.get("lr") if len(set(record.get("lr") or [])) > 1 else None
+    methods = record.get("methods") if len(set(record.get("methods") or [])) > 1 else None
+    result = train_ensemble(config, record["seeds"], record["params"], member_lr=rates,
+                            member_methods=methods, data_dir=data_dir, device=device,
+                            threads=manifest.get("threads") or 1,
+                            backprop=manifest.get("backprop") or "auto",
+                            compile=manifest.get("step") == "compiled", measure=False)
+    check = Check([m["run_id"] for m in members], describe(members), first.get("code"),
+                  manifest.get("device", "cpu"), tasks, 0)
+    position = {run_id: k for k, run_id in enumerate(record["run_ids"])}
+    for run in members:
+        now = result.members[position[run["run_id"]]].task_online_accuracy
+        check.compared += 1
+        for task, recorded in enumerate(accuracy[run["run_id"]][:tasks]):
+            if not _same(recorded, now[task]):
+                check.mismatches.append(Mismatch(run["run_id"], run["config"]["method"], run["seed"],
+                                                 task, recorded, now[task]))
+                break
+    return check
+
+
+def _same(recorded, now) -> bool:
+    """Bit for bit, a diverged task's NaN (stored as None in JSON) matching a NaN."""
+    if recorded is None or (isinstance(recorded, float) and math.isnan(recorded)):
+        return isinstance(now, float) and math.isnan(now)
+    return recorded == now
