@@ -626,13 +626,3 @@ def test_status_names_only_the_runs_of_other_package_code(tmp_path, package_hist
     text = capsys.readouterr().out
     assert (f"1 finished run(s) were trained by other code than this plasticlab (git:{now}): "
             f"1 by git:{other}") in text
-    with ResultStore(tmp_path) as store:
-        for seed, code in enumerate((f"git:{same}", f"git:{other}")):
-            run_id = ResultStore.run_id(CONFIG, seed)
-            store.start_run(run_id, CONFIG, _manifest(seed), code=code)
-            store.finish_run(run_id, SUMMARY, METRICS)
-    assert main(["status", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
-    assert (f"1 finished run(s) were trained by other code than this plasticlab (git:{now}): "
-            f"1 by git:{other}") in out
-    manifest_module.trains_as_this_code.cache_clear()
