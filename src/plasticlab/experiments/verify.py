@@ -86,11 +86,16 @@ def ensembles(runs: Sequence[dict]) -> list[list[dict]]:
     return list(groups.values())
 
 
+def _kind(members: Sequence[dict]) -> tuple[str, str]:
+    """An ensemble's methods ('l2_init+l2') and optimizer."""
+    record = _ensemble_record(members[0])
+    methods = record.get("methods") or [m["config"]["method"] for m in members]
+    return "+".join(dict.fromkeys(methods)), members[0]["config"]["optimizer"]
+
+
 def describe(members: Sequence[dict]) -> str:
     """'l2_init+l2, adam, K=15': an ensemble's methods, optimizer and size."""
-    record = _ensemble_record(members[0])
-    methods = "+".join(dict.fromkeys(record.get("methods") or [m["config"]["method"] for m in members]))
-    return f"{methods}, {members[0]['config']['optimizer']}, K={len(record['run_ids'])}"
+    return f"{', '.join(_kind(members))}, K={len(_ensemble_record(members[0])['run_ids'])}"
 
 
 def choose(groups: Sequence[list[dict]], every: bool = False) -> list[list[dict]]:
@@ -98,9 +103,9 @@ def choose(groups: Sequence[list[dict]], every: bool = False) -> list[list[dict]
     methods and optimizer), so that every method of a study is checked once."""
     if every:
         return list(groups)
-    kinds: dict[str, list[dict]] = {}
+    kinds: dict[tuple[str, str], list[dict]] = {}
     for members in groups:
-        kinds.setdefault(describe(members).rsplit(", K=", 1)[0], members)
+        kinds.setdefault(_kind(members), members)
     return list(kinds.values())
 
 
