@@ -314,7 +314,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     other_code = from_other_code(finished)
     if other_code:
         results.warnings.append(f"{len(other_code)} finished run(s) were trained by other code than "
-                                f"this plasticlab ({code_identity()}): {_code_summary(other_code)}")
+                                f"this plasticlab ({code_identity()}): {_code_summary(other_code)} "
+                                f"(`plasticlab verify {args.dir}` checks whether this code gives "
+                                "their numbers)")
     page = build_report(args.dir, args.out, formats=formats, max_bins=args.max_bins, reps=args.reps,
                         results=results)
     for warning in results.warnings:
