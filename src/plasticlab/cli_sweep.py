@@ -11,7 +11,6 @@ from pathlib import Path
 from .checkpoint import CheckpointError, read_header
 from .experiments import bench
 from .experiments.executor import EXECUTORS, default_workers
-from .experiments.export import EXPORT_NAME, read_export
 from .experiments.orchestrate import (
     evaluation_runs,
     grid_selection,
@@ -25,7 +24,7 @@ from .experiments.orchestrate import (
     write_selection,
 )
 from .experiments.presets import PRESETS, get_preset
-from .experiments.store import DB_NAME, STATUSES, ResultStore
+from .experiments.store import STATUSES, ResultStore
 from .experiments.sweep import expand
 
 try:
@@ -306,12 +305,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     results = load_results(args.dir)
     from .experiments.manifest import code_identity, from_other_code
 
-    if (Path(args.dir) / DB_NAME).is_file():
-        with ResultStore(args.dir) as store:
-            finished = store.runs("finished")
-    else:  # a compact export (plasticlab export): its runs carry their code too
-        finished = read_export(Path(args.dir) / EXPORT_NAME)[0]
-    other_code = from_other_code(finished)
+    other_code = from_other_code(results.finished)
     if other_code:
         results.warnings.append(f"{len(other_code)} finished run(s) were trained by other code than "
                                 f"this plasticlab ({code_identity()}): {_code_summary(other_code)} "

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from .orchestrate import SELECTION_FILE
 from .runner import STEP_PREFIX
-from .store import ResultStore
+from .store import DB_NAME, ResultStore
 from .sweep import consecutive_pieces
 
 EXPORT_NAME = "results.json.gz"
@@ -172,6 +172,25 @@ def read_export(path: str | Path) -> tuple[list[dict], dict[str, dict], dict | N
         runs += body["runs"]
         metrics |= body["task_metrics"]
     return runs, metrics, first.get("selection")
+
+
+def read_results(directory: str | Path) -> tuple[list[dict], dict[str, dict], dict | None]:
+    """A results directory's runs, the finished runs' per-task metrics (run id → metric name →
+    per-task list) and the protocol's selection as an export records it: from its results store
+    (every run, whatever its status; no selection) or, failing that, from its compact export
+    (its finished runs). A ValueError names the directory when it holds neither."""
+    directory = Path(directory)
+    if (directory / DB_NAME).is_file():
+        with ResultStore(directory) as store:
+            rows = store.runs()
+            metrics = {r["run_id"]: store.task_metrics(r["run_id"]) for r in rows
+                       if r["status"] == "finished"}
+        return rows, metrics, None
+    if (directory / EXPORT_NAME).is_file():
+        return read_export(directory / EXPORT_NAME)
+    raise ValueError(f"{directory} holds no results store ({DB_NAME}) and no export ({EXPORT_NAME}); "
+                     "give the --out directory of a `plasticlab run` or `plasticlab sweep`, or a "
+                     "study's folder under docs/reproduction")
 
 
 def _cell(value) -> object:

@@ -17,8 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .export import EXPORT_NAME, read_export
-from .store import DB_NAME, ResultStore
+from .export import read_results
 
 
 @dataclass
@@ -42,8 +41,12 @@ class Check:
     code: str | None
     device: str
     tasks: int
-    compared: int
     mismatches: list[Mismatch] = field(default_factory=list)
+
+    @property
+    def compared(self) -> int:
+        """How many recorded runs of the ensemble were compared: all of them."""
+        return len(self.run_ids)
 
     @property
     def same(self) -> bool:
@@ -52,21 +55,12 @@ class Check:
 
 
 def recorded_runs(directory: str | Path) -> tuple[list[dict], dict[str, list[float]]]:
-    """The finished runs of a results directory (its store, or else its export) and each run's
-    recorded online accuracy per task, by run id."""
-    directory = Path(directory)
-    if (directory / DB_NAME).is_file():
-        with ResultStore(directory) as store:
-            runs = store.runs("finished")
-            accuracy = {r["run_id"]: store.task_metrics(r["run_id"]).get("online_accuracy", [])
-                        for r in runs}
-        return runs, accuracy
-    if (directory / EXPORT_NAME).is_file():
-        runs, metrics, _ = read_export(directory / EXPORT_NAME)
-        return runs, {r["run_id"]: metrics.get(r["run_id"], {}).get("online_accuracy", []) for r in runs}
-    raise ValueError(f"{directory} holds no results store ({DB_NAME}) and no export ({EXPORT_NAME}); "
-                     "give the --out directory of a `plasticlab run` or `sweep`, or a study's folder "
-                     "under docs/reproduction")
+    """The finished runs of a results directory (its store, or else its export:
+    :func:`~plasticlab.experiments.export.read_results`) and each one's recorded online accuracy
+    per task, by run id."""
+    rows, metrics, _ = read_results(directory)
+    runs = [r for r in rows if r["status"] == "finished"]
+    return runs, {r["run_id"]: metrics.get(r["run_id"], {}).get("online_accuracy", []) for r in runs}
 
 
 def _ensemble_record(run: dict) -> dict:
@@ -131,11 +125,10 @@ def verify_ensemble(members: Sequence[dict], accuracy: dict[str, list[float]], t
                             backprop=manifest.get("backprop") or "auto",
                             compile=manifest.get("step") == "compiled", measure=False)
     check = Check([m["run_id"] for m in members], describe(members), first.get("code"),
-                  manifest.get("device", "cpu"), tasks, 0)
+                  manifest.get("device", "cpu"), tasks)
     position = {run_id: k for k, run_id in enumerate(record["run_ids"])}
     for run in members:
         now = result.members[position[run["run_id"]]].task_online_accuracy
-        check.compared += 1
         for task, recorded in enumerate(accuracy[run["run_id"]][:tasks]):
             if not _same(recorded, now[task]):
                 check.mismatches.append(Mismatch(run["run_id"], run["config"]["method"], run["seed"],

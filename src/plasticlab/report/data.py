@@ -22,11 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..experiments.export import EXPORT_NAME, read_export
+from ..experiments.export import read_results
 from ..experiments.orchestrate import PLAN_FILE, SELECTION_FILE
 from ..experiments.protocol import config_key
 from ..experiments.runner import STEP_PREFIX
-from ..experiments.store import DB_NAME, ResultStore
 
 #: Per-task metrics drawn as "internals" figures, in this order, with their axis labels (the
 #: export keeps the same names: :data:`plasticlab.experiments.export.REPORTED_MEASUREMENTS`).
@@ -110,6 +109,7 @@ class Results:
     status_counts: Counter
     selection: dict | None = None
     warnings: list[str] = field(default_factory=list)
+    finished: list[dict] = field(default_factory=list)  # the finished runs, as stored
 
     def __post_init__(self) -> None:
         self._studies: dict[tuple[str, str], list[ConfigRuns]] = {}
@@ -190,19 +190,8 @@ def load_results(directory: str | Path) -> Results:
     configuration; everything else becomes a warning.
     """
     directory = Path(directory)
-    selection = None
-    if (directory / DB_NAME).is_file():
-        with ResultStore(directory) as store:
-            rows = store.runs()
-            finished = [r for r in rows if r["status"] == "finished"]
-            per_run = {r["run_id"]: store.task_metrics(r["run_id"]) for r in finished}
-    elif (directory / EXPORT_NAME).is_file():
-        rows, per_run, selection = read_export(directory / EXPORT_NAME)
-        finished = rows
-    else:
-        raise ValueError(f"{directory} holds no results store ({DB_NAME}) and no export "
-                         f"({EXPORT_NAME}); give the --out directory of a `plasticlab run` or "
-                         "`plasticlab sweep`")
+    rows, per_run, selection = read_results(directory)
+    finished = [r for r in rows if r["status"] == "finished"]
     warnings: list[str] = []
     counts = Counter(r["status"] for r in rows)
     groups: dict[str, list[dict]] = {}
@@ -239,7 +228,7 @@ def load_results(directory: str | Path) -> Results:
     sel_path = directory / SELECTION_FILE
     if selection is None and sel_path.is_file():
         selection = json.loads(sel_path.read_text())
-    results = Results(directory, configs, counts, selection, warnings)
+    results = Results(directory, configs, counts, selection, warnings, finished)
     eval_seeds = set((selection or {}).get("evaluation_seeds") or [])
     for (problem, optimizer), study in results.studies().items():
         # A protocol's winners also have evaluation seeds: compare the grid seeds only.
