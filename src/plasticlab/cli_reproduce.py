@@ -237,8 +237,43 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """``plasticlab compare A B``: the runs both directories hold (same config but for the number of
+    tasks, same seed; :mod:`plasticlab.experiments.compare`) and whether each has the same online
+    accuracy on every task both ran, bit for bit; 1 when any differs."""
+    from .experiments.compare import shared_runs
+
+    pairs, only_a, only_b = shared_runs(args.a, args.b)
+    if not pairs:
+        raise ValueError(f"{args.a} and {args.b} hold no run in common (the same config but for the "
+                         f"number of tasks, and the same seed; {only_a} and {only_b} finished runs): "
+                         "compare two runs of one study, or studies that share a configuration")
+    print(f"compare {args.a} (A) and {args.b} (B): {len(pairs)} run(s) in both, {only_a} only in A, "
+          f"{only_b} only in B")
+    groups: dict[str, list] = {}
+    for pair in pairs:
+        groups.setdefault(pair.label, []).append(pair)
+    for label, group in groups.items():
+        tasks = sorted({p.tasks for p in group})
+        span = f"{tasks[0]}" if len(tasks) == 1 else f"{tasks[0]}–{tasks[-1]}"
+        differ = [p for p in group if not p.same]
+        if not differ:
+            print(f"  same       {label}: {len(group)} run(s), {span} task(s)")
+            continue
+        print(f"  DIFFERENT  {label}: {len(differ)} of {len(group)} run(s)")
+        for p in differ:
+            print(f"    seed {p.seed} (run {p.run_a} in A, {p.run_b} in B): task {p.task}: {p.a!r} in A, "
+                  f"{p.b!r} in B")
+    differ = sum(not p.same for p in pairs)
+    if differ:
+        print(f"{differ} run(s) differ (`plasticlab verify DIR` says which one this code gives)")
+        return 1
+    print("every run in both has the same online accuracy on every task both ran, bit for bit")
+    return 0
+
+
 def register(sub) -> None:
-    """Add ``reproduce``, ``export`` and ``verify`` to the ``plasticlab`` parser."""
+    """Add ``reproduce``, ``export``, ``verify`` and ``compare`` to the ``plasticlab`` parser."""
     rp = sub.add_parser("reproduce", help="run the paper's studies (presets), resumable, and write "
                                           "their reports and exports for docs/reproduction/")
     rp.add_argument("studies", nargs="+", metavar="STUDY", help="preset names (`plasticlab presets`)")
@@ -282,3 +317,9 @@ def register(sub) -> None:
     ve.add_argument("--device", default="cpu", help="where to train (default cpu: the recorded "
                                                    "numbers are exact there)")
     ve.set_defaults(func=cmd_verify)
+
+    co = sub.add_parser("compare", help="the runs two results directories both hold (same config "
+                                        "and seed): the same online accuracy on every task both ran?")
+    co.add_argument("a", metavar="A", help="a results directory or a study's folder under docs/reproduction")
+    co.add_argument("b", metavar="B", help="another")
+    co.set_defaults(func=cmd_compare)

@@ -1,0 +1,75 @@
+"""``plasticlab compare``: the runs two results directories both hold, compared task by task.
+
+A run in one directory is the same run as one in the other when its config (all of it but the
+number of tasks) and its seed are the same — trained in another sitting, another ensemble or on
+another machine: your ``plasticlab reproduce STUDY`` and the committed
+``docs/reproduction/STUDY``, or two studies that share a configuration. Both should then give
+the same online accuracy aₜ on every task t both ran, bit for bit (a run of T tasks and one of
+T′ > T tasks share their first T: a task's data and the steps before it do not depend on the
+tasks that follow). Nothing is trained; :mod:`plasticlab.experiments.verify` trains again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .verify import recorded_runs
+
+
+@dataclass
+class Pair:
+    """One run held by both directories, and the first task where its accuracies part."""
+
+    label: str  # method, optimizer
+    seed: int
+    run_a: str
+    run_b: str
+    tasks: int  # how many tasks were compared: those both ran
+    task: int | None = None  # the first task whose online accuracy differs; None: none does
+    a: float | None = None
+    b: float | None = None
+
+    @property
+    def same(self) -> bool:
+        """The same online accuracy on every task compared."""
+        return self.task is None
+
+
+def run_key(run: dict) -> str:
+    """What makes two runs the same run: the config without its number of tasks, and the seed."""
+    config = {k: v for k, v in run["config"].items() if k != "tasks"}
+    return f"{json.dumps(config, sort_keys=True)} seed {run['seed']}"
+
+
+def compare_runs(a: Sequence[float], b: Sequence[float]) -> tuple[int, int | None]:
+    """How many tasks two runs both ran, and the first of them where aₜ differs (None: none)."""
+    tasks = min(len(a), len(b))
+    return tasks, next((t for t in range(tasks) if a[t] != b[t]), None)
+
+
+def shared_runs(dir_a: str | Path, dir_b: str | Path) -> tuple[list[Pair], int, int]:
+    """Every finished run of ``dir_a`` that ``dir_b`` also holds (a store or an export each),
+    compared with each of its namesakes there; and how many runs only A, and only B, hold."""
+    runs_a, accuracy_a = recorded_runs(dir_a)
+    runs_b, accuracy_b = recorded_runs(dir_b)
+    held_b: dict[str, list[dict]] = {}
+    for run in runs_b:
+        held_b.setdefault(run_key(run), []).append(run)
+    pairs, keys_a = [], set()
+    for run in runs_a:
+        key = run_key(run)
+        keys_a.add(key)
+        for other in held_b.get(key, []):
+            a, b = accuracy_a[run["run_id"]], accuracy_b[other["run_id"]]
+            tasks, task = compare_runs(a, b)
+            pair = Pair(f"{run['config']['method']}, {run['config']['optimizer']}", run["seed"],
+                        run["run_id"], other["run_id"], tasks)
+            if task is not None:
+                pair.task, pair.a, pair.b = task, a[task], b[task]
+            pairs.append(pair)
+    only_a = sum(1 for run in runs_a if run_key(run) not in held_b)
+    only_b = sum(1 for key, runs in held_b.items() if key not in keys_a for _ in runs)
+    return pairs, only_a, only_b

@@ -1,0 +1,99 @@
+"""``plasticlab compare A B``: the runs two results directories both hold have the same online
+accuracy on every task both ran, or are named with the task where they part."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from plasticlab.cli import main
+from plasticlab.experiments.compare import compare_runs, run_key
+from plasticlab.experiments.export import EXPORT_NAME, export_results
+
+SWEEP = """
+name = "tiny"
+problem = "permuted_mnist"
+methods = {methods}
+seeds = "0-1"
+tasks = {tasks}
+steps_per_task = 12
+[problem_params]
+examples_per_task = 160
+"""
+
+
+def _sweep(root: Path, data_dir: Path, tasks: int, methods: list[str]) -> Path:
+    (root / "sweep.toml").write_text(SWEEP.format(methods=json.dumps(methods), tasks=tasks))
+    assert main(["sweep", str(root / "sweep.toml"), "--out", str(root / "out"), "--data-dir",
+                 str(data_dir), "--workers", "1", "--no-progress"]) == 0
+    return root / "out"
+
+
+@pytest.fixture(scope="module")
+def short_and_long(data_dir, tmp_path_factory) -> tuple[Path, Path]:
+    """Two sweeps of the same configurations and seeds, 2 and 3 tasks long; the longer one with
+    a third method the shorter lacks, in ensembles of another make-up."""
+    short = _sweep(tmp_path_factory.mktemp("short"), data_dir, 2, ["l2_init", "shrink_perturb"])
+    long = _sweep(tmp_path_factory.mktemp("long"), data_dir, 3, ["l2_init", "l2", "shrink_perturb"])
+    return short, long
+
+
+def test_a_longer_run_has_the_accuracies_of_a_shorter_one_on_the_tasks_both_ran(short_and_long, capsys):
+    short, long = short_and_long
+    assert main(["compare", str(short), str(long)]) == 0
+    out = capsys.readouterr().out
+    assert "4 run(s) in both, 0 only in A, 2 only in B" in out
+    assert "  same       l2_init, adam: 2 run(s), 2 task(s)" in out
+    assert "  same       shrink_perturb, adam: 2 run(s), 2 task(s)" in out
+    assert out.rstrip().endswith("the same online accuracy on every task both ran, bit for bit")
+
+
+def test_a_run_whose_accuracy_differs_is_named_with_the_first_task_it_differs_on(short_and_long, tmp_path,
+                                                                                capsys):
+    short, long = short_and_long
+    export_results(short, tmp_path / "export")
+    path = tmp_path / "export" / EXPORT_NAME
+    body = json.loads(gzip.decompress(path.read_bytes()))
+    run = next(r for r in body["runs"] if r["config"]["method"] == "shrink_perturb")
+    accuracy = body["task_metrics"][run["run_id"]]["online_accuracy"]
+    was = accuracy[1]
+    accuracy[1] = was + 0.25  # as if another code had trained it
+    path.write_bytes(gzip.compress(json.dumps(body).encode()))
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "export"), str(long)]) == 1
+    out = capsys.readouterr().out
+    assert "  DIFFERENT  shrink_perturb, adam: 1 of 2 run(s)" in out
+    assert f"    seed {run['seed']} (run {run['run_id']} in A, " in out
+    assert f"task 1: {was + 0.25!r} in A, {was!r} in B" in out
+    assert "  same       l2_init, adam: 2 run(s), 2 task(s)" in out
+    assert "1 run(s) differ" in out
+
+
+def test_directories_without_a_run_in_common_are_an_error(short_and_long, tmp_path, capsys):
+    short, _ = short_and_long
+    export_results(short, tmp_path / "export")
+    path = tmp_path / "export" / EXPORT_NAME
+    body = json.loads(gzip.decompress(path.read_bytes()))
+    for run in body["runs"]:
+        run["seed"] += 100
+    path.write_bytes(gzip.compress(json.dumps(body).encode()))
+    assert main(["compare", str(short), str(tmp_path / "export")]) == 2
+    assert "hold no run in common" in capsys.readouterr().err
+    assert main(["compare", str(short), str(tmp_path / "nothing")]) == 2
+    assert "holds no results store" in capsys.readouterr().err
+
+
+def test_two_runs_are_compared_on_the_tasks_both_ran():
+    assert compare_runs([0.5, 0.6], [0.5, 0.6, 0.7]) == (2, None)
+    assert compare_runs([0.5, 0.6, 0.7], [0.5, 0.61]) == (2, 1)
+    assert compare_runs([], [0.5]) == (0, None)
+
+
+def test_a_run_is_the_same_run_whatever_its_number_of_tasks_but_not_its_seed():
+    run = {"config": {"method": "l2_init", "tasks": 2, "lr": 1e-3}, "seed": 0}
+    assert run_key(run) == run_key({**run, "config": {**run["config"], "tasks": 500}})
+    assert run_key(run) != run_key({**run, "seed": 1})
+    assert run_key(run) != run_key({**run, "config": {**run["config"], "lr": 1e-4}})
