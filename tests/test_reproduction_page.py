@@ -175,27 +175,33 @@ def test_a_quoted_interval_is_read_with_its_sign_and_its_section():
 
 
 def repeated_runs(exports: dict[str, Path]) -> dict[str, list[tuple[str, list]]]:
-    """The runs that more than one study trained — the same config and seed — each with every
-    study that holds it and that study's per-task online accuracy."""
+    """The runs that more than one study trained — the same config but for the number of tasks,
+    and the same seed (``plasticlab compare``'s rule) — each with every study that holds it and
+    that study's per-task online accuracy."""
+    from plasticlab.experiments.compare import run_key
     from plasticlab.experiments.export import read_export
 
     held: dict[str, list[tuple[str, list]]] = {}
     for study, path in exports.items():
         runs, metrics, _ = read_export(path)
         for run in runs:
-            key = f"{json.dumps(run['config'], sort_keys=True)} seed {run['seed']}"
-            held.setdefault(key, []).append((study, metrics[run["run_id"]]["online_accuracy"]))
+            held.setdefault(run_key(run), []).append((study, metrics[run["run_id"]]["online_accuracy"]))
     return {key: studies for key, studies in held.items() if len(studies) > 1}
 
 
 def test_a_run_that_two_studies_trained_has_the_same_accuracies_in_both():
     """Studies share runs (the ablation's L2 Init is `best-permuted_mnist-adam`'s; the field's
     paper methods are the `best-*` presets'), trained in other ensembles and sittings, often by
-    other commits. Each must give the same per-task online accuracy to the bit: a change to the
-    code that alters a run's numbers shows here as two studies on the page that disagree."""
+    other commits. Each must give the same online accuracy on every task both ran, to the bit: a
+    change to the code that alters a run's numbers shows here as two studies on the page that
+    disagree."""
+    from plasticlab.experiments.compare import compare_runs
+
     repeated = repeated_runs({study: PAGE / study / "results.json.gz" for study in STUDIES})
     assert len(repeated) >= 50, "the committed studies should share runs; see the docstring"
     for key, studies in repeated.items():
         (first, accuracy), *others = studies
         for study, other in others:
-            assert other == accuracy, f"{key}: {first} and {study} differ; rerun the older study"
+            _, task = compare_runs(accuracy, other)
+            assert task is None, (f"{key}: {first} and {study} differ from task {task} on; rerun the "
+                                  "older study")
