@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import change_recorded_accuracy
 from plasticlab.cli import main
 from plasticlab.experiments.compare import compare_runs, run_key
 from plasticlab.experiments.export import EXPORT_NAME, export_results
@@ -55,13 +56,7 @@ def test_a_run_whose_accuracy_differs_is_named_with_the_first_task_it_differs_on
                                                                                 capsys):
     short, long = short_and_long
     export_results(short, tmp_path / "export")
-    path = tmp_path / "export" / EXPORT_NAME
-    body = json.loads(gzip.decompress(path.read_bytes()))
-    run = next(r for r in body["runs"] if r["config"]["method"] == "shrink_perturb")
-    accuracy = body["task_metrics"][run["run_id"]]["online_accuracy"]
-    was = accuracy[1]
-    accuracy[1] = was + 0.25  # as if another code had trained it
-    path.write_bytes(gzip.compress(json.dumps(body).encode()))
+    run, was = change_recorded_accuracy(tmp_path / "export", "shrink_perturb", task=1, by=0.25)
     capsys.readouterr()
     assert main(["compare", str(tmp_path / "export"), str(long)]) == 1
     out = capsys.readouterr().out

@@ -3,14 +3,13 @@ for bit, or are named with the task where they part."""
 
 from __future__ import annotations
 
-import gzip
-import json
 from pathlib import Path
 
 import pytest
 
+from conftest import change_recorded_accuracy
 from plasticlab.cli import main
-from plasticlab.experiments.export import EXPORT_NAME, export_results
+from plasticlab.experiments.export import export_results
 from plasticlab.experiments.verify import choose, ensembles, recorded_runs, verify_ensemble
 
 SWEEP = """
@@ -52,13 +51,7 @@ def test_verify_trains_each_kind_of_ensemble_again_and_finds_its_recorded_accura
 def test_a_recorded_accuracy_this_code_does_not_give_is_named_with_its_task(swept, data_dir, tmp_path,
                                                                            capsys):
     export_results(swept, tmp_path / "export")
-    path = tmp_path / "export" / EXPORT_NAME
-    body = json.loads(gzip.decompress(path.read_bytes()))
-    run = next(r for r in body["runs"] if r["config"]["method"] == "shrink_perturb")
-    recorded = body["task_metrics"][run["run_id"]]["online_accuracy"]
-    now = recorded[1]
-    recorded[1] = now + 0.5  # as if another code had trained it
-    path.write_bytes(gzip.compress(json.dumps(body).encode()))
+    run, now = change_recorded_accuracy(tmp_path / "export", "shrink_perturb", task=1, by=0.5)
     capsys.readouterr()
     assert main(["verify", str(tmp_path / "export"), "--tasks", "2", "--data-dir", str(data_dir)]) == 1
     out = capsys.readouterr().out
