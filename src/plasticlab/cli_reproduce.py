@@ -256,12 +256,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for label, group in groups.items():
         tasks = sorted({p.tasks for p in group})
         span = f"{tasks[0]}" if len(tasks) == 1 else f"{tasks[0]}–{tasks[-1]}"
-        differ = [p for p in group if not p.same]
-        if not differ:
+        parted = [p for p in group if not p.same]
+        if not parted:
             print(f"  same       {label}: {len(group)} run(s), {span} task(s)")
             continue
-        print(f"  DIFFERENT  {label}: {len(differ)} of {len(group)} run(s)")
-        for p in differ:
+        print(f"  DIFFERENT  {label}: {len(parted)} of {len(group)} run(s)")
+        for p in parted:
             print(f"    seed {p.seed} (run {p.run_a} in A, {p.run_b} in B): task {p.task}: {p.a!r} in A, "
                   f"{p.b!r} in B")
     differ = sum(not p.same for p in pairs)

@@ -58,11 +58,9 @@ def shared_runs(dir_a: str | Path, dir_b: str | Path) -> tuple[list[Pair], int, 
     held_b: dict[str, list[dict]] = {}
     for run in runs_b:
         held_b.setdefault(run_key(run), []).append(run)
-    pairs, keys_a = [], set()
+    pairs = []
     for run in runs_a:
-        key = run_key(run)
-        keys_a.add(key)
-        for other in held_b.get(key, []):
+        for other in held_b.get(run_key(run), []):
             a, b = accuracy_a[run["run_id"]], accuracy_b[other["run_id"]]
             tasks, task = compare_runs(a, b)
             pair = Pair(f"{run['config']['method']}, {run['config']['optimizer']}", run["seed"],
@@ -70,6 +68,7 @@ def shared_runs(dir_a: str | Path, dir_b: str | Path) -> tuple[list[Pair], int, 
             if task is not None:
                 pair.task, pair.a, pair.b = task, a[task], b[task]
             pairs.append(pair)
-    only_a = sum(1 for run in runs_a if run_key(run) not in held_b)
-    only_b = sum(1 for key, runs in held_b.items() if key not in keys_a for _ in runs)
+    keys_a = {run_key(run) for run in runs_a}
+    only_a = sum(run_key(run) not in held_b for run in runs_a)
+    only_b = sum(run_key(run) not in keys_a for run in runs_b)
     return pairs, only_a, only_b
