@@ -11,11 +11,11 @@ tasks that follow). Nothing is trained; :mod:`plasticlab.experiments.verify` tra
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .protocol import config_key
 from .verify import recorded_runs
 
 
@@ -40,8 +40,7 @@ class Pair:
 
 def run_key(run: dict) -> str:
     """What makes two runs the same run: the config without its number of tasks, and the seed."""
-    config = {k: v for k, v in run["config"].items() if k != "tasks"}
-    return f"{json.dumps(config, sort_keys=True)} seed {run['seed']}"
+    return f"{config_key({k: v for k, v in run['config'].items() if k != 'tasks'})} seed {run['seed']}"
 
 
 def compare_runs(a: Sequence[float], b: Sequence[float]) -> tuple[int, int | None]:
