@@ -87,6 +87,13 @@ def test_two_runs_are_compared_on_the_tasks_both_ran():
     assert compare_runs([], [0.5]) == (0, None)
 
 
+def test_a_diverged_task_is_the_same_in_a_store_and_in_its_export():
+    nan = float("nan")
+    assert compare_runs([0.5, nan], [0.5, None]) == (2, None)  # the store's NaN, the export's null
+    assert compare_runs([0.5, None], [0.5, None]) == (2, None)
+    assert compare_runs([0.5, nan], [0.5, 0.1]) == (2, 1)
+
+
 def test_a_run_is_the_same_run_whatever_its_number_of_tasks_but_not_its_seed():
     run = {"config": {"method": "l2_init", "tasks": 2, "lr": 1e-3}, "seed": 0}
     assert run_key(run) == run_key({**run, "config": {**run["config"], "tasks": 500}})

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .protocol import config_key
-from .verify import recorded_runs
+from .verify import recorded_runs, same_accuracy
 
 
 @dataclass
@@ -44,9 +44,10 @@ def run_key(run: dict) -> str:
 
 
 def compare_runs(a: Sequence[float], b: Sequence[float]) -> tuple[int, int | None]:
-    """How many tasks two runs both ran, and the first of them where aₜ differs (None: none)."""
+    """How many tasks two runs both ran, and the first of them where aₜ differs (None: none); a
+    diverged task's NaN (None in an export) is the same as a NaN."""
     tasks = min(len(a), len(b))
-    return tasks, next((t for t in range(tasks) if a[t] != b[t]), None)
+    return tasks, next((t for t in range(tasks) if not same_accuracy(a[t], b[t])), None)
 
 
 def shared_runs(dir_a: str | Path, dir_b: str | Path) -> tuple[list[Pair], int, int]:

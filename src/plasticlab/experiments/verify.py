@@ -130,15 +130,21 @@ def verify_ensemble(members: Sequence[dict], accuracy: dict[str, list[float]], t
     for run in members:
         now = result.members[position[run["run_id"]]].task_online_accuracy
         for task, recorded in enumerate(accuracy[run["run_id"]][:tasks]):
-            if not _same(recorded, now[task]):
+            if not same_accuracy(recorded, now[task]):
                 check.mismatches.append(Mismatch(run["run_id"], run["config"]["method"], run["seed"],
                                                  task, recorded, now[task]))
                 break
     return check
 
 
-def _same(recorded, now) -> bool:
-    """Bit for bit, a diverged task's NaN (stored as None in JSON) matching a NaN."""
-    if recorded is None or (isinstance(recorded, float) and math.isnan(recorded)):
-        return isinstance(now, float) and math.isnan(now)
-    return recorded == now
+def _diverged(value) -> bool:
+    """A diverged task's accuracy: NaN, or None where JSON stored the NaN."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def same_accuracy(a, b) -> bool:
+    """Two online accuracies bit for bit, a diverged task's NaN (stored as None in JSON) matching
+    a NaN, whichever side holds which."""
+    if _diverged(a) or _diverged(b):
+        return _diverged(a) and _diverged(b)
+    return a == b
