@@ -31,9 +31,11 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(),
 def start_sweep(tmp_path, data_dir, out: str, workers: int) -> subprocess.Popen:
     (tmp_path / "sweep.toml").write_text(SWEEP)
     env = dict(os.environ, PLASTICLAB_DATA=str(data_dir))
+    # Its own process group, so a test can signal the group as `timeout` or a scheduler does.
     return subprocess.Popen([sys.executable, "-m", "plasticlab.cli", "sweep", str(tmp_path / "sweep.toml"),
                              "--out", str(tmp_path / out), "--workers", str(workers), "--no-progress"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
 
 
 def children(pid: int) -> set[int]:
@@ -102,14 +104,19 @@ def test_killing_the_driver_leaves_no_process_and_a_resume_with_other_workers_is
     assert len(whole) == 4 and resumed == whole
 
 
-@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize("sig,code,to", [(signal.SIGINT, 130, "driver"), (signal.SIGTERM, 143, "driver"),
+                                         (signal.SIGTERM, 143, "process group")])
 def test_a_signalled_driver_stops_its_workers_at_a_task_end_and_records_the_runs_interrupted(
-        tmp_path, data_dir, sig, code):
+        tmp_path, data_dir, sig, code, to):
+    # "process group": `timeout`, `kill -- -PGID` and batch schedulers signal the workers too.
     proc = start_sweep(tmp_path, data_dir, "stopped", workers=2)
     wait_for_checkpoints(tmp_path / "stopped", 2, proc)
     workers = children(proc.pid)
     sent = time.monotonic()
-    proc.send_signal(sig)
+    if to == "driver":
+        proc.send_signal(sig)
+    else:
+        os.killpg(proc.pid, sig)
     text = proc.communicate(timeout=60)[0]
     assert proc.returncode == code, text
     assert time.monotonic() - sent < 30

@@ -6,7 +6,11 @@
   recorded as interrupted, and the command exits 130 (SIGINT) or 143 (SIGTERM).
 - **Workers** ignore SIGINT (Ctrl-C in a terminal reaches every process of the group; the
   driver decides) and stop at their next task end, after its checkpoint is saved, once the
-  driver asks (it creates a stop file: :class:`StopRequested`).
+  driver asks (it creates a stop file: :class:`StopRequested`). A SIGTERM that reaches the
+  whole group (``timeout``, ``kill -- -PGID``, a batch scheduler cancelling a job) reaches the
+  driver too, which asks them to stop: a worker waits a moment for that request and stops at
+  its task end like the others; a SIGTERM meant for the worker alone (the pool ending its
+  workers after one died) finds no request and ends it at once.
 - **Workers never outlive their driver.** On Linux the kernel kills a worker when its driver
   dies, however it dies (``prctl(PR_SET_PDEATHSIG)``); elsewhere a watchdog thread notices that
   the parent is gone within a second and exits the worker.
@@ -71,7 +75,25 @@ def worker_init(stop_file: str, parent_pid: int) -> None:
     global _stop_file
     _stop_file = stop_file
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _stop_at_the_task_end_if_the_driver_asks)
     die_with_parent(parent_pid)
+
+
+#: How long a worker given SIGTERM waits for its driver's stop request before it ends.
+STOP_REQUEST_WAIT_S = 2.0
+
+
+def _stop_at_the_task_end_if_the_driver_asks(signum, frame) -> None:
+    # A group-wide SIGTERM reaches the driver at the same moment; dying here would lose this
+    # ensemble's work since its last checkpoint and break the pool, which then records the
+    # ensembles it had not started as failed.
+    deadline = time.monotonic() + STOP_REQUEST_WAIT_S
+    while time.monotonic() < deadline:
+        if _stop_file is not None and os.path.exists(_stop_file):
+            return  # check_stop raises StopRequested at the next task end
+        time.sleep(0.02)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def die_with_parent(parent_pid: int) -> None:
