@@ -17,13 +17,11 @@ from plasticlab.fast import (
     plain_forms,
     pool_before_relu,
     task_examples,
-    threaded_draws,
 )
 from plasticlab.fast import max_pool as fast_max_pool
 from plasticlab.fast.quadratic_penalty import PenaltyGradient, QuadraticGradient, penalty_gradient
 from plasticlab.measure import held_out_accuracy
 from plasticlab.nets import EnsembleConv2d, EnsembleLinear, build_network, max_pool
-from plasticlab.nets.init import INIT_SCHEMES, draw_members
 from plasticlab.problems import PermutedMNIST, RandomLabelCIFAR
 from plasticlab.regularizers import L2Init
 from plasticlab.rng import torch_generator
@@ -267,42 +265,3 @@ def test_the_penalty_gradient_is_the_regularizers_own_inside_plain_forms():
         plain = penalty_gradient(L2Init(net.regularized_parameters(), strength=1e-2))
     fast_form = penalty_gradient(L2Init(net.regularized_parameters(), strength=1e-2))
     assert type(plain) is PenaltyGradient and isinstance(fast_form, QuadraticGradient)
-
-
-# --- fresh init draws split between host threads -----------------------------------------------
-
-@pytest.mark.parametrize("scheme", INIT_SCHEMES)
-def test_a_draw_split_between_threads_is_the_plain_draw_to_the_bit(monkeypatch, scheme):
-    def draws(seeds):
-        generators = [torch_generator(s, "method", "draw") for s in seeds]
-        # twice from the same generators: each member's generator is left where the plain
-        # draw leaves it
-        return [draw_members(scheme, (30, 20), 20, 30, generators, "cpu") for _ in range(2)]
-
-    seeds = list(range(7))
-    with plain_forms():
-        plain = draws(seeds)
-    monkeypatch.setattr(threaded_draws, "applies", lambda device, members: True)
-    monkeypatch.setattr(threaded_draws, "threads", lambda: 3)  # 7 members in pieces of 2, 2, 3
-    split = draws(seeds)
-    for (w0, b0), (w1, b1) in zip(plain, split, strict=True):
-        assert torch.equal(w0, w1) and torch.equal(b0, b1)
-
-
-def test_threaded_draws_apply_on_cuda_to_several_members_only_and_not_in_plain_forms(monkeypatch):
-    monkeypatch.setattr(threaded_draws, "threads", lambda: 4)
-    assert threaded_draws.applies("cuda", 2)
-    assert not threaded_draws.applies("cuda", 1) and not threaded_draws.applies("cpu", 8)
-    with plain_forms():
-        assert not threaded_draws.applies("cuda", 8)
-    monkeypatch.setattr(threaded_draws, "threads", lambda: 1)
-    assert not threaded_draws.applies("cuda", 8)
-
-
-def test_an_error_in_a_threaded_draw_reaches_the_caller():
-    def fill(k):
-        if k == 5:
-            raise RuntimeError("member 5")
-
-    with pytest.raises(RuntimeError, match="member 5"):
-        threaded_draws.for_each_member(fill, 8)

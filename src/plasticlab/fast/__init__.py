@@ -40,11 +40,6 @@ The fast paths, one module each:
   trains, into the examples buffer of the task before. Plain form:
   :meth:`plasticlab.problems.base.Problem.start_task` preparing each task when it starts
   (bit-identical). Applies: CUDA training. Test: ``tests/test_fast_kernels.py``.
-- :mod:`.threaded_draws` — every member's fresh init draw (Shrink & Perturb's noise at every
-  step, the units CBP and ReDo reset) made on several host threads, the members split between
-  them. Plain form: :func:`plasticlab.nets.init.draw_members`, member after member on the calling
-  thread (bit-identical). Applies: a draw for a CUDA device, of two or more members. Test:
-  ``tests/test_fast_kernels.py``.
 - :mod:`.folded_permutation` — a test set whose members share one image set under their own
   input permutations, evaluated with each permutation moved into the first layer's weights.
   Plain form: :func:`plasticlab.measure.held_out_accuracy`'s chunks of the permuted test set

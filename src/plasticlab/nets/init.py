@@ -13,7 +13,6 @@ import math
 import torch
 
 from ..device import to_device
-from ..fast import threaded_draws
 
 INIT_SCHEMES = ("torch_default", "kaiming_uniform", "kaiming_normal", "xavier_uniform", "xavier_normal")
 
@@ -78,13 +77,6 @@ def draw_members(scheme: str, weight_shape: tuple[int, ...], fan_in: int, fan_ou
     host = generators[0].device
     weight = torch.empty((len(generators), *weight_shape), device=host)
     bias = torch.empty((len(generators), weight_shape[0]), device=host)
-
-    def fill(k: int) -> None:
-        _fill(scheme, weight[k], bias[k], fan_in, fan_out, generators[k])
-
-    if threaded_draws.applies(device, len(generators)):
-        threaded_draws.for_each_member(fill, len(generators))
-    else:
-        for k in range(len(generators)):
-            fill(k)
+    for k, generator in enumerate(generators):
+        _fill(scheme, weight[k], bias[k], fan_in, fan_out, generator)
     return to_device(weight, device), to_device(bias, device)
