@@ -11,8 +11,8 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
-PLASTICLAB_DATA=$data python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py \
-    "tests/test_cbp.py::test_no_device_synchronisation_on_cuda" 2>&1 | tee "$out/cuda_tests.log"
+PLASTICLAB_DATA=$data python3 -m pytest -q -p no:cacheprovider -rs -m cuda tests/ 2>&1 \
+    | tee "$out/cuda_tests.log"
 timeout "${SPEED_TIMEOUT:-360}" python3 benchmarks/speed.py --device cuda --data-dir "$data" \
     --mlp-steps 625 --cnn-steps 200 --repeats "${REPEATS:-2}" --verbose --csv "$out/speed_cuda.csv" \
     2>&1 | tee "$out/speed_cuda.log"

@@ -112,11 +112,16 @@ def needs_data(fixture: str) -> pytest.MarkDecorator:
     return pytest.mark.skipif(missing is not None, reason=missing or "real data present")
 
 
+NO_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         for fixture in REAL_DATA_MISSING:
             if fixture in item.fixturenames:
                 item.add_marker(needs_data(fixture))
+        if item.get_closest_marker("cuda") is not None:
+            item.add_marker(NO_CUDA)
 
 
 @pytest.fixture(scope="session")

@@ -515,7 +515,7 @@ def test_no_host_synchronisation_in_after_step(monkeypatch):
     assert (cbp.replacements[0][[0, 1, 3]] > 0).all()
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
 def test_no_device_synchronisation_on_cuda():
     # CUDA's sync debug mode raises on any operation that makes the host wait for the device.
     generators = [torch_generator(s, "init") for s in range(4)]

@@ -3,7 +3,9 @@ CUDA-only kernels (grouped convolution, native pooling) agree with the CPU forms
 makes the host wait for the device a fixed number of times, however many steps it has.
 
 Runs wherever ``torch.cuda.is_available()``; CI has no GPU, so these are skipped there (the CPU
-forms are pinned down by the rest of the suite). Each method draws its random numbers on the
+forms are pinned down by the rest of the suite). Marked ``cuda``, like every test that needs a
+CUDA device: ``pytest -m cuda`` runs them all (``docs/reproduction/gpu.sh``,
+``benchmarks/gpu.sh``). Each method draws its random numbers on the
 host (:mod:`plasticlab.rng`), so a CUDA run follows the same trajectory as the CPU run up to
 floating-point rounding.
 """
@@ -20,7 +22,7 @@ from plasticlab.methods import METHODS
 from plasticlab.nets import build_network
 from plasticlab.rng import torch_generator
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+pytestmark = pytest.mark.cuda
 
 MLP = {"problem": "permuted_mnist", "tasks": 2, "steps_per_task": 30,
        "problem_params": {"examples_per_task": 480}}

@@ -489,7 +489,7 @@ def test_a_dead_network_cannot_be_trained():
     assert dead["trainability"] < alive["trainability"]
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.cuda
 def test_a_model_on_cuda_is_measured_there_and_training_is_unchanged():
     def run(monitored):
         model = Regularized().cuda()  # dropout draws from the CUDA generator

@@ -574,7 +574,7 @@ def test_the_sequential_dropin_takes_adamgnt_and_kaiming_draws():
     assert torch.isfinite(F.cross_entropy(model(x), y))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
 def test_reference_modes_make_no_device_synchronisation_on_cuda():
     def cuda_mlp():
         generators = [torch_generator(s, "init") for s in range(3)]

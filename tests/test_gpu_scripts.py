@@ -1,0 +1,43 @@
+"""The scripts a GPU machine runs (``docs/reproduction/gpu.sh``, ``benchmarks/gpu.sh``) work before
+one is lent: a GPU session is minutes long, and a script that breaks there wastes them."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = [ROOT / "docs" / "reproduction" / "gpu.sh", ROOT / "benchmarks" / "gpu.sh"]
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_gpu_script_is_valid_bash_and_runs_every_test_marked_cuda(script):
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    assert re.search(r"pytest .*-m cuda tests/", script.read_text())
+
+
+def test_every_test_that_needs_cuda_is_marked_so_the_gpu_scripts_run_it():
+    # A test skipped on its own condition instead of the marker would never run on a GPU machine.
+    needle = "cuda" + ".is_available"  # spelt so that this line does not match itself
+    own_skips = [f"{path.name}:{n}" for path in sorted((ROOT / "tests").glob("test_*.py"))
+                 for n, line in enumerate(path.read_text().splitlines(), 1)
+                 if "skipif(" in line and needle in line]
+    assert own_skips == [], "mark these @pytest.mark.cuda instead"
+
+
+def test_the_study_script_runs_without_a_gpu_and_records_what_it_did(tmp_path, data_dir):
+    out, runs = tmp_path / "out", tmp_path / "runs"
+    env = dict(os.environ, DEVICE="cpu", RUNS_DIR=str(runs), PYTHONPATH=str(ROOT / "src"))
+    proc = subprocess.run(["bash", str(SCRIPTS[0]), str(data_dir), str(out), "best-permuted_mnist-sgd",
+                           "60", "--tasks", "1", "--scale", "0.02"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert {"machine.txt", "cuda_tests.txt", "study.log", "status.txt", "results.json.gz",
+            "run.json"} <= {p.name for p in out.iterdir()}
+    assert "skipped" in (out / "cuda_tests.txt").read_text()  # no CUDA here: collected, skipped
+    log = (out / "study.log").read_text()
+    assert "reproduce exited 0" in log and "80 finished runs" in log
