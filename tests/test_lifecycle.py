@@ -130,3 +130,28 @@ def test_a_signalled_driver_stops_its_workers_at_a_task_end_and_records_the_runs
     text = run_to_end(tmp_path, data_dir, "stopped", workers=2)
     assert "removed checkpoint" not in text
     assert len(results(tmp_path / "stopped")) == 4
+
+
+WORKER_GIVEN_SIGTERM = """
+import os, signal, sys
+from plasticlab.experiments import lifecycle
+lifecycle.worker_init(sys.argv[1], os.getppid())
+os.kill(os.getpid(), signal.SIGTERM)
+try:
+    lifecycle.check_stop(3)
+except lifecycle.StopRequested as stop:
+    print(stop)
+"""
+
+
+@pytest.mark.parametrize("driver_asked", [True, False])
+def test_a_worker_given_sigterm_stops_at_its_task_end_only_if_its_driver_asks(tmp_path, driver_asked):
+    stop_file = tmp_path / "stop"
+    if driver_asked:
+        stop_file.touch()
+    proc = subprocess.run([sys.executable, "-c", WORKER_GIVEN_SIGTERM, str(stop_file)],
+                          capture_output=True, text=True, timeout=60)
+    if driver_asked:  # a group-wide SIGTERM: the driver's request is there, the task ends
+        assert proc.returncode == 0 and "stopped at the end of task 3" in proc.stdout
+    else:  # meant for this worker alone: it ends, by the signal
+        assert proc.returncode == -signal.SIGTERM and proc.stdout == ""

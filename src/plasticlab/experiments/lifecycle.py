@@ -10,7 +10,7 @@
   whole group (``timeout``, ``kill -- -PGID``, a batch scheduler cancelling a job) reaches the
   driver too, which asks them to stop: a worker waits a moment for that request and stops at
   its task end like the others; a SIGTERM meant for the worker alone (the pool ending its
-  workers after one died) finds no request and ends it at once.
+  workers after one died) finds no request and ends it, :data:`STOP_REQUEST_WAIT_S` later.
 - **Workers never outlive their driver.** On Linux the kernel kills a worker when its driver
   dies, however it dies (``prctl(PR_SET_PDEATHSIG)``); elsewhere a watchdog thread notices that
   the parent is gone within a second and exits the worker.
