@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import REPO as ROOT
+
 SCRIPTS = [ROOT / "docs" / "reproduction" / "gpu.sh", ROOT / "benchmarks" / "gpu.sh"]
 
 

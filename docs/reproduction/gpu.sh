@@ -9,9 +9,10 @@
 # Run it from the repository root; it needs no install (PYTHONPATH=src). DEVICE=cpu runs the
 # same steps without a GPU, to try the script.
 set -uo pipefail
-data=${1:?usage: docs/reproduction/gpu.sh DATA_DIR OUT_DIR STUDY [LIMIT_S [options…]]}
-out=${2:?usage: docs/reproduction/gpu.sh DATA_DIR OUT_DIR STUDY [LIMIT_S [options…]]}
-study=${3:?usage: docs/reproduction/gpu.sh DATA_DIR OUT_DIR STUDY [LIMIT_S [options…]]}
+usage="usage: docs/reproduction/gpu.sh DATA_DIR OUT_DIR STUDY [LIMIT_S [options…]]"
+data=${1:?$usage}
+out=${2:?$usage}
+study=${3:?$usage}
 limit=${4:-480}
 shift $(( $# < 4 ? $# : 4 ))
 device=${DEVICE:-cuda}
