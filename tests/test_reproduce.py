@@ -98,8 +98,8 @@ def test_a_dry_run_prints_each_studys_plan_and_writes_nothing(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "sweep init → " in captured.out and "grid: 30 runs" in captured.out
     # the CIFAR study at its default scale, said in the sweep command it would run
-    assert "--preset best-random_label_cifar-adam" in captured.err and "--scale 0.1" in captured.err
-    assert "sweep best-random_label_cifar-adam (scale 0.1) → " in captured.out
+    assert "--preset best-random_label_cifar-adam" in captured.err and "--scale 0.2" in captured.err
+    assert "sweep best-random_label_cifar-adam (scale 0.2) → " in captured.out
     assert not (tmp_path / "results").exists() and not (tmp_path / "docs").exists()
     # published results of another command: the dry run says the real one would need --replace
     (tmp_path / "docs" / "init").mkdir(parents=True)
