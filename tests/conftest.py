@@ -33,20 +33,21 @@ def find_real_data_dir() -> tuple[Path | None, str]:
     return None, f"PLASTICLAB_DATA is not set and {shared} does not exist"
 
 
-def change_recorded_accuracy(export: Path, method: str, task: int, by: float) -> tuple[dict, float]:
+def change_recorded_accuracy(export: Path, method: str, task: int, by: float,
+                             every_run: bool = False) -> tuple[dict, float]:
     """Add ``by`` to the online accuracy on ``task`` recorded for the first run of ``method`` in
-    the export folder ``export``, as if another code had trained it: that run, and the value it
-    had."""
+    the export folder ``export`` (for every run of it with ``every_run``), as if another code had
+    trained it: the first such run, and the value it had."""
     from plasticlab.experiments.export import EXPORT_NAME
 
     path = export / EXPORT_NAME
     body = json.loads(gzip.decompress(path.read_bytes()))
-    run = next(r for r in body["runs"] if r["config"]["method"] == method)
-    accuracy = body["task_metrics"][run["run_id"]]["online_accuracy"]
-    was = accuracy[task]
-    accuracy[task] = was + by
+    runs = [r for r in body["runs"] if r["config"]["method"] == method]
+    was = body["task_metrics"][runs[0]["run_id"]]["online_accuracy"][task]
+    for run in runs if every_run else runs[:1]:
+        body["task_metrics"][run["run_id"]]["online_accuracy"][task] += by
     path.write_bytes(gzip.compress(json.dumps(body).encode()))
-    return run, was
+    return runs[0], was
 
 
 HOST_SYNC_METHODS = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__")

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 from pathlib import Path
 
 import pytest
 
 from conftest import change_recorded_accuracy
 from plasticlab.cli import main
-from plasticlab.experiments.compare import compare_runs, run_key
+from plasticlab.experiments.compare import compare_runs, run_key, total_online_accuracy
 from plasticlab.experiments.export import EXPORT_NAME, export_results
 
 SWEEP = """
@@ -65,6 +66,40 @@ def test_a_run_whose_accuracy_differs_is_named_with_the_first_task_it_differs_on
     assert f"task 1: {was + 0.25!r} in A, {was!r} in B" in out
     assert "  same       l2_init, adam: 2 run(s), 2 task(s)" in out
     assert "1 run(s) differ" in out
+
+
+def test_statistically_identical_runs_agree_with_a_zero_difference(short_and_long, capsys):
+    short, long = short_and_long
+    assert main(["compare", str(short), str(long), "--statistical"]) == 0
+    out = capsys.readouterr().out
+    assert "  consistent l2_init, adam: 2 run(s), 2 task(s): A − B = +0.00 points [+0.00, +0.00]" in out
+    assert "; 2 the same bit for bit" in out
+    assert "97.5 % each, 95 % for the 2 method(s) together" in out
+    assert out.rstrip().endswith("agree within the spread of their seeds")
+
+
+def test_statistically_a_method_shifted_on_every_seed_differs_and_one_off_seed_does_not(
+        short_and_long, tmp_path, capsys):
+    short, long = short_and_long
+    export_results(short, tmp_path / "export")
+    # every run of L2 Init 0.25 higher on task 1: its total over 2 tasks 12.5 points higher
+    change_recorded_accuracy(tmp_path / "export", "l2_init", task=1, by=0.25, every_run=True)
+    # one run of S&P off: a difference the seeds' spread holds
+    change_recorded_accuracy(tmp_path / "export", "shrink_perturb", task=0, by=0.25)
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "export"), str(long), "--statistical"]) == 1
+    out = capsys.readouterr().out
+    assert "  DIFFERENT  l2_init, adam: 2 run(s), 2 task(s): A − B = +12.50 points [+12.50, +12.50]" in out
+    assert "; 0 the same bit for bit" in out
+    assert ("  consistent shrink_perturb, adam: 2 run(s), 2 task(s): A − B = +6.25 points "
+            "[+0.00, +12.50]") in out
+    assert "1 method(s) differ: their interval excludes 0" in out
+
+
+def test_a_runs_total_is_its_mean_online_accuracy_over_the_tasks_compared():
+    assert total_online_accuracy([0.5, 0.7, 0.9], 2) == pytest.approx(0.6)
+    assert math.isnan(total_online_accuracy([0.5, None], 2))  # a diverged task
+    assert math.isnan(total_online_accuracy([], 0))
 
 
 def test_directories_without_a_run_in_common_are_an_error(short_and_long, tmp_path, capsys):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import calendar
 import json
+import math
 import os
 import platform
 import sys
@@ -240,7 +241,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     """``plasticlab compare A B``: the runs both directories hold (same config but for the number of
     tasks, same seed; :mod:`plasticlab.experiments.compare`) and whether each has the same online
-    accuracy on every task both ran, bit for bit; 1 when any differs."""
+    accuracy on every task both ran, bit for bit; 1 when any differs. With ``--statistical``,
+    each method is judged by its paired difference instead (:func:`_statistical_verdicts`)."""
     from .experiments.compare import shared_runs
 
     pairs, only_a, only_b = shared_runs(args.a, args.b)
@@ -253,12 +255,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     groups: dict[str, list] = {}
     for pair in pairs:
         groups.setdefault(pair.label, []).append(pair)
+    if args.statistical:
+        return _statistical_verdicts(groups)
     for label, group in groups.items():
-        tasks = sorted({p.tasks for p in group})
-        span = f"{tasks[0]}" if len(tasks) == 1 else f"{tasks[0]}–{tasks[-1]}"
         parted = [p for p in group if not p.same]
         if not parted:
-            print(f"  same       {label}: {len(group)} run(s), {span} task(s)")
+            print(f"  same       {label}: {len(group)} run(s), {_task_span(group)} task(s)")
             continue
         print(f"  DIFFERENT  {label}: {len(parted)} of {len(group)} run(s)")
         for p in parted:
@@ -269,6 +271,46 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"{differ} run(s) differ (`plasticlab verify DIR` says which one this code gives)")
         return 1
     print("every run in both has the same online accuracy on every task both ran, bit for bit")
+    return 0
+
+
+def _task_span(group) -> str:
+    tasks = sorted({p.tasks for p in group})
+    return f"{tasks[0]}" if len(tasks) == 1 else f"{tasks[0]}–{tasks[-1]}"
+
+
+def _statistical_verdicts(groups: dict[str, list]) -> int:
+    """Per method: dₛ = total online accuracy in A − in B over the tasks both ran, for each seed
+    s both hold; the mean of dₛ with a percentile-bootstrap interval over seeds, at 95 % for all
+    methods together (each at 1 − 0.05/methods, Bonferroni). A method whose interval excludes 0
+    differs; 1 when one does. Pairs with a diverged task are left out, and said so; a method
+    with fewer than two seeds left gets no verdict."""
+    from .report.stats import bootstrap_ci
+
+    confidence = 1 - 0.05 / len(groups)
+    differ = 0
+    for label, group in groups.items():
+        kept = [p for p in group if math.isfinite(p.total_a) and math.isfinite(p.total_b)]
+        left = f"; {len(group) - len(kept)} with a diverged task left out" if len(kept) < len(group) else ""
+        if len(kept) < 2:
+            print(f"  —          {label}: {len(kept)} run(s) without a diverged task{left}: too few "
+                  "seeds for an interval")
+            continue
+        d = bootstrap_ci([100 * (p.total_a - p.total_b) for p in kept], confidence=confidence)
+        mean_a = 100 * math.fsum(p.total_a for p in kept) / len(kept)
+        mean_b = 100 * math.fsum(p.total_b for p in kept) / len(kept)
+        consistent = d.lo <= 0 <= d.hi
+        differ += not consistent
+        print(f"  {'consistent' if consistent else 'DIFFERENT ':10s} {label}: {len(kept)} run(s), "
+              f"{_task_span(kept)} task(s): A − B = {d.point:+.2f} points [{d.lo:+.2f}, {d.hi:+.2f}] "
+              f"(A {mean_a:.2f} %, B {mean_b:.2f} %); {sum(p.same for p in kept)} the same bit for "
+              f"bit{left}")
+    print(f"intervals: percentile bootstrap over seeds, {100 * confidence:.4g} % each, 95 % for the "
+          f"{len(groups)} method(s) together")
+    if differ:
+        print(f"{differ} method(s) differ: their interval excludes 0")
+        return 1
+    print("every method's interval holds 0: A and B agree within the spread of their seeds")
     return 0
 
 
@@ -322,4 +364,9 @@ def register(sub) -> None:
                                         "and seed): the same online accuracy on every task both ran?")
     co.add_argument("a", metavar="A", help="a results directory or a study's folder under docs/reproduction")
     co.add_argument("b", metavar="B", help="another")
+    co.add_argument("--statistical", action="store_true",
+                    help="judge each method by the paired difference of its runs' total online "
+                         "accuracy (A − B per seed) and its bootstrap interval, not bit for bit: for "
+                         "runs from another device, thread count or torch; exit 1 when an interval "
+                         "excludes 0")
     co.set_defaults(func=cmd_compare)

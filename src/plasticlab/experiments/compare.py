@@ -7,10 +7,16 @@ another machine: your ``plasticlab reproduce STUDY`` and the committed
 the same online accuracy aₜ on every task t both ran, bit for bit (a run of T tasks and one of
 T′ > T tasks share their first T: a task's data and the steps before it do not depend on the
 tasks that follow). Nothing is trained; :mod:`plasticlab.experiments.verify` trains again.
+
+Runs from another device, another number of threads or another torch part at the bit (see
+docs/member-independence.md) but should agree in distribution. Each pair therefore also keeps
+both runs' total online accuracy over the tasks both ran, for ``compare --statistical``: per
+method, the paired difference over seeds and its bootstrap interval.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +34,8 @@ class Pair:
     run_a: str
     run_b: str
     tasks: int  # how many tasks were compared: those both ran
+    total_a: float  # the mean online accuracy over those tasks in A (NaN if one diverged)
+    total_b: float
     task: int | None = None  # the first task whose online accuracy differs; None: none does
     a: float | None = None
     b: float | None = None
@@ -50,6 +58,13 @@ def compare_runs(a: Sequence[float], b: Sequence[float]) -> tuple[int, int | Non
     return tasks, next((t for t in range(tasks) if not same_accuracy(a[t], b[t])), None)
 
 
+def total_online_accuracy(accuracies: Sequence[float | None], tasks: int) -> float:
+    """The mean of a run's online accuracy aₜ over its first ``tasks`` tasks (NaN when one of
+    them diverged: NaN in a store, None in an export)."""
+    values = [math.nan if a is None else a for a in accuracies[:tasks]]
+    return math.fsum(values) / tasks if tasks else math.nan
+
+
 def shared_runs(dir_a: str | Path, dir_b: str | Path) -> tuple[list[Pair], int, int]:
     """Every finished run of ``dir_a`` that ``dir_b`` also holds (a store or an export each),
     compared with each of its namesakes there; and how many runs only A, and only B, hold."""
@@ -64,7 +79,8 @@ def shared_runs(dir_a: str | Path, dir_b: str | Path) -> tuple[list[Pair], int, 
             a, b = accuracy_a[run["run_id"]], accuracy_b[other["run_id"]]
             tasks, task = compare_runs(a, b)
             pair = Pair(f"{run['config']['method']}, {run['config']['optimizer']}", run["seed"],
-                        run["run_id"], other["run_id"], tasks)
+                        run["run_id"], other["run_id"], tasks, total_online_accuracy(a, tasks),
+                        total_online_accuracy(b, tasks))
             if task is not None:
                 pair.task, pair.a, pair.b = task, a[task], b[task]
             pairs.append(pair)
