@@ -2,7 +2,8 @@
 # One reproduction study on a CUDA device within a wall-clock limit, with the CUDA tests
 # beside it: what a GPU machine lent for minutes can record. Into OUT_DIR go the machine's
 # description, the CUDA tests' log, the study's log, its status when it stopped (the pace of
-# each ensemble still training) and the export of every run that finished.
+# each ensemble still training), the export of every run that finished, and how those runs
+# compare with the study's committed CPU runs (`compare --statistical`).
 #
 #     docs/reproduction/gpu.sh DATA_DIR OUT_DIR STUDY [LIMIT_S [reproduce options…]]
 #
@@ -42,6 +43,10 @@ echo "reproduce exited $? after $(( $(date +%s) - start )) s (limit $limit s)" |
 python3 -m plasticlab.cli status "$runs/$study" > "$out/status.txt" 2>&1
 python3 -m plasticlab.cli export "$runs/$study" --to "$out/results.json.gz" >> "$out/study.log" 2>&1
 [ -f "$runs/docs/$study/run.json" ] && cp "$runs/docs/$study/run.json" "$out/"
+# The finished runs against this repository's CPU runs of the study, on the tasks both ran.
+if [ -f "docs/reproduction/$study/results.json.gz" ]; then
+    python3 -m plasticlab.cli compare --statistical "$out" "docs/reproduction/$study" > "$out/compare.txt" 2>&1
+fi
 wait $tests
 echo "CUDA tests: $(tail -1 "$out/cuda_tests.txt")"
 tail -25 "$out/status.txt"
