@@ -10,7 +10,7 @@ import pytest
 from conftest import change_recorded_accuracy
 from plasticlab.cli import main
 from plasticlab.experiments.export import export_results
-from plasticlab.experiments.verify import choose, ensembles, recorded_runs, verify_ensemble
+from plasticlab.experiments.verify import alone_is_exact, choose, ensembles, recorded_runs, verify_ensemble
 
 SWEEP = """
 name = "tiny"
@@ -63,11 +63,48 @@ def test_a_recorded_accuracy_this_code_does_not_give_is_named_with_its_task(swep
     assert main(["verify", str(tmp_path / "export"), "--tasks", "1", "--data-dir", str(data_dir)]) == 0
 
 
+@pytest.mark.parametrize("members", [1, 3])
+def test_the_first_runs_of_an_ensemble_trained_on_their_own_give_their_recorded_accuracies(
+        swept, data_dir, members, capsys):
+    assert main(["verify", str(swept), "--tasks", "2", "--members", str(members), "--data-dir",
+                 str(data_dir)]) == 0
+    out = capsys.readouterr().out
+    # L2 Init and L2 share an ensemble of 4: its first 1 or 3 members, mixed methods and all
+    assert f"same       l2_init+l2, adam, K=4: {members} run(s), 2 task(s)" in out
+    assert f"({members} member(s) trained again)" in out
+    assert "same       shrink_perturb, adam, K=2: " in out
+
+
+def test_a_change_in_a_run_checked_on_its_own_is_found(swept, data_dir, tmp_path, capsys):
+    export_results(swept, tmp_path / "export")
+    run, now = change_recorded_accuracy(tmp_path / "export", "shrink_perturb", task=1, by=0.5)
+    capsys.readouterr()
+    assert main(["verify", str(tmp_path / "export"), "--tasks", "2", "--members", "1", "--data-dir",
+                 str(data_dir)]) == 1
+    out = capsys.readouterr().out
+    assert "DIFFERENT  shrink_perturb, adam, K=2: 1 of 1 run(s), recorded by" in out
+    assert f"run {run['run_id']} (shrink_perturb, seed {run['seed']}): task 1" in out
+
+
+def test_runs_are_checked_on_their_own_only_where_member_k_is_seed_k_alone():
+    def run(optimizer, method="l2_init", problem="permuted_mnist", threads=1):
+        return {"config": {"optimizer": optimizer, "method": method, "problem": problem},
+                "manifest": {"threads": threads}}
+
+    assert alone_is_exact([run("adam"), run("sgd", "baseline")])
+    assert alone_is_exact([run("adam", "fire", "random_label_cifar")])
+    assert not alone_is_exact([run("adam"), run("upgd", "baseline")])  # UPGD: the whole ensemble
+    assert not alone_is_exact([run("adam", threads=2)])
+    assert not alone_is_exact([run("adam")], device="cuda")
+
+
 def test_verify_needs_recorded_runs_and_a_task(tmp_path, capsys):
     assert main(["verify", str(tmp_path)]) == 2
     assert "holds no results store" in capsys.readouterr().err
     assert main(["verify", str(tmp_path), "--tasks", "0"]) == 2
     assert "--tasks must be >= 1" in capsys.readouterr().err
+    assert main(["verify", str(tmp_path), "--members", "0"]) == 2
+    assert "--members must be >= 1" in capsys.readouterr().err
 
 
 # The committed studies on Permuted MNIST (625 steps a task) that train L2 Init: the ensemble

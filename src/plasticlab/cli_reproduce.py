@@ -211,6 +211,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     if args.tasks < 1:
         raise ValueError(f"--tasks must be >= 1, got {args.tasks}")
+    if args.members is not None and args.members < 1:
+        raise ValueError(f"--members must be >= 1, got {args.members}")
     runs, accuracy = recorded_runs(args.dir)
     if not runs:
         raise ValueError(f"{args.dir} holds no finished run to verify")
@@ -219,14 +221,16 @@ def cmd_verify(args: argparse.Namespace) -> int:
           f"for {args.tasks} task(s) each (device {args.device}, torch {torch.__version__})")
     differ = 0
     for members in chosen:
-        check = verify_ensemble(members, accuracy, args.tasks, data_dir=args.data_dir, device=args.device)
+        check = verify_ensemble(members, accuracy, args.tasks, data_dir=args.data_dir, device=args.device,
+                                limit=args.members)
+        trained = f" ({check.trained} member(s) trained again)" if args.members else ""
         if check.same:
             print(f"  same       {check.label}: {check.compared} run(s), {check.tasks} task(s), "
-                  f"recorded by {check.code} on {check.device}")
+                  f"recorded by {check.code} on {check.device}{trained}")
             continue
         differ += len(check.mismatches)
         print(f"  DIFFERENT  {check.label}: {len(check.mismatches)} of {check.compared} run(s), "
-              f"recorded by {check.code} on {check.device}")
+              f"recorded by {check.code} on {check.device}{trained}")
         for m in check.mismatches:
             print(f"    run {m.run_id} ({m.method}, seed {m.seed}): task {m.task} recorded {m.recorded!r}, "
                   f"now {m.now!r}")
@@ -355,6 +359,10 @@ def register(sub) -> None:
     ve.add_argument("--tasks", type=int, default=1, help="tasks to train and compare (default 1)")
     ve.add_argument("--all", action="store_true",
                     help="every ensemble (default: the first of each method and optimizer)")
+    ve.add_argument("--members", type=int,
+                    help="check only the first N runs of each ensemble, trained again on their own, "
+                         "where member k of an ensemble is seed k alone to the bit (CPU, one thread, "
+                         "Adam or SGD); elsewhere the whole ensemble is trained (default: all runs)")
     ve.add_argument("--data-dir", dest="data_dir")
     ve.add_argument("--device", default="cpu", help="where to train (default cpu: the recorded "
                                                    "numbers are exact there)")

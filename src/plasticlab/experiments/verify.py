@@ -8,6 +8,11 @@ backward pass and step (eager or compiled), without the task-end measurements (w
 change training). It then compares every member's online accuracy aₜ on those tasks with the
 recorded value, bit for bit: on the CPU, with one thread, an ensemble trained again gives
 exactly the numbers it gave (docs/member-independence.md says where that holds and where not).
+
+With ``members=N`` only the first N recorded runs of an ensemble are trained again, as an
+ensemble of their own, where member k of an ensemble is seed k alone to the bit
+(:func:`plasticlab.member_independence.member_independence`); elsewhere (UPGD, CUDA, more
+threads) the whole ensemble still is, so the check stays exact.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ class Check:
     code: str | None
     device: str
     tasks: int
+    trained: int  # members trained again: the whole ensemble, or the runs checked alone
     mismatches: list[Mismatch] = field(default_factory=list)
 
     @property
@@ -103,30 +109,50 @@ def choose(groups: Sequence[list[dict]], every: bool = False) -> list[list[dict]
     return list(kinds.values())
 
 
+def alone_is_exact(members: Sequence[dict], device: str = "cpu") -> bool:
+    """Whether these recorded runs, trained again on ``device`` with their recorded threads,
+    give their ensemble's numbers in an ensemble of their own: member k of an ensemble is seed
+    k alone, to the bit, there (:func:`~plasticlab.member_independence.member_independence`)."""
+    from ..member_independence import member_independence
+    from .bench import arch_of
+
+    threads = members[0]["manifest"].get("threads") or 1
+    return all(member_independence(device, threads, run["config"]["optimizer"], run["config"]["method"],
+                                   arch_of(run["config"]["problem"]))["bit_identical"] is True
+               for run in members)
+
+
 def verify_ensemble(members: Sequence[dict], accuracy: dict[str, list[float]], tasks: int,
-                    data_dir=None, device: str = "cpu") -> Check:
+                    data_dir=None, device: str = "cpu", limit: int | None = None) -> Check:
     """Train the ensemble that trained ``members`` (recorded runs, each with its manifest) again
-    for its first ``tasks`` tasks and compare each recorded member's online accuracy there."""
+    for its first ``tasks`` tasks and compare each recorded member's online accuracy there; with
+    ``limit``, only the first ``limit`` of ``members``, on their own, where that is exact
+    (:func:`alone_is_exact`)."""
     from ..engine import train_ensemble
     from .config import resolve_config
 
     first = members[0]
     record = _ensemble_record(first)
     manifest = first["manifest"]
+    position = {run_id: k for k, run_id in enumerate(record["run_ids"])}
+    kept = list(range(len(record["run_ids"])))
+    if limit is not None and limit < len(members) and alone_is_exact(members[:limit], device):
+        members = list(members[:limit])
+        kept = sorted(position[run["run_id"]] for run in members)
+        position = {record["run_ids"][k]: i for i, k in enumerate(kept)}
     tasks = min(tasks, first["config"]["tasks"])
     config = resolve_config({**first["config"], "tasks": tasks})
     # as the sweep passed them: a step size or method per member only where they differ (a
     # record made before ensembles mixed them has neither: every member had the config's)
-    rates = record.get("lr") if len(set(record.get("lr") or [])) > 1 else None
-    methods = record.get("methods") if len(set(record.get("methods") or [])) > 1 else None
-    result = train_ensemble(config, record["seeds"], record["params"], member_lr=rates,
-                            member_methods=methods, data_dir=data_dir, device=device,
+    rates = [record["lr"][k] for k in kept] if len(set(record.get("lr") or [])) > 1 else None
+    methods = [record["methods"][k] for k in kept] if len(set(record.get("methods") or [])) > 1 else None
+    result = train_ensemble(config, [record["seeds"][k] for k in kept], [record["params"][k] for k in kept],
+                            member_lr=rates, member_methods=methods, data_dir=data_dir, device=device,
                             threads=manifest.get("threads") or 1,
                             backprop=manifest.get("backprop") or "auto",
                             compile=manifest.get("step") == "compiled", measure=False)
     check = Check([m["run_id"] for m in members], describe(members), first.get("code"),
-                  manifest.get("device", "cpu"), tasks)
-    position = {run_id: k for k, run_id in enumerate(record["run_ids"])}
+                  manifest.get("device", "cpu"), tasks, trained=len(kept))
     for run in members:
         now = result.members[position[run["run_id"]]].task_online_accuracy
         for task, recorded in enumerate(accuracy[run["run_id"]][:tasks]):
