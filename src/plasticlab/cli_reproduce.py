@@ -234,12 +234,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
         for m in check.mismatches:
             print(f"    run {m.run_id} ({m.method}, seed {m.seed}): task {m.task} recorded {m.recorded!r}, "
                   f"now {m.now!r}")
-    if differ:
-        print(f"{differ} run(s) differ: this code does not give their recorded numbers (a run recorded "
-              "by other code, another device or more threads may; docs/member-independence.md)")
-        return 1
-    print("every run checked gives its recorded online accuracy, bit for bit")
-    return 0
+    return _conclude(differ, f"{differ} run(s) differ: this code does not give their recorded numbers (a "
+                             "run recorded by other code, another device or more threads may; "
+                             "docs/member-independence.md)",
+                     "every run checked gives its recorded online accuracy, bit for bit")
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -271,11 +269,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
             print(f"    seed {p.seed} (run {p.run_a} in A, {p.run_b} in B): task {p.task}: {p.a!r} in A, "
                   f"{p.b!r} in B")
     differ = sum(not p.same for p in pairs)
-    if differ:
-        print(f"{differ} run(s) differ (`plasticlab verify DIR` says which one this code gives)")
-        return 1
-    print("every run in both has the same online accuracy on every task both ran, bit for bit")
-    return 0
+    return _conclude(differ, f"{differ} run(s) differ (`plasticlab verify DIR` says which one this code "
+                             "gives)",
+                     "every run in both has the same online accuracy on every task both ran, bit for bit")
+
+
+def _conclude(differ: int, differ_line: str, same_line: str) -> int:
+    """Print a checking command's last line, and return its exit code: 1 when something differs."""
+    print(differ_line if differ else same_line)
+    return 1 if differ else 0
 
 
 def _task_span(group) -> str:
@@ -311,11 +313,8 @@ def _statistical_verdicts(groups: dict[str, list]) -> int:
               f"bit{left}")
     print(f"intervals: percentile bootstrap over seeds, {100 * confidence:.4g} % each, 95 % for the "
           f"{len(groups)} method(s) together")
-    if differ:
-        print(f"{differ} method(s) differ: their interval excludes 0")
-        return 1
-    print("every method's interval holds 0: A and B agree within the spread of their seeds")
-    return 0
+    return _conclude(differ, f"{differ} method(s) differ: their interval excludes 0",
+                     "every method's interval holds 0: A and B agree within the spread of their seeds")
 
 
 def register(sub) -> None:
