@@ -134,12 +134,11 @@ def verify_ensemble(members: Sequence[dict], accuracy: dict[str, list[float]], t
     first = members[0]
     record = _ensemble_record(first)
     manifest = first["manifest"]
-    position = {run_id: k for k, run_id in enumerate(record["run_ids"])}
-    kept = list(range(len(record["run_ids"])))
+    kept = list(range(len(record["run_ids"])))  # the recorded members trained again
     if limit is not None and limit < len(members) and alone_is_exact(members[:limit], device):
         members = list(members[:limit])
-        kept = sorted(position[run["run_id"]] for run in members)
-        position = {record["run_ids"][k]: i for i, k in enumerate(kept)}
+        kept = sorted(record["run_ids"].index(run["run_id"]) for run in members)
+    position = {record["run_ids"][k]: i for i, k in enumerate(kept)}  # run id → member trained
     tasks = min(tasks, first["config"]["tasks"])
     config = resolve_config({**first["config"], "tasks": tasks})
     # as the sweep passed them: a step size or method per member only where they differ (a
