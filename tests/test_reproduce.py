@@ -62,6 +62,16 @@ def test_reproduce_sweeps_exports_reports_and_resumes(data_dir, tmp_path, capsys
     assert main([a for a in argv if a != "--no-progress"]) == 0
     sittings = json.loads((docs / "run.json").read_text())["sittings"]
     assert len(sittings) == 2 and "--no-progress" not in sittings[1]["command"]
+    # a retrain of some runs (after a fix) is a sitting of the same study, said so in its command
+    from plasticlab.cli_reproduce import same_results
+
+    study_command = json.loads((docs / "run.json").read_text())["command"]
+    assert main([*argv, "--rerun", "--only", "seed=0", "--only", "lr=1e-3"]) == 0
+    record = json.loads((docs / "run.json").read_text())
+    assert "--rerun" not in record["command"] and same_results(record["command"], study_command)
+    assert len(record["sittings"]) == 3
+    assert record["sittings"][2]["command"].endswith("--rerun --only seed=0 --only lr=1e-3")
+    assert len(read_export(docs / EXPORT_NAME)[0]) == 36
     # another command (another length) would replace these results: refused before it trains
     exported = (docs / EXPORT_NAME).read_bytes()
     shorter = [*argv, "--tasks", "2", "--out", str(tmp_path / "other")]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from plasticlab.experiments import ResultStore
@@ -353,3 +355,37 @@ def test_relative_costs_time_each_method_and_each_optimizer_against_the_baseline
     assert set(methods) == {"l2_init"} and set(optimizers) == {"upgd"}
     assert methods["l2_init"] > 1 and optimizers["upgd"] > 1
     assert "upgd" in lines[1] and "Adam's time per step" in lines[1]
+
+
+def test_only_keeps_the_runs_whose_every_filtered_setting_is_one_of_its_values():
+    from plasticlab.experiments.sweep import only_runs, run_filters
+
+    runs = expand({"problem": "permuted_mnist", "seeds": "0-2", "variants": [
+        {"method": "l2_init", "optimizer": "adam", "grid": {"lr": [1e-3, 1e-2]}},
+        {"method": "baseline", "optimizer": "upgd", "lr": 1e-2}]})
+    picked = only_runs(runs, run_filters(["optimizer=upgd"], runs))
+    assert {(r.config.optimizer, r.seed) for r in picked} == {("upgd", s) for s in (0, 1, 2)}
+    picked = only_runs(runs, run_filters(["lr=1e-2", "seed=0-1"], runs))  # read as 0.01; AND
+    assert sorted((r.config.method, r.seed) for r in picked) == [
+        ("baseline", 0), ("baseline", 1), ("l2_init", 0), ("l2_init", 1)]
+    picked = only_runs(runs, run_filters(["method=baseline,l2_init", "optimizer=adam"], runs))
+    assert len(picked) == 6 and {r.config.method for r in picked} == {"l2_init"}
+    assert only_runs(runs, run_filters([], runs)) == runs
+
+
+@pytest.mark.parametrize("text,message", [
+    ("optimizer=upgdd", "no run of the sweep has optimizer = upgdd; its values: adam, upgd"),
+    ("optimiser=upgd", "unknown key 'optimiser'"),
+    ("lr=fast", "lr takes float values"),
+    ("seed=7", "no run of the sweep has seed = 7"),
+    ("method", "expects KEY=VALUE"),
+])
+def test_a_filter_that_could_select_nothing_by_mistake_is_an_error(text, message):
+    from plasticlab.experiments.sweep import run_filters
+
+    runs = expand({"problem": "permuted_mnist", "seeds": "0-2", "variants": [
+        {"method": "l2_init", "optimizer": "adam", "lr": 1e-3},
+        {"method": "baseline", "optimizer": "upgd", "lr": 1e-2}]})
+    with pytest.raises(ValueError, match=re.escape(message)):
+        run_filters([text], runs)
+    assert run_filters(["seed=7"], runs, more_seeds=[7]) == {"seed": {7}}  # a protocol's seeds

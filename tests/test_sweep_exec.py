@@ -240,3 +240,40 @@ def test_status_estimates_the_ensembles_not_started_by_the_machines_calibration(
     assert line.strip().startswith("and 1 ensemble(s) of the plan not started (2 runs): "
                                    "about 0h00m10s of training on ")
     assert line.endswith("worker(s), by this machine's calibration")
+
+
+def test_only_with_rerun_trains_again_just_the_matching_runs(data_dir, tmp_path, capsys):
+    sweep = write_sweep(tmp_path, methods=("baseline", "l2_init"))
+    out = tmp_path / "out"
+    args = ["sweep", str(sweep), "--out", str(out), "--data-dir", str(data_dir), "--no-progress"]
+    assert main(args) == 0
+    first = finished_runs(out)
+    assert main([*args, "--rerun", "--only", "method=l2_init", "--only", "seed=1"]) == 0
+    assert "--only method=l2_init seed=1: 1 of the grid's 4 runs" in capsys.readouterr().out
+    with ResultStore(out) as store:
+        attempts = {rid: len(store.attempts(rid)) for rid in first}
+    again = [rid for rid, n in attempts.items() if n == 2]
+    assert len(again) == 1 and sorted(attempts.values()) == [1, 1, 1, 2]
+    assert (first[again[0]]["config"]["method"], first[again[0]]["seed"]) == ("l2_init", 1)
+    # the same code, trained again: the same numbers
+    assert (finished_runs(out)[again[0]]["summary"]["total_online_accuracy"]
+            == first[again[0]]["summary"]["total_online_accuracy"])
+
+
+def test_only_on_a_protocol_sweep_needs_the_rest_of_its_grid_finished(data_dir, tmp_path, capsys):
+    sweep = write_sweep(tmp_path, methods=("l2_init",), extra="""
+[grid.l2_init]
+strength = [1e-1, 1e-3]
+[protocol]
+evaluation_seeds = "7-8"
+""")
+    out = tmp_path / "out"
+    args = ["sweep", str(sweep), "--out", str(out), "--data-dir", str(data_dir), "--no-progress"]
+    assert main([*args, "--only", "seed=0"]) == 2
+    assert "selection needs its whole grid: 2 grid run(s) outside the filter" in capsys.readouterr().err
+    assert not finished_runs(out)
+    assert main(args) == 0
+    assert main([*args, "--rerun", "--only", "seed=8"]) == 0  # an evaluation seed
+    with ResultStore(out) as store:
+        twice = [r for r in store.runs(status="finished") if len(store.attempts(r["run_id"])) == 2]
+    assert [r["seed"] for r in twice] == [8]

@@ -93,7 +93,8 @@ def test_runs_are_checked_on_their_own_only_where_member_k_is_seed_k_alone():
 
     assert alone_is_exact([run("adam"), run("sgd", "baseline")])
     assert alone_is_exact([run("adam", "fire", "random_label_cifar")])
-    assert not alone_is_exact([run("adam"), run("upgd", "baseline")])  # UPGD: the whole ensemble
+    assert alone_is_exact([run("upgd", "baseline"), run("upgd_nonprotecting", "baseline")])
+    assert not alone_is_exact([run("adam"), run("lion", "baseline")])  # not tested: the whole ensemble
     assert not alone_is_exact([run("adam", threads=2)])
     assert not alone_is_exact([run("adam")], device="cuda")
 

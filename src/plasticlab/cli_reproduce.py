@@ -135,8 +135,10 @@ def reproduce_study(args: argparse.Namespace, study: str) -> int:
     scale = args.scale if args.scale is not None else STUDY_SCALES.get(study, 1.0)
     out, docs = Path(args.out) / study, Path(args.docs) / study
     sweep = _sweep_args(args, study, out, scale)
+    command = f"plasticlab {' '.join(sweep)}"  # the study's command: what its results are
+    # A retrain (runs a fix changed, trained again) is a sitting of the same study.
+    sweep += (["--rerun"] if args.rerun else []) + [w for f in args.only or [] for w in ("--only", f)]
     print(f"reproduce {study}: plasticlab {' '.join(sweep)}", file=sys.stderr)
-    command = f"plasticlab {' '.join(sweep)}"
     record_path = docs / "run.json"
     record = json.loads(record_path.read_text()) if record_path.is_file() else {}
     same_study = same_results(record.get("command", ""), command)
@@ -157,7 +159,7 @@ def reproduce_study(args: argparse.Namespace, study: str) -> int:
     close_killed_sittings(record["sittings"], out)
     # This sitting is recorded before it trains: if it is killed (no signal handler runs), the
     # next sitting finds it open and closes it at its sweep's last progress.
-    sitting = {"started": _utc(), "command": command}
+    sitting = {"started": _utc(), "command": f"plasticlab {' '.join(sweep)}"}
     record["sittings"].append(sitting)
     _write_record(record_path, record)
     t0, code = time.perf_counter(), None
@@ -341,6 +343,11 @@ def register(sub) -> None:
                     help="replace a study's results under --docs that another command (another "
                          "--scale, --tasks or --out) made; without it, that is an error before anything "
                          "trains")
+    rp.add_argument("--rerun", action="store_true",
+                    help="train finished runs again (sweep --rerun; with --only, the runs a fix "
+                         "changed): a sitting of the same study, its results replaced when it ends")
+    rp.add_argument("--only", action="append", metavar="KEY=VALUE[,VALUE…]",
+                    help="train only the matching runs (sweep --only); repeatable")
     rp.add_argument("--dry-run", action="store_true",
                     help="print each study's sweep command, plan and time estimate (after "
                          "`plasticlab bench`); writes nothing")

@@ -14,6 +14,7 @@ from .experiments.executor import EXECUTORS, default_workers
 from .experiments.orchestrate import (
     evaluation_runs,
     grid_selection,
+    pending_runs,
     plan,
     planned_ensembles,
     protocol_seeds,
@@ -25,7 +26,7 @@ from .experiments.orchestrate import (
 )
 from .experiments.presets import PRESETS, get_preset
 from .experiments.store import STATUSES, ResultStore
-from .experiments.sweep import expand
+from .experiments.sweep import expand, only_runs, run_filters
 
 try:
     import tomllib
@@ -111,17 +112,30 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     check_device(args.device)
     runs = expand(sweep, args.scale)  # every grid value is checked against its domain here
     eval_seeds = protocol_seeds(sweep)
+    wanted = run_filters(args.only or [], runs, eval_seeds or ())
+    grid_runs = only_runs(runs, wanted)
+    if wanted and eval_seeds is not None:
+        # The protocol selects on the whole grid: training part of it must not select on part.
+        chosen = {id(r) for r in grid_runs}
+        rest, _ = pending_runs([r for r in runs if id(r) not in chosen], out)
+        if rest:
+            raise ValueError(f"--only trains part of a protocol sweep, whose selection needs its whole "
+                             f"grid: {len(rest)} grid run(s) outside the filter have not finished in "
+                             f"{out}; run the sweep without --only first")
     workers = args.workers or default_workers()
     calibration = bench.load()
     max_members = args.max_members or bench.members_for(args.device, calibration, workers)
     # Halving ensembles until every round fills every worker feeds each CPU core; on a GPU,
     # one device for all workers, it would only shrink K below the device's best.
     split_for = workers if str(args.device).startswith("cpu") else 1
-    grid_plan = plan(runs, out, max_members, workers=split_for, rerun=args.rerun)
+    grid_plan = plan(grid_runs, out, max_members, workers=split_for, rerun=args.rerun)
     options = {"forgetting": True} if sweep.get("forgetting") else {}
     if args.compile:
         options["compile"] = True
     print(f"sweep {name}" + (f" (scale {args.scale:g})" if args.scale else "") + f" → {out}")
+    if wanted:
+        print(f"  --only {' '.join(args.only)}: {len(grid_runs)} of the grid's {len(runs)} runs"
+              + (", and the evaluation's runs that match" if eval_seeds is not None else ""))
     print("  " + _describe(grid_plan, workers, calibration))
     if eval_seeds is not None:
         print(f"  then the protocol: the best configuration per method on seeds {eval_seeds}")
@@ -154,8 +168,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(f"  {problem} {optimizer} {method:<16} lr={cfg['lr']:g} {cfg['params']} "
                   f"score {100 * entry['score']:.2f}% (of {entry['candidates']} configs)")
         eval_runs = evaluation_runs(selection, eval_seeds)
-        eval_plan = plan(eval_runs, out, max_members, phase="evaluation", workers=split_for,
-                         rerun=args.rerun)
+        eval_plan = plan(only_runs(eval_runs, wanted), out, max_members, phase="evaluation",
+                         workers=split_for, rerun=args.rerun)
         write_plan(out, eval_runs, name, "evaluation", eval_plan.ensembles)
         print("  " + _describe(eval_plan, workers, calibration))
         failed += [j for j in run_plan(eval_plan, **common) if j.error]
@@ -379,6 +393,10 @@ def register(sub) -> None:
     sw.add_argument("--rerun", action="store_true",
                     help="train runs that already finished again (new attempts: the earlier "
                          "results are kept; the newest finished attempt counts)")
+    sw.add_argument("--only", action="append", metavar="KEY=VALUE[,VALUE…]",
+                    help="train only the runs whose KEY (seed, method, optimizer, lr, … ) is one of "
+                         "the VALUEs; repeatable (all must match). With --rerun: train again the "
+                         "runs a fix changed, e.g. --only optimizer=upgd,upgd_nonprotecting")
     sw.add_argument("--compile", action="store_true",
                     help="take each training step through torch.compile where it applies (the MLP "
                          "with a penalty method and Adam or SGD; see plasticlab run)")

@@ -15,13 +15,14 @@ DOC = "docs/member-independence.md"
 BIT_IDENTICAL = (
     "CPU, one torch thread (the engine's default): member k of an ensemble equals seed k run "
     "alone bit for bit — parameters and online accuracies — for the MLP (hand-written or "
-    "autograd backward) and the CNN, with Adam (a penalty's decay in its pass or not) and "
-    "SGD. Whole runs are tested (tests/test_member_independence.py: Permuted MNIST MLP 6 tasks × "
-    "800 steps for Baseline, L2 Init, L1 Init, Huber Init with Adam and L2 Init with SGD; "
-    "Random Label CIFAR CNN 3 × 200 with L2 Init and Adam); every registered method was checked "
-    "with Adam by benchmarks/member_independence.py --every-method (MLP 3 × 400, CNN 2 × 100), "
-    "all bit-identical (FIRE on the CNN since its conv-bank slices are made contiguous; "
-    "tests/test_member_independence.py).")
+    "autograd backward) and the CNN, with Adam (a penalty's decay in its pass or not), SGD and "
+    "UPGD. Whole runs are tested (tests/test_member_independence.py: Permuted MNIST MLP 6 tasks × "
+    "800 steps for Baseline, L2 Init, L1 Init, Huber Init with Adam, L2 Init with SGD and L2 "
+    "Init with UPGD; Random Label CIFAR CNN 3 × 200 with L2 Init and Adam); every registered "
+    "method was checked with Adam by benchmarks/member_independence.py --every-method (MLP 3 × "
+    "400, CNN 2 × 100) and with UPGD (--optimizer upgd, MLP 3 × 400), all bit-identical (FIRE on "
+    "the CNN since its conv-bank slices are made contiguous; UPGD since its sigmoid is taken "
+    "member by member; tests/test_member_independence.py).")
 """What is bit-identical, and the tests and checks behind it."""
 
 NOT_BIT_IDENTICAL = {
@@ -34,9 +35,6 @@ NOT_BIT_IDENTICAL = {
                 "seeds 0-7 vs seed 3 alone): MLP L2 Init + Adam, 3 tasks × 400 steps, parameters "
                 "apart by up to 2.9e-7 from the first task on, online accuracies equal; CNN, 3 × "
                 "200, 0.5 points of online accuracy and 0.047 in a parameter."),
-    "upgd": ("UPGD: not bit-identical. Measured (MLP L2 Init, 3 tasks × 400 steps, member 3 of "
-             "seeds 0-7 vs seed 3 alone): parameters apart by up to 2.5e-5 from the first task "
-             "on, online accuracies equal."),
     "other optimizers": "Optimizers other than Adam, SGD and UPGD: not tested.",
 }
 """What is not (or not known to be) bit-identical, and why."""
@@ -55,9 +53,7 @@ def member_independence(device: str | torch.device = "cpu", threads: int = 1,
         flag, text = None, f"{device.type}: not tested."
     elif int(threads) != 1:
         flag, text = False, NOT_BIT_IDENTICAL["threads"]
-    elif optimizer.startswith("upgd"):
-        flag, text = False, NOT_BIT_IDENTICAL["upgd"]
-    elif optimizer not in ("adam", "sgd"):
+    elif optimizer not in ("adam", "sgd", "upgd", "upgd_nonprotecting"):
         flag, text = None, NOT_BIT_IDENTICAL["other optimizers"]
     else:
         flag, text = True, BIT_IDENTICAL

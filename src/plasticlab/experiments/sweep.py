@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..methods import get_method
@@ -154,6 +154,55 @@ def expand(sweep: dict, scale: float | None = None) -> list[Run]:
                             config.params[p.name] = scaled(config.params[p.name], scale)
                 runs.extend(Run(config, s) for s in seeds)
     return runs
+
+
+def run_filters(filters: Sequence[str], runs: Sequence[Run],
+                more_seeds: Sequence[int] = ()) -> dict[str, set]:
+    """Read ``--only`` filters ``KEY=VALUE[,VALUE…]`` against a sweep's ``runs``: KEY is
+    ``seed`` or a setting of the run's config that holds one value (``problem``, ``method``,
+    ``optimizer``, ``lr``, ``width``, …); ``seed`` reads ranges (``0-2,9``) as ``--seeds`` does,
+    and other values are read as the setting's type, so ``lr=1e-2`` is 0.01. Returns
+    {KEY: the wanted values}. An unknown key, a value of the wrong type, or a value that no run
+    has (seeds: nor ``more_seeds``, a protocol's evaluation seeds) is an error: a misspelt
+    filter must not select nothing in silence."""
+    if not runs:
+        return {}
+    sample = runs[0].config.to_dict()
+    keys = ["seed", *(k for k, v in sample.items() if not isinstance(v, dict))]
+    wanted: dict[str, set] = {}
+    for text in filters:
+        key, sep, values = (part.strip() for part in text.partition("="))
+        if not sep or not key or not values:
+            raise ValueError(f"--only expects KEY=VALUE[,VALUE…], got {text!r}")
+        if key not in keys:
+            raise ValueError(f"--only {text}: unknown key {key!r}; a run's keys: {', '.join(keys)}")
+        if key == "seed":
+            given = set(parse_seeds(values))
+            present = {r.seed for r in runs} | set(more_seeds)
+        else:
+            kind = type(sample[key])
+            try:
+                given = {kind(v.strip()) for v in values.split(",")}
+            except ValueError:
+                raise ValueError(f"--only {text}: {key} takes {kind.__name__} values") from None
+            present = {r.config.to_dict()[key] for r in runs}
+        missing = sorted(map(str, given - present))
+        if missing:
+            raise ValueError(f"--only {text}: no run of the sweep has {key} = {', '.join(missing)}; "
+                             f"its values: {', '.join(sorted(map(str, present)))}")
+        wanted[key] = wanted.get(key, given) & given
+    return wanted
+
+
+def only_runs(runs: Sequence[Run], wanted: dict[str, set]) -> list[Run]:
+    """The runs of ``runs`` whose every KEY of ``wanted`` (:func:`run_filters`) is one of its
+    values."""
+    def matches(run: Run) -> bool:
+        config = run.config.to_dict()
+        return all((run.seed if key == "seed" else config[key]) in values
+                   for key, values in wanted.items())
+
+    return [r for r in runs if matches(r)]
 
 
 def _product(axes: dict) -> list[dict]:

@@ -11,8 +11,8 @@ exactly the numbers it gave (docs/member-independence.md says where that holds a
 
 With ``members=N`` only the first N recorded runs of an ensemble are trained again, as an
 ensemble of their own, where member k of an ensemble is seed k alone to the bit
-(:func:`plasticlab.member_independence.member_independence`); elsewhere (UPGD, CUDA, more
-threads) the whole ensemble still is, so the check stays exact.
+(:func:`plasticlab.member_independence.member_independence`); elsewhere (CUDA, more threads)
+the whole ensemble still is, so the check stays exact.
 """
 
 from __future__ import annotations

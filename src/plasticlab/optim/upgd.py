@@ -25,8 +25,9 @@ each example moves the weights B times less at the same α, so the reference α 
 batch 16. Non-protecting UPGD's gradient step is exactly SGD's (only the noise is scaled): at
 a given α it learns as fast as SGD at that α.
 
-On stacked ensemble parameters (``member_dim=True``) η is each member's own maximum and each
-member's noise comes from its own generator, so member k equals seed k alone. The rule's steps
+On stacked ensemble parameters (``member_dim=True``) η is each member's own maximum, s is taken
+member by member and each member's noise comes from its own generator, so member k equals seed
+k alone. The rule's steps
 are functions (:func:`trace_utility_`, :func:`utility_max`, :func:`scaled_utility`,
 :func:`perturbed_update_`) that the ``torch.optim.Optimizer`` drop-in
 :class:`plasticlab.dropin_field.UPGD` shares.
@@ -69,7 +70,15 @@ def scaled_utility(utilities: Sequence[torch.Tensor], step: int, beta: float,
     out = []
     for u in utilities:
         shape = (-1, *([1] * (u.dim() - 1))) if member_dim else ()
-        s = torch.sigmoid(u / correction / safe.view(shape))
+        x = u / correction / safe.view(shape)
+        if member_dim:
+            # Member by member: sigmoid's vector loop rounds a slab's last elements differently
+            # by where the slab sits in a whole [K, …] tensor, so member k would depend on K.
+            s = torch.empty_like(x)
+            for x_k, s_k in zip(x.unbind(0), s.unbind(0), strict=True):
+                torch.sigmoid(x_k, out=s_k)
+        else:
+            s = torch.sigmoid(x)
         out.append(torch.where(positive.view(shape), s, torch.zeros_like(s)))
     return out
 
