@@ -21,6 +21,11 @@ that make replacement, resets and consolidation happen within a short run) on th
 K = 8 with L2 Init's decay in Adam's pass, ``Adam(member_dim=False)`` (whole tensors, as before the fix)
 against ``member_dim=True`` (the engine's), with the gradients in the same buffers at every step
 (the hand-written backward) or new tensors (autograd); rounds interleaved, best of each.
+
+``--upgd-cost``: instead, what UPGD's per-member sigmoid costs: its scaled utility s over the
+MLP's parameters at K = ``--seeds``, one sigmoid over each whole ``[K, …]`` tensor (as before
+the fix) against :func:`plasticlab.optim.upgd.scaled_utility` (member by member), and a whole
+UPGD step beside them for scale; rounds interleaved, best of each.
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ import torch
 from plasticlab import engine
 from plasticlab.experiments.config import resolve_config
 from plasticlab.methods import METHODS
-from plasticlab.optim import Adam
+from plasticlab.optim import UPGD, Adam
+from plasticlab.optim.upgd import scaled_utility, utility_max
 
 MLP = [
     ("baseline + adam", "baseline", {}, "adam", "manual"),
@@ -124,6 +130,43 @@ def adam_step_cost(rounds: int = 25, steps: int = 200) -> dict:
     return best
 
 
+def whole_tensor_scaled_utility(utilities, step: int, beta: float) -> list[torch.Tensor]:
+    """UPGD's s as it was before the per-member sigmoid: one sigmoid over each whole tensor."""
+    eta = utility_max(utilities, member_dim=True)
+    positive = eta > 0
+    safe = torch.where(positive, eta, torch.ones_like(eta))
+    out = []
+    for u in utilities:
+        shape = (-1, *([1] * (u.dim() - 1)))
+        s = torch.sigmoid(u / (1 - beta ** step) / safe.view(shape))
+        out.append(torch.where(positive.view(shape), s, torch.zeros_like(s)))
+    return out
+
+
+def upgd_scale_cost(members: int = 8, rounds: int = 25, steps: int = 100) -> dict:
+    """Seconds, best of ``rounds``: UPGD's scaled utility over the MLP's parameters at K =
+    ``members``, whole-tensor and per member, and one whole UPGD step (member by member)."""
+    shapes = [(members, 100, 784), (members, 100), (members, 100, 100), (members, 100),
+              (members, 10, 100), (members, 10)]
+    params = [torch.randn(s) for s in shapes]
+    for p in params:
+        p.grad = torch.randn(p.shape) * 1e-3
+    utilities = [torch.randn(s) * 1e-4 for s in shapes]
+    generators = [torch.Generator().manual_seed(k) for k in range(members)]
+    opt = UPGD(params, lr=1e-2, member_dim=True, generators=generators)
+    cases = {"whole": lambda: whole_tensor_scaled_utility(utilities, 10, 0.9999),
+             "per member": lambda: scaled_utility(utilities, 10, 0.9999, member_dim=True),
+             "UPGD step": opt.step}
+    best = dict.fromkeys(cases, float("inf"))
+    for _ in range(rounds):
+        for name, call in cases.items():
+            start = time.perf_counter()
+            for _ in range(steps):
+                call()
+            best[name] = min(best[name], (time.perf_counter() - start) / steps)
+    return best
+
+
 def configurations(args) -> list[tuple[str, object, str]]:
     if args.every_method:
         cnn = args.arch == "cnn"
@@ -162,7 +205,19 @@ def main() -> None:
     parser.add_argument("--arch", choices=("mlp", "cnn"), default="mlp", help="with --every-method")
     parser.add_argument("--optimizer", default="adam", help="with --every-method (its default lr)")
     parser.add_argument("--cost", action="store_true", help="the Adam step with and without member alignment")
+    parser.add_argument("--upgd-cost", dest="upgd_cost", action="store_true",
+                        help="UPGD's scaled utility with one sigmoid per tensor and per member")
     args = parser.parse_args()
+    if args.upgd_cost:
+        torch.set_num_threads(1)
+        best = upgd_scale_cost(args.seeds)
+        print(f"torch {torch.__version__}, 1 thread: UPGD over the MLP's parameters at K = {args.seeds}, "
+              "best of 25 rounds")
+        print(f"  scaled utility s, one sigmoid per whole tensor {best['whole'] * 1e6:6.0f} µs")
+        print(f"  scaled utility s, sigmoid member by member     {best['per member'] * 1e6:6.0f} µs   "
+              f"{(best['per member'] - best['whole']) * 1e6:+5.0f} µs")
+        print(f"  a whole UPGD step (member by member)           {best['UPGD step'] * 1e6:6.0f} µs")
+        return
     if args.cost:
         torch.set_num_threads(1)
         best = adam_step_cost()
