@@ -94,13 +94,16 @@ def test_a_killed_sweep_resumes_and_ends_with_every_run_exactly_once(data_dir, t
         assert after[run_id]["manifest"]["end_time"] == run["manifest"]["end_time"]
 
 
-def test_protocol_selects_on_the_grid_seeds_and_evaluates_on_new_seeds(data_dir, tmp_path, capsys):
-    sweep = write_sweep(tmp_path, methods=("l2_init",), extra="""
+PROTOCOL = """
 [grid.l2_init]
 strength = [1e-1, 1e-3]
 [protocol]
 evaluation_seeds = "7-8"
-""")
+"""
+
+
+def test_protocol_selects_on_the_grid_seeds_and_evaluates_on_new_seeds(data_dir, tmp_path, capsys):
+    sweep = write_sweep(tmp_path, methods=("l2_init",), extra=PROTOCOL)
     out = tmp_path / "out"
     assert main(["sweep", str(sweep), "--out", str(out), "--data-dir", str(data_dir),
                  "--no-progress"]) == 0
@@ -261,12 +264,7 @@ def test_only_with_rerun_trains_again_just_the_matching_runs(data_dir, tmp_path,
 
 
 def test_only_on_a_protocol_sweep_needs_the_rest_of_its_grid_finished(data_dir, tmp_path, capsys):
-    sweep = write_sweep(tmp_path, methods=("l2_init",), extra="""
-[grid.l2_init]
-strength = [1e-1, 1e-3]
-[protocol]
-evaluation_seeds = "7-8"
-""")
+    sweep = write_sweep(tmp_path, methods=("l2_init",), extra=PROTOCOL)
     out = tmp_path / "out"
     args = ["sweep", str(sweep), "--out", str(out), "--data-dir", str(data_dir), "--no-progress"]
     assert main([*args, "--only", "seed=0"]) == 2
