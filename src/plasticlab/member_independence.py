@@ -20,7 +20,8 @@ BIT_IDENTICAL = (
     "800 steps for Baseline, L2 Init, L1 Init, Huber Init with Adam, L2 Init with SGD and L2 "
     "Init with UPGD; Random Label CIFAR CNN 3 × 200 with L2 Init and Adam); every registered "
     "method was checked with Adam by benchmarks/member_independence.py --every-method (MLP 3 × "
-    "400, CNN 2 × 100) and with UPGD (--optimizer upgd, MLP 3 × 400), all bit-identical (FIRE on "
+    "400, CNN 2 × 100) and with UPGD (--optimizer upgd: MLP 3 × 400, CNN 2 × 100; "
+    "upgd_nonprotecting: MLP 3 × 400), all bit-identical (FIRE on "
     "the CNN since its conv-bank slices are made contiguous; UPGD since its sigmoid is taken "
     "member by member; tests/test_member_independence.py).")
 """What is bit-identical, and the tests and checks behind it."""
