@@ -70,16 +70,15 @@ def scaled_utility(utilities: Sequence[torch.Tensor], step: int, beta: float,
     out = []
     for u in utilities:
         shape = (-1, *([1] * (u.dim() - 1))) if member_dim else ()
-        x = u / correction / safe.view(shape)
+        s = u / correction / safe.view(shape)
         if member_dim:
             # Member by member: sigmoid's vector loop rounds a slab's last elements differently
             # by where the slab sits in a whole [K, …] tensor, so member k would depend on K.
-            s = torch.empty_like(x)
-            for x_k, s_k in zip(x.unbind(0), s.unbind(0), strict=True):
-                torch.sigmoid(x_k, out=s_k)
+            for s_k in s.unbind(0):
+                s_k.sigmoid_()
         else:
-            s = torch.sigmoid(x)
-        out.append(torch.where(positive.view(shape), s, torch.zeros_like(s)))
+            s.sigmoid_()
+        out.append(torch.where(positive.view(shape), s, 0.0))
     return out
 
 
