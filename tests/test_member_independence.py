@@ -132,6 +132,28 @@ def test_a_sigmoid_over_a_whole_stacked_tensor_would_make_members_depend_on_k():
     assert not torch.equal(whole, alone)
 
 
+def test_the_upgd_cost_benchmark_times_the_same_scaled_utility_in_its_whole_tensor_form():
+    # benchmarks/member_independence.py --upgd-cost compares scaled_utility with the form before
+    # the fix; both must compute s, up to the rounding the fix is about.
+    import importlib.util
+
+    from conftest import REPO
+    from plasticlab.optim.upgd import scaled_utility
+
+    spec = importlib.util.spec_from_file_location("member_independence_benchmark",
+                                                  REPO / "benchmarks" / "member_independence.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    gen = torch.Generator().manual_seed(0)
+    utilities = [torch.randn(8, 100, 100, generator=gen), -torch.rand(8, 10, generator=gen)]
+    utilities[0][2] = -utilities[0][2].abs()  # member 2: no positive utility, η ≤ 0, s = 0
+    for s, t in zip(bench.whole_tensor_scaled_utility(utilities, 7, 0.9),
+                    scaled_utility(utilities, 7, 0.9, member_dim=True), strict=True):
+        torch.testing.assert_close(s, t, rtol=0, atol=1e-6)
+        assert not t[2].any()
+    assert bench.upgd_scale_cost(members=2, rounds=1, steps=1).keys() == {"whole", "per member", "UPGD step"}
+
+
 def test_member_aligned_keeps_a_tensor_whole_only_when_every_slab_is_a_multiple_of_the_alignment():
     whole = torch.zeros(8, 3, MEMBER_ALIGNMENT_BYTES // 4)
     assert member_aligned(whole) == [whole]
