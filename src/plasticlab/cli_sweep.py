@@ -244,8 +244,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     if other_code:
         print(f"  note: {len(other_code)} finished run(s) were trained by other code than this "
               f"plasticlab ({code_identity()}): {_code_summary(other_code)}; `plasticlab verify "
-              f"{out}` checks whether this code gives their numbers, `sweep --rerun` or `run --rerun` "
-              "trains them again (earlier results are kept)")
+              f"{out}` checks whether this code gives their numbers, `sweep --rerun` (`--only "
+              "KEY=VALUE` for some of them) or `run --rerun` trains them again (earlier results "
+              "are kept)")
     return 0
 
 
