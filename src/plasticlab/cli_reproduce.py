@@ -138,7 +138,8 @@ def reproduce_study(args: argparse.Namespace, study: str) -> int:
     command = f"plasticlab {' '.join(sweep)}"  # the study's command: what its results are
     # A retrain (runs a fix changed, trained again) is a sitting of the same study.
     sweep += (["--rerun"] if args.rerun else []) + [w for f in args.only or [] for w in ("--only", f)]
-    print(f"reproduce {study}: plasticlab {' '.join(sweep)}", file=sys.stderr)
+    sitting_command = f"plasticlab {' '.join(sweep)}"  # with a retrain's flags
+    print(f"reproduce {study}: {sitting_command}", file=sys.stderr)
     record_path = docs / "run.json"
     record = json.loads(record_path.read_text()) if record_path.is_file() else {}
     same_study = same_results(record.get("command", ""), command)
@@ -159,7 +160,7 @@ def reproduce_study(args: argparse.Namespace, study: str) -> int:
     close_killed_sittings(record["sittings"], out)
     # This sitting is recorded before it trains: if it is killed (no signal handler runs), the
     # next sitting finds it open and closes it at its sweep's last progress.
-    sitting = {"started": _utc(), "command": f"plasticlab {' '.join(sweep)}"}
+    sitting = {"started": _utc(), "command": sitting_command}
     record["sittings"].append(sitting)
     _write_record(record_path, record)
     t0, code = time.perf_counter(), None
@@ -368,7 +369,7 @@ def register(sub) -> None:
     ve.add_argument("--members", type=int,
                     help="check only the first N runs of each ensemble, trained again on their own, "
                          "where member k of an ensemble is seed k alone to the bit (CPU, one thread, "
-                         "Adam or SGD); elsewhere the whole ensemble is trained (default: all runs)")
+                         "Adam, SGD or UPGD); elsewhere the whole ensemble is trained (default: all runs)")
     ve.add_argument("--data-dir", dest="data_dir")
     ve.add_argument("--device", default="cpu", help="where to train (default cpu: the recorded "
                                                    "numbers are exact there)")
