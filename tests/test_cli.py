@@ -320,6 +320,7 @@ def test_an_interrupted_run_keeps_the_earlier_results_and_resumes_from_its_check
         return bar, stop
 
     monkeypatch.setattr(executor, "progress_bar", interrupting_bar)
+    monkeypatch.setattr(executor, "code_identity", lambda: "git:" + "a" * 40)  # an older commit
     assert main([*args, "--rerun"]) == 130
     assert "interrupted" in capsys.readouterr().err
     with ResultStore(tmp_path) as store:
@@ -328,11 +329,19 @@ def test_an_interrupted_run_keeps_the_earlier_results_and_resumes_from_its_check
     assert list((tmp_path / "checkpoints").glob("run-*.ckpt"))
 
     monkeypatch.setattr(executor, "progress_bar", real)
+    monkeypatch.setattr(executor, "code_identity", lambda: "git:" + "b" * 40)
     assert main([*args, "--rerun"]) == 0
     captured = capsys.readouterr()
     assert "resuming from" in captured.err and "at task 1" in captured.err
     assert json.loads(captured.out)["runs"][0]["task_online_accuracy"] == first["task_online_accuracy"]
     assert not list((tmp_path / "checkpoints").glob("*.ckpt"))
+    # the run records which code trained which tasks, and counts as other code for both
+    with ResultStore(tmp_path) as store:
+        sittings = store.runs()[0]["manifest"]["sittings"]
+    assert [(s["from_task"], s["code"]) for s in sittings] == [(0, "git:" + "a" * 40), (1, "git:" + "b" * 40)]
+    assert all(s["device"] == "cpu" and s["torch"] and s["started"] for s in sittings)
+    assert main(["status", str(tmp_path)]) == 0
+    assert f"1 by git:{'a' * 40} then git:{'b' * 40}" in capsys.readouterr().out
 
 
 def test_a_corrupt_checkpoint_is_a_one_line_error_naming_the_file(data_dir, tmp_path, capsys):

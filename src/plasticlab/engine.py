@@ -18,7 +18,7 @@ task's accuracies, so the per-step loop gains only an integer comparison.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -152,6 +152,7 @@ def train_ensemble(
     backprop: str = "auto",
     prefetch: bool | None = None,
     compile: bool = False,
+    sitting: Mapping | None = None,
 ) -> EnsembleResult:
     """Train one ensemble: member k is the run ``(config, seeds[k], member_params[k])``.
 
@@ -174,6 +175,13 @@ def train_ensemble(
     resume from when it exists (:mod:`plasticlab.checkpoint`); a resumed run ends with exactly
     the results of an uninterrupted one. Progress callbacks are not replayed for tasks done
     before the resume.
+
+    ``sitting``: what trains the ensemble now (plasticlab's experiments give the code's
+    identity, the device, torch's version and the start time). Each call that trains is a
+    sitting, recorded with the first task it trains and carried through checkpoints: the
+    result's ``extra["sittings"]`` lists every sitting that trained the ensemble, oldest first
+    (one entry for an ensemble trained in one go). A checkpoint written before sittings were
+    recorded gives a first entry ``{"from_task": 0}`` with nothing else known.
 
     ``backprop``: how gradients are computed — ``"autograd"``, ``"manual"``
     (:class:`plasticlab.fast.mlp_backprop.ManualBackprop`, the ReLU MLP's gradients written out by
@@ -200,6 +208,7 @@ def train_ensemble(
     try:
         if checkpoint is not None and training.resume(checkpoint) and on_steps is not None:
             on_steps(training.next_task * training.problem.steps_per_task)
+        training.sittings.append({"from_task": training.next_task, **(sitting or {})})
         for task in range(training.next_task, training.problem.tasks):
             task_acc = training.run_task(task, on_steps, progress_every)
             if checkpoint is not None and task < training.problem.tasks - 1:
@@ -291,6 +300,7 @@ class EnsembleTraining:
         self.step_measures: list[list[dict]] = []  # [measurement][member]
         self.measure_time = 0.0
         self.global_step, self.next_task, self.wall = 0, 0, 0.0
+        self.sittings: list[dict] = []  # what trained which tasks: train_ensemble's ``sitting``
         self.fingerprint = members.fingerprint()
 
     # --- checkpoints -----------------------------------------------------------------------------
@@ -304,6 +314,9 @@ class EnsembleTraining:
         self.step_measures, self.measure_time = state["step_measures"], state["measure_time"]
         self.global_step, self.next_task, self.wall = (state["global_step"], state["next_task"],
                                                        state["wall"])
+        # a checkpoint from before sittings were recorded: its tasks were trained, by what is
+        # not known
+        self.sittings = state.get("sittings") or [{"from_task": 0}]
         return True
 
     def save(self, checkpoint: str | Path) -> None:
@@ -313,7 +326,7 @@ class EnsembleTraining:
             "next_task": self.next_task, "global_step": self.global_step,
             "accuracies": self.accuracies, "task_measures": self.task_measures,
             "step_measures": self.step_measures, "measure_time": self.measure_time,
-            "wall": self.wall})
+            "wall": self.wall, "sittings": self.sittings})
 
     # --- one task --------------------------------------------------------------------------------
     def run_task(self, task: int, on_steps: Callable[[int], None] | None = None,
@@ -398,7 +411,8 @@ class EnsembleTraining:
                                     "samples": measurer.samples if measurer else None,
                                     "test_examples": config.test_examples,
                                     "internals_on": config.internals_on},
-                   "method": self.method.notes()})
+                   "method": self.method.notes(),
+                   "sittings": [dict(s) for s in self.sittings]})
 
 
 def _measurer(net, problem, config: RunConfig, samples: int | None, forgetting: bool) -> Measurer:

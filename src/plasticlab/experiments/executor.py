@@ -35,9 +35,12 @@ from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 from ..engine import EnsembleResult, train_ensemble
 from ..run_config import Members, OfMembers
 from .lifecycle import StopRequested, check_stop, signal_name, worker_init
+from .manifest import code_identity, utc_now
 from .runner import checkpoint_path, progress_bar, record_result, record_start
 from .store import ResultStore
 
@@ -84,9 +87,18 @@ def train_job(job: Job, data_dir=None, device: str = "cpu", position: int = 0,
         return train_ensemble(m.config, m.seeds, m.params, member_lr=m.lr, member_methods=m.methods,
                               data_dir=data_dir,
                               device=device, on_task_end=on_task_end, on_steps=bar.update,
-                              **job.options)
+                              sitting=this_sitting(device), **job.options)
     finally:
         bar.close()
+
+
+def this_sitting(device) -> dict:
+    """What trains in this process, as a run's manifest lists it under ``sittings`` (each with
+    the first task it trained): the code (:func:`~plasticlab.experiments.manifest.code_identity`),
+    the device, torch's version and the start time."""
+    # plain str: torch.__version__ is a str subclass, which a checkpoint's safe load refuses
+    return {"code": code_identity(), "device": str(device), "torch": str(torch.__version__),
+            "started": utc_now()}
 
 
 def job_cost(job: Job) -> float:

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 __all__ = ["build_manifest", "code_identity", "from_other_code", "git_info", "package_version",
-           "trains_as_this_code", "utc_now"]
+           "trained_by", "trains_as_this_code", "utc_now"]
 
 # The directory whose git state identifies the code that ran: the installed package itself,
 # not the caller's working directory (a user may run plasticlab from their own repository).
@@ -130,10 +130,23 @@ def trains_as_this_code(recorded: str | None) -> bool:
                 "--", ".") is not None
 
 
+def trained_by(run: dict, tasks: int | None = None) -> list[str | None]:
+    """The code of each sitting that trained ``run`` (a dict as the store and an export give
+    it) — of its first ``tasks`` tasks only, if given — oldest first, once each: from its
+    manifest's ``sittings`` (None for one that left no record), or, for a run recorded before
+    sittings were, its ``"code"`` alone."""
+    sittings = (run.get("manifest") or {}).get("sittings")
+    if not sittings:
+        return [run.get("code")]
+    return list(dict.fromkeys(s.get("code") for s in sittings
+                              if tasks is None or s.get("from_task", 0) < tasks))
+
+
 def from_other_code(runs: list[dict]) -> list[dict]:
-    """The runs (dicts with a ``"code"`` key, as the store and an export give them) that
-    :func:`trains_as_this_code` does not vouch for."""
-    return [run for run in runs if not trains_as_this_code(run.get("code"))]
+    """The runs (dicts with a ``"code"`` key and their manifest, as the store and an export give
+    them) that :func:`trains_as_this_code` does not vouch for: a run resumed across code
+    versions counts if any of its sittings' code does."""
+    return [run for run in runs if not all(map(trains_as_this_code, trained_by(run)))]
 
 
 def _library_version(module_name: str) -> str:

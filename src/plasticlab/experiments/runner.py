@@ -113,8 +113,12 @@ def record_result(store: ResultStore, config: RunConfig, run_ids: Sequence[str],
         diverged = diverged_at(member)
         if diverged is not None:
             summary["diverged_at_task"] = diverged
+        sittings = result.extra.get("sittings")
+        if sittings and any("code" not in s for s in sittings):
+            sittings = fill_unrecorded_code(sittings, store.attempts(rid))
         store.finish_run(rid, summary, member_task_metrics(member),
-                         manifest_update={"threads": result.threads,
+                         manifest_update={"sittings": sittings,
+                                          "threads": result.threads,
                                           "data_source": result.data_source,
                                           **data_provenance(result.data_source),
                                           "measurements": result.extra.get("measurements"),
@@ -131,6 +135,20 @@ def record_result(store: ResultStore, config: RunConfig, run_ids: Sequence[str],
                           "reported_tasks": member.reported_tasks}
                        | ({"diverged_at_task": diverged} if diverged is not None else {}))
     return records
+
+
+def fill_unrecorded_code(sittings: list[dict], attempts: list[dict]) -> list[dict]:
+    """``sittings`` with the code of those that left none (a checkpoint written before sittings
+    were recorded) taken from the run's earlier attempts in the store — the attempts since its
+    last finished one, this one excepted — where they all name the same code (marked
+    ``"code_from": "attempts"``); left unrecorded where they do not."""
+    last_finished = max((i for i, a in enumerate(attempts[:-1]) if a["status"] == "finished"),
+                        default=-1)
+    codes = {a.get("code") for a in attempts[last_finished + 1:-1]}
+    if len(codes) != 1 or None in codes:
+        return sittings
+    code = codes.pop()
+    return [s if "code" in s else {**s, "code": code, "code_from": "attempts"} for s in sittings]
 
 
 def diverged_at(member) -> int | None:

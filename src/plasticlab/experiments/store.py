@@ -23,7 +23,9 @@ Guarantees, and why they hold:
   (:func:`~plasticlab.experiments.manifest.code_identity`: the git commit of the training
   code, or the plasticlab version), kept in each run's ``"code"``;
   :func:`~plasticlab.experiments.manifest.from_other_code` finds results made by other code
-  than the running one.
+  than the running one. An attempt that resumes a checkpoint lists, in its manifest's
+  ``sittings``, every sitting that trained the run and the first task each trained, so a run
+  resumed across code versions is not credited to the last one alone.
 - **One writer, many readers.** The database is in WAL mode, so ``plasticlab report`` (or a
   notebook) can read while the sweep driver writes. Only one process should write: with
   several executors the driver collects results and is the only writer.

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .export import read_results
+from .manifest import trained_by
 
 
 @dataclass
@@ -150,7 +151,9 @@ def verify_ensemble(members: Sequence[dict], accuracy: dict[str, list[float]], t
                             threads=manifest.get("threads") or 1,
                             backprop=manifest.get("backprop") or "auto",
                             compile=manifest.get("step") == "compiled", measure=False)
-    check = Check([m["run_id"] for m in members], describe(members), first.get("code"),
+    # the code of the sittings that trained the tasks compared (a run resumed across versions)
+    code = " then ".join(c or "unrecorded code" for c in trained_by(first, tasks))
+    check = Check([m["run_id"] for m in members], describe(members), code,
                   manifest.get("device", "cpu"), tasks, trained=len(kept))
     for run in members:
         now = result.members[position[run["run_id"]]].task_online_accuracy

@@ -1,0 +1,107 @@
+"""Which code trained which tasks: a run resumed from a checkpoint lists every sitting that
+trained it, so a run trained across code versions is never recorded as the last one's alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from plasticlab import checkpoint as ckpt
+from plasticlab.engine import train_ensemble
+from plasticlab.experiments.config import resolve_config
+from plasticlab.experiments.manifest import code_identity, from_other_code, trained_by
+from plasticlab.experiments.runner import fill_unrecorded_code
+
+SMALL = {"problem": "permuted_mnist", "method": "l2_init", "tasks": 3, "steps_per_task": 20,
+         "problem_params": {"examples_per_task": 320}}
+OLD, NEW = "git:" + "a" * 40, "git:" + "b" * 40
+
+
+class Crash(Exception):
+    pass
+
+
+def crash_after_first_task(task, accuracies):
+    if task == 0:
+        raise Crash
+
+
+@pytest.fixture
+def interrupted(data_dir, tmp_path):
+    """A checkpoint of a 3-task ensemble stopped after its first task by code OLD."""
+    cfg = resolve_config(SMALL)
+    path = tmp_path / "run.ckpt"
+    with pytest.raises(Crash):
+        train_ensemble(cfg, [0, 1], data_dir=data_dir, checkpoint=path, measure=False,
+                       sitting={"code": OLD}, on_task_end=crash_after_first_task)
+    return cfg, path
+
+
+def test_an_ensemble_trained_in_one_go_has_one_sitting(data_dir):
+    result = train_ensemble(resolve_config(SMALL), [0], data_dir=data_dir, measure=False,
+                            sitting={"code": NEW, "device": "cpu"})
+    assert result.extra["sittings"] == [{"from_task": 0, "code": NEW, "device": "cpu"}]
+
+
+def test_a_resumed_ensemble_lists_each_sitting_with_the_first_task_it_trained(data_dir, interrupted):
+    cfg, path = interrupted
+    resumed = train_ensemble(cfg, [0, 1], data_dir=data_dir, checkpoint=path, measure=False,
+                             sitting={"code": NEW})
+    assert resumed.extra["sittings"] == [{"from_task": 0, "code": OLD}, {"from_task": 1, "code": NEW}]
+    whole = train_ensemble(cfg, [0, 1], data_dir=data_dir, measure=False, sitting={"code": NEW})
+    for a, b in zip(whole.members, resumed.members, strict=True):  # the record changes nothing else
+        assert a.task_online_accuracy == b.task_online_accuracy
+
+
+def test_a_checkpoint_from_before_sittings_were_recorded_leaves_its_tasks_unattributed(
+        data_dir, interrupted):
+    cfg, path = interrupted
+    fingerprint = ckpt.read_header(path)["fingerprint"]
+    state = ckpt.load(path, fingerprint, "cpu")
+    del state["sittings"]  # as the checkpoints written before them
+    ckpt.save(path, fingerprint, state)
+    resumed = train_ensemble(cfg, [0, 1], data_dir=data_dir, checkpoint=path, measure=False,
+                             sitting={"code": NEW})
+    assert resumed.extra["sittings"] == [{"from_task": 0}, {"from_task": 1, "code": NEW}]
+
+
+def attempt(status, code):
+    return {"status": status, "code": code}
+
+
+def test_an_unattributed_sitting_takes_the_code_of_the_runs_earlier_attempts_where_they_agree():
+    sittings = [{"from_task": 0}, {"from_task": 4, "code": NEW}]
+    attempts = [attempt("finished", "git:" + "c" * 40), attempt("interrupted", OLD),
+                attempt("interrupted", OLD), attempt("running", NEW)]
+    assert fill_unrecorded_code(sittings, attempts) == [
+        {"from_task": 0, "code": OLD, "code_from": "attempts"}, {"from_task": 4, "code": NEW}]
+
+
+@pytest.mark.parametrize("earlier", [[], [attempt("interrupted", OLD), attempt("interrupted", NEW)],
+                                     [attempt("interrupted", None)],
+                                     [attempt("interrupted", OLD), attempt("finished", OLD)]],
+                         ids=["no-earlier-attempt", "two-codes", "unrecorded", "only-a-finished-one"])
+def test_an_unattributed_sitting_stays_so_where_the_earlier_attempts_do_not_say(earlier):
+    sittings = [{"from_task": 0}, {"from_task": 4, "code": NEW}]
+    assert fill_unrecorded_code(sittings, [*earlier, attempt("running", NEW)]) == sittings
+
+
+def run(code, *sittings):
+    return {"code": code, "manifest": {"sittings": list(sittings)} if sittings else {}}
+
+
+def test_trained_by_gives_each_sittings_code_once_in_order_and_of_the_first_tasks_if_asked():
+    resumed = run(NEW, {"from_task": 0, "code": OLD}, {"from_task": 3, "code": OLD},
+                  {"from_task": 7, "code": NEW})
+    assert trained_by(resumed) == [OLD, NEW]
+    assert trained_by(resumed, tasks=3) == [OLD]
+    assert trained_by(resumed, tasks=8) == [OLD, NEW]
+    assert trained_by(run(OLD)) == [OLD]  # recorded before sittings were
+    assert trained_by(run(NEW, {"from_task": 0}, {"from_task": 2, "code": NEW})) == [None, NEW]
+
+
+def test_a_run_resumed_by_this_code_after_other_code_counts_as_other_code():
+    now = code_identity()
+    alone = run(now, {"from_task": 0, "code": now})
+    resumed = run(now, {"from_task": 0, "code": OLD}, {"from_task": 5, "code": now})
+    unattributed = run(now, {"from_task": 0}, {"from_task": 5, "code": now})
+    assert from_other_code([alone, resumed, unattributed]) == [resumed, unattributed]
