@@ -13,7 +13,7 @@ from plasticlab.experiments.runner import fill_unrecorded_code
 
 SMALL = {"problem": "permuted_mnist", "method": "l2_init", "tasks": 3, "steps_per_task": 20,
          "problem_params": {"examples_per_task": 320}}
-OLD, NEW = "git:" + "a" * 40, "git:" + "b" * 40
+OLD, OLDER, NEW = "git:" + "a" * 40, "git:" + "c" * 40, "git:" + "b" * 40
 
 
 class Crash(Exception):
@@ -70,13 +70,21 @@ def attempt(status, code):
 
 def test_an_unattributed_sitting_takes_the_code_of_the_runs_earlier_attempts_where_they_agree():
     sittings = [{"from_task": 0}, {"from_task": 4, "code": NEW}]
-    attempts = [attempt("finished", "git:" + "c" * 40), attempt("interrupted", OLD),
+    attempts = [attempt("finished", OLDER), attempt("interrupted", OLD),
                 attempt("interrupted", OLD), attempt("running", NEW)]
     assert fill_unrecorded_code(sittings, attempts) == [
         {"from_task": 0, "code": OLD, "code_from": "attempts"}, {"from_task": 4, "code": NEW}]
 
 
-@pytest.mark.parametrize("earlier", [[], [attempt("interrupted", OLD), attempt("interrupted", NEW)],
+def test_attempts_of_code_that_records_its_sittings_are_not_taken_for_the_unattributed_one():
+    # resumed by NEW twice: NEW's attempts are its own sittings, the first is OLD's
+    sittings = [{"from_task": 0}, {"from_task": 4, "code": NEW}, {"from_task": 6, "code": NEW}]
+    attempts = [attempt("interrupted", OLD), attempt("interrupted", NEW), attempt("running", NEW)]
+    assert fill_unrecorded_code(sittings, attempts)[0] == {"from_task": 0, "code": OLD,
+                                                            "code_from": "attempts"}
+
+
+@pytest.mark.parametrize("earlier", [[], [attempt("interrupted", OLD), attempt("interrupted", OLDER)],
                                      [attempt("interrupted", None)],
                                      [attempt("interrupted", OLD), attempt("finished", OLD)]],
                          ids=["no-earlier-attempt", "two-codes", "unrecorded", "only-a-finished-one"])

@@ -139,12 +139,14 @@ def record_result(store: ResultStore, config: RunConfig, run_ids: Sequence[str],
 
 def fill_unrecorded_code(sittings: list[dict], attempts: list[dict]) -> list[dict]:
     """``sittings`` with the code of those that left none (a checkpoint written before sittings
-    were recorded) taken from the run's earlier attempts in the store — the attempts since its
-    last finished one, this one excepted — where they all name the same code (marked
-    ``"code_from": "attempts"``); left unrecorded where they do not."""
+    were recorded) taken from the run's earlier attempts in the store — those since its last
+    finished one, this one excepted, less those of a code that recorded its own sitting —
+    where they all name the same code (marked ``"code_from": "attempts"``); left unrecorded
+    where they do not."""
     last_finished = max((i for i, a in enumerate(attempts[:-1]) if a["status"] == "finished"),
                         default=-1)
-    codes = {a.get("code") for a in attempts[last_finished + 1:-1]}
+    recorded = {s["code"] for s in sittings if "code" in s}  # code that records its sittings
+    codes = {a.get("code") for a in attempts[last_finished + 1:-1]} - recorded
     if len(codes) != 1 or None in codes:
         return sittings
     code = codes.pop()
