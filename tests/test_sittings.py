@@ -8,7 +8,7 @@ import pytest
 from plasticlab import checkpoint as ckpt
 from plasticlab.engine import train_ensemble
 from plasticlab.experiments.config import resolve_config
-from plasticlab.experiments.manifest import code_identity, from_other_code, trained_by
+from plasticlab.experiments.manifest import code_identity, from_other_code, trained_by, trained_by_text
 from plasticlab.experiments.runner import fill_unrecorded_code
 
 SMALL = {"problem": "permuted_mnist", "method": "l2_init", "tasks": 3, "steps_per_task": 20,
@@ -105,6 +105,8 @@ def test_trained_by_gives_each_sittings_code_once_in_order_and_of_the_first_task
     assert trained_by(resumed, tasks=8) == [OLD, NEW]
     assert trained_by(run(OLD)) == [OLD]  # recorded before sittings were
     assert trained_by(run(NEW, {"from_task": 0}, {"from_task": 2, "code": NEW})) == [None, NEW]
+    assert trained_by_text(run(NEW, {"from_task": 0}, {"from_task": 2, "code": NEW})) == (
+        f"unrecorded code then {NEW}")  # as status and verify print it
 
 
 def test_a_run_resumed_by_this_code_after_other_code_counts_as_other_code():

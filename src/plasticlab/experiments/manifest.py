@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 __all__ = ["build_manifest", "code_identity", "from_other_code", "git_info", "package_version",
-           "trained_by", "trains_as_this_code", "utc_now"]
+           "trained_by", "trained_by_text", "trains_as_this_code", "utc_now"]
 
 # The directory whose git state identifies the code that ran: the installed package itself,
 # not the caller's working directory (a user may run plasticlab from their own repository).
@@ -140,6 +140,12 @@ def trained_by(run: dict, tasks: int | None = None) -> list[str | None]:
         return [run.get("code")]
     return list(dict.fromkeys(s.get("code") for s in sittings
                               if tasks is None or s.get("from_task", 0) < tasks))
+
+
+def trained_by_text(run: dict, tasks: int | None = None) -> str:
+    """:func:`trained_by` as status and verify print it: ``git:a… then git:b…``, with
+    ``unrecorded code`` for a sitting that left no record."""
+    return " then ".join(code or "unrecorded code" for code in trained_by(run, tasks))
 
 
 def from_other_code(runs: list[dict]) -> list[dict]:

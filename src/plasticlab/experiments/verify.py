@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .export import read_results
-from .manifest import trained_by
+from .manifest import trained_by_text
 
 
 @dataclass
@@ -152,8 +152,7 @@ def verify_ensemble(members: Sequence[dict], accuracy: dict[str, list[float]], t
                             backprop=manifest.get("backprop") or "auto",
                             compile=manifest.get("step") == "compiled", measure=False)
     # the code of the sittings that trained the tasks compared (a run resumed across versions)
-    code = " then ".join(c or "unrecorded code" for c in trained_by(first, tasks))
-    check = Check([m["run_id"] for m in members], describe(members), code,
+    check = Check([m["run_id"] for m in members], describe(members), trained_by_text(first, tasks),
                   manifest.get("device", "cpu"), tasks, trained=len(kept))
     for run in members:
         now = result.members[position[run["run_id"]]].task_online_accuracy
