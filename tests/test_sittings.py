@@ -52,6 +52,14 @@ def test_a_resumed_ensemble_lists_each_sitting_with_the_first_task_it_trained(da
         assert a.task_online_accuracy == b.task_online_accuracy
 
 
+def test_a_sitting_that_a_checkpoint_could_not_load_back_is_refused_before_training(data_dir):
+    import torch
+
+    with pytest.raises(TypeError, match=r"sitting\['torch'\].*str\(torch.__version__\)"):
+        train_ensemble(resolve_config(SMALL), [0], data_dir=data_dir,
+                       sitting={"torch": torch.__version__})
+
+
 def test_a_checkpoint_from_before_sittings_were_recorded_leaves_its_tasks_unattributed(
         data_dir, interrupted):
     cfg, path = interrupted

@@ -199,6 +199,7 @@ def train_ensemble(
 
     The three stages — set up, run a task, finish — are :class:`EnsembleTraining`'s.
     """
+    _check_sitting(sitting)
     training = EnsembleTraining(config, seeds, member_params, member_lr=member_lr,
                                 member_methods=member_methods,
                                 data_dir=data_dir, device=device,
@@ -218,6 +219,17 @@ def train_ensemble(
         return training.result()
     finally:
         training.close()
+
+
+def _check_sitting(sitting: Mapping | None) -> None:
+    """A sitting's values go into checkpoints, whose safe load takes plain values only: refuse
+    anything else now rather than at the resume (a ``str`` subclass such as
+    ``torch.__version__`` included)."""
+    for key, value in (sitting or {}).items():
+        if type(key) is not str or type(value) not in (str, int, float, bool, type(None)):
+            raise TypeError(f"sitting[{key!r}] = {value!r} ({type(value).__name__}): a sitting's keys "
+                            "must be str and its values plain str, int, float, bool or None "
+                            "(convert it, e.g. str(torch.__version__))")
 
 
 class EnsembleTraining:
