@@ -301,12 +301,11 @@ def _waiting_time(out: Path, waiting: list[dict]) -> str:
 def _code_summary(runs: list[dict]) -> str:
     """'3 by git:abc…, 1 by git:abc… then git:def…, 1 by unrecorded code': how many runs each
     other code made (a run resumed across code versions: its sittings' codes in order)."""
+    from collections import Counter
+
     from .experiments.manifest import trained_by_text
 
-    counts: dict[str, int] = {}
-    for r in runs:
-        key = trained_by_text(r)
-        counts[key] = counts.get(key, 0) + 1
+    counts = Counter(map(trained_by_text, runs))
     return ", ".join(f"{n} by {code}" for code, n in sorted(counts.items()))
 
 
