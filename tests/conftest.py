@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import os
 import pickle
@@ -15,8 +16,16 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 
 CHECKS_REQUIRED = os.environ.get("PLASTICLAB_REQUIRE_CHECKS") == "1"
-"""Set by CI (.ci/run): the browser and rliable checks run there, so they must not skip — a
-missing Chromium or rliable fails them instead."""
+"""Set by CI (.ci/run): the browser, rliable and logger checks run there, so they must not skip —
+a missing Chromium, rliable, TensorBoard or W&B fails them instead."""
+
+
+def needs_package(name: str, extra: str):
+    """Skip a test where the optional package ``name`` is not installed (``pip install
+    'plasticlab[extra]'``), except in CI, where the test extra installs it and a skip would be a
+    check not made."""
+    return pytest.mark.skipif(importlib.util.find_spec(name) is None and not CHECKS_REQUIRED,
+                              reason=f"{name} is not installed (pip install 'plasticlab[{extra}]')")
 
 torch.set_num_threads(1)
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
+from conftest import needs_package
 from plasticlab.cli import main
 from plasticlab.experiments.loggers import _scalars
 
@@ -20,8 +19,7 @@ def test_per_task_series_are_extracted_and_per_layer_lists_split():
                       "srank/layer_1": [4.0, 6.0]}
 
 
-@pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None,
-                    reason="tensorboard is not installed (pip install 'plasticlab[tensorboard]')")
+@needs_package("tensorboard", "tensorboard")
 def test_tensorboard_gets_one_scalar_per_task(data_dir, tmp_path, capsys):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -36,8 +34,7 @@ def test_tensorboard_gets_one_scalar_per_task(data_dir, tmp_path, capsys):
     assert len(values) == 2 and all(0 <= v <= 1 for v in values)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("wandb") is None,
-                    reason="wandb is not installed (pip install 'plasticlab[wandb]')")
+@needs_package("wandb", "wandb")
 def test_wandb_logs_offline(data_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))

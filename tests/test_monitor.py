@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 import plasticlab
-from conftest import REPO
+from conftest import REPO, needs_package
 from plasticlab import metrics
 from plasticlab.monitor import (
     Monitor,
@@ -528,8 +528,7 @@ def test_trainability_regression_target_and_bad_outputs():
 
 # --- mirrors -----------------------------------------------------------------------------------
 
-@pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None,
-                    reason="tensorboard is not installed (pip install 'plasticlab[tensorboard]')")
+@needs_package("tensorboard", "tensorboard")
 def test_tensorboard_mirror_writes_every_measurement(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -546,8 +545,7 @@ def test_tensorboard_mirror_writes_every_measurement(tmp_path):
     assert "plasticity/dead_fraction" in acc.Tags()["scalars"]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("wandb") is None,
-                    reason="wandb is not installed (pip install 'plasticlab[wandb]')")
+@needs_package("wandb", "wandb")
 def test_wandb_mirror_logs_offline(tmp_path, monkeypatch):
     import wandb
 
