@@ -20,12 +20,12 @@ CHECKS_REQUIRED = os.environ.get("PLASTICLAB_REQUIRE_CHECKS") == "1"
 a missing Chromium, rliable, TensorBoard or W&B fails them instead."""
 
 
-def needs_package(name: str, extra: str):
-    """Skip a test where the optional package ``name`` is not installed (``pip install
-    'plasticlab[extra]'``), except in CI, where the test extra installs it and a skip would be a
-    check not made."""
+def needs_package(name: str):
+    """Skip a test where the optional package ``name`` (plasticlab's extra of that name) is not
+    installed, except in CI, where the test extra installs it and a skip would be a check not
+    made."""
     return pytest.mark.skipif(importlib.util.find_spec(name) is None and not CHECKS_REQUIRED,
-                              reason=f"{name} is not installed (pip install 'plasticlab[{extra}]')")
+                              reason=f"{name} is not installed (pip install 'plasticlab[{name}]')")
 
 torch.set_num_threads(1)
 

@@ -19,7 +19,7 @@ def test_per_task_series_are_extracted_and_per_layer_lists_split():
                       "srank/layer_1": [4.0, 6.0]}
 
 
-@needs_package("tensorboard", "tensorboard")
+@needs_package("tensorboard")
 def test_tensorboard_gets_one_scalar_per_task(data_dir, tmp_path, capsys):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -34,7 +34,7 @@ def test_tensorboard_gets_one_scalar_per_task(data_dir, tmp_path, capsys):
     assert len(values) == 2 and all(0 <= v <= 1 for v in values)
 
 
-@needs_package("wandb", "wandb")
+@needs_package("wandb")
 def test_wandb_logs_offline(data_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))

@@ -528,7 +528,7 @@ def test_trainability_regression_target_and_bad_outputs():
 
 # --- mirrors -----------------------------------------------------------------------------------
 
-@needs_package("tensorboard", "tensorboard")
+@needs_package("tensorboard")
 def test_tensorboard_mirror_writes_every_measurement(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -545,7 +545,7 @@ def test_tensorboard_mirror_writes_every_measurement(tmp_path):
     assert "plasticity/dead_fraction" in acc.Tags()["scalars"]
 
 
-@needs_package("wandb", "wandb")
+@needs_package("wandb")
 def test_wandb_mirror_logs_offline(tmp_path, monkeypatch):
     import wandb
 
