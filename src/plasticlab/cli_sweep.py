@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from .checkpoint import CheckpointError, read_header
@@ -301,8 +302,6 @@ def _waiting_time(out: Path, waiting: list[dict]) -> str:
 def _code_summary(runs: list[dict]) -> str:
     """'3 by git:abc…, 1 by git:abc… then git:def…, 1 by unrecorded code': how many runs each
     other code made (a run resumed across code versions: its sittings' codes in order)."""
-    from collections import Counter
-
     from .experiments.manifest import trained_by_text
 
     counts = Counter(map(trained_by_text, runs))
