@@ -16,7 +16,7 @@ from pathlib import Path
 
 STUDY_SCALES = {
     "best-random_label_mnist-adam": 0.5,
-    "best-random_label_mnist-sgd": 0.2,
+    "best-random_label_mnist-sgd": 0.5,
     "best-random_label_cifar-adam": 0.2,
     "field-random_label_mnist": 0.2,
     "reference-modes": 0.1,
