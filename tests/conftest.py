@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 import torch
 
+from plasticlab.report.browser import INSTALL_HINT, find_chromium
+
 REPO = Path(__file__).resolve().parents[1]
 
 CHECKS_REQUIRED = os.environ.get("PLASTICLAB_REQUIRE_CHECKS") == "1"
@@ -20,12 +22,22 @@ CHECKS_REQUIRED = os.environ.get("PLASTICLAB_REQUIRE_CHECKS") == "1"
 a missing Chromium, rliable, TensorBoard or W&B fails them instead."""
 
 
+def needs(available: bool, reason: str):
+    """Skip a test where what it checks with is not ``available`` (``reason`` says what is missing
+    and how to get it), except in CI, where a skip would be a check not made: there it runs, and
+    fails."""
+    return pytest.mark.skipif(not available and not CHECKS_REQUIRED, reason=reason)
+
+
 def needs_package(name: str):
-    """Skip a test where the optional package ``name`` (plasticlab's extra of that name) is not
-    installed, except in CI, where the test extra installs it and a skip would be a check not
-    made."""
-    return pytest.mark.skipif(importlib.util.find_spec(name) is None and not CHECKS_REQUIRED,
-                              reason=f"{name} is not installed (pip install 'plasticlab[{name}]')")
+    """:func:`needs` the optional package ``name`` (plasticlab's extra of that name)."""
+    return needs(importlib.util.find_spec(name) is not None,
+                 f"{name} is not installed (pip install 'plasticlab[{name}]')")
+
+
+needs_chromium = needs(find_chromium() is not None, f"no Chromium for the browser check: {INSTALL_HINT}")
+"""The report's browser check needs a Chromium."""
+
 
 torch.set_num_threads(1)
 

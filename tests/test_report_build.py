@@ -12,11 +12,11 @@ import re
 import numpy as np
 import pytest
 
-from conftest import CHECKS_REQUIRED
+from conftest import needs_chromium
 from plasticlab.cli import main
 from plasticlab.experiments.config import resolve_config
 from plasticlab.experiments.store import ResultStore
-from plasticlab.report.browser import check_page, find_chromium
+from plasticlab.report.browser import check_page
 from plasticlab.report.build import build_report
 from plasticlab.report.data import bin_tasks, load_results
 
@@ -196,8 +196,7 @@ def test_report_command_writes_the_page_and_rejects_a_directory_without_a_store(
     assert main(["report", str(results_dir), "--formats", "svg"]) == 2
 
 
-@pytest.mark.skipif(find_chromium() is None and not CHECKS_REQUIRED,
-                    reason="no Chromium: `apt-get install chromium` (or set $PLASTICLAB_CHROMIUM)")
+@needs_chromium
 def test_report_page_loads_in_a_real_browser_without_errors(results_dir, tmp_path):
     page = build_report(results_dir, tmp_path / "r", formats=("png",), reps=100)
     check = check_page(page)
@@ -315,8 +314,7 @@ def test_interrupted_runs_are_reported_as_unfinished_and_resumable(results_dir, 
     assert "2 unfinished" in (tmp_path / "r" / "report.md").read_text()  # 1 running + 1 interrupted
 
 
-@pytest.mark.skipif(find_chromium() is None and not CHECKS_REQUIRED,
-                    reason="no Chromium: `apt-get install chromium` (or set $PLASTICLAB_CHROMIUM)")
+@needs_chromium
 def test_report_check_loads_the_page_in_chromium_and_says_ok(results_dir, tmp_path, capsys):
     assert main(["report", str(results_dir), "--out", str(tmp_path / "r"), "--formats", "png",
                  "--check"]) == 0

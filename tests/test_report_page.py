@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import CHECKS_REQUIRED
+from conftest import needs_chromium
 from plasticlab.report import browser
 from plasticlab.report.browser import PageCheck, check_page, find_chromium
 from plasticlab.report.figures import (
@@ -156,11 +156,6 @@ def test_markdown_figures_headings_and_warnings(report_dir):
 
 
 # --- the browser check -----------------------------------------------------------------------------------
-
-needs_chromium = pytest.mark.skipif(
-    find_chromium() is None and not CHECKS_REQUIRED,
-    reason=f"no Chromium for the browser check: {browser.INSTALL_HINT}")
-
 
 @needs_chromium
 def test_report_page_loads_cleanly_in_chromium(report_dir):

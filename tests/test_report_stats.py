@@ -17,7 +17,7 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
-from conftest import CHECKS_REQUIRED
+from conftest import needs
 from plasticlab.report.stats import (
     Interval,
     bootstrap_ci,
@@ -37,7 +37,7 @@ except Exception as exc:  # ImportError, or arch<8's TypeError at import under p
     rly_library = rly_metrics = None
     RLIABLE_MISSING = f"rliable cannot be imported here ({type(exc).__name__}: {exc})"
 
-needs_rliable = pytest.mark.skipif(rly_library is None and not CHECKS_REQUIRED, reason=RLIABLE_MISSING)
+needs_rliable = needs(rly_library is not None, RLIABLE_MISSING)
 
 # A fixed synthetic [10 runs × 5 tasks] score matrix of accuracies, with one diverged run (row 3).
 SCORES = np.array([
