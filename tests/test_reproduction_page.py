@@ -43,6 +43,18 @@ def test_the_page_has_its_studies():
 
 
 @pytest.mark.parametrize("study", STUDIES)
+def test_a_committed_export_is_written_in_parts_that_each_fit_the_part_limit(study):
+    """The page's exports are what `plasticlab export` writes today: past PART_BYTES an export
+    is parts of whole runs, so no committed file nears the repository's 2 MB limit on one."""
+    from plasticlab.experiments.export import PART_BYTES, export_files
+
+    for path in export_files(PAGE / study):
+        assert path.stat().st_size <= PART_BYTES, (
+            f"{path.relative_to(PAGE.parent.parent)} is {path.stat().st_size:,} bytes, over "
+            f"{PART_BYTES:,}: write it again in parts (`plasticlab export`)")
+
+
+@pytest.mark.parametrize("study", STUDIES)
 def test_a_committed_report_is_the_report_of_its_committed_export(study, tmp_path):
     committed = (PAGE / study / "report" / "report.md").read_text(encoding="utf-8")
     build_report(PAGE / study, tmp_path, formats=())
