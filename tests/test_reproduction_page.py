@@ -51,7 +51,7 @@ def test_a_committed_export_is_written_in_parts_that_each_fit_the_part_limit(stu
     for path in export_files(PAGE / study):
         assert path.stat().st_size <= PART_BYTES, (
             f"{path.relative_to(PAGE.parent.parent)} is {path.stat().st_size:,} bytes, over "
-            f"{PART_BYTES:,}: write it again in parts (`plasticlab export`)")
+            f"{PART_BYTES:,}: export its results store again (`plasticlab export DIR`)")
 
 
 @pytest.mark.parametrize("study", STUDIES)
