@@ -18,7 +18,7 @@ STUDY_SCALES = {
     "best-random_label_mnist-adam": 0.5,
     "best-random_label_mnist-sgd": 0.5,
     "best-random_label_cifar-adam": 0.2,
-    "field-random_label_mnist": 0.2,
+    "field-random_label_mnist": 0.5,
     "reference-modes": 0.1,
 }
 """The default ``--scale`` of studies too long to run at full length on a CPU (SPEC §3:
