@@ -208,6 +208,28 @@ def test_a_large_export_is_written_in_parts_of_whole_runs_and_read_back_whole(
     assert (split / EXPORT_NAME).read_bytes() == one_part
 
 
+def test_an_export_exported_again_is_the_same_export_and_can_be_rewritten_in_place(
+        results_dir, tmp_path, monkeypatch, capsys):  # noqa: F811
+    """`plasticlab export` reads an export as it reads a store, so an export made by an older
+    plasticlab (more metrics, other parts) is written again in today's form without its store;
+    the export itself may be the target: it is read whole before anything is written."""
+    from plasticlab.experiments import export
+
+    (results_dir / "selection.json").write_text(json.dumps({"chosen": "l2_init"}))
+    first = tmp_path / "first"
+    export_results(results_dir, first)
+    assert main(["export", str(first), "--to", str(tmp_path / "again")]) == 0
+    assert "finished runs → " in capsys.readouterr().out
+    assert (tmp_path / "again" / EXPORT_NAME).read_bytes() == (first / EXPORT_NAME).read_bytes()
+    assert read_export(first / EXPORT_NAME)[2] == {"chosen": "l2_init"}
+
+    whole = read_export(first / EXPORT_NAME)
+    monkeypatch.setattr(export, "PART_BYTES", (first / EXPORT_NAME).stat().st_size * 4 // 5)
+    assert main(["export", str(first), "--to", str(first)]) == 0
+    assert [p.name for p in export.export_files(first)] == ["results.json.gz", "results.2.json.gz"]
+    assert read_export(first / EXPORT_NAME) == whole
+
+
 def test_a_killed_sitting_is_closed_at_its_sweeps_last_progress(tmp_path):
     import os
     import time

@@ -356,7 +356,8 @@ def register(sub) -> None:
 
     ex = sub.add_parser("export", help="the finished runs of a results directory as one compact "
                                        "file that `plasticlab report` reads")
-    ex.add_argument("dir", help="a results directory")
+    ex.add_argument("dir", help="a results directory: a store, or an export to write again in "
+                                "this plasticlab's form")
     ex.add_argument("--to", help="a folder or a .json.gz file (default DIR/export/)")
     ex.set_defaults(func=cmd_export)
 

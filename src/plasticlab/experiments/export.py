@@ -74,16 +74,22 @@ def compact_metrics(metrics: dict[str, list]) -> dict[str, list]:
 
 
 def export_results(directory: str | Path, out: str | Path) -> int:
-    """Write the finished runs of ``directory``'s store (and its ``selection.json``) to
-    ``out`` (a file, or a folder that gets :data:`EXPORT_NAME`); return how many runs."""
+    """Write the finished runs of ``directory`` — a results store with its ``selection.json``,
+    or an export (:func:`read_results` reads either) — to ``out`` (a file, or a folder that gets
+    :data:`EXPORT_NAME`), in parts past :data:`PART_BYTES`; return how many runs.
+
+    Exporting an export writes it again in this plasticlab's parts and precision, which change
+    no run's numbers; ``out`` may be the export itself, which is read whole before anything is
+    written."""
     directory, out = Path(directory), Path(out)
     if out.is_dir() or out.suffix != ".gz":
         out = out / EXPORT_NAME
-    with ResultStore(directory) as store:
-        runs = [{k: r[k] for k in RUN_KEYS} for r in store.runs("finished")]
-        metrics = {r["run_id"]: compact_metrics(store.task_metrics(r["run_id"])) for r in runs}
+    rows, metrics, selection = read_results(directory)
+    runs = [{k: r[k] for k in RUN_KEYS} for r in rows if r["status"] == "finished"]
+    metrics = {r["run_id"]: compact_metrics(metrics[r["run_id"]]) for r in runs}
     selection_path = directory / SELECTION_FILE
-    selection = json.loads(selection_path.read_text()) if selection_path.is_file() else None
+    if selection is None and selection_path.is_file():  # a store keeps its selection beside it
+        selection = json.loads(selection_path.read_text())
     parts = _parts(out, runs, metrics, selection)
     out.parent.mkdir(parents=True, exist_ok=True)
     for i, data in enumerate(parts, start=1):
