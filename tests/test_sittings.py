@@ -8,7 +8,13 @@ import pytest
 from plasticlab import checkpoint as ckpt
 from plasticlab.engine import train_ensemble
 from plasticlab.experiments.config import resolve_config
-from plasticlab.experiments.manifest import code_identity, from_other_code, trained_by, trained_by_text
+from plasticlab.experiments.manifest import (
+    code_identity,
+    from_other_code,
+    resumed_code_note,
+    trained_by,
+    trained_by_text,
+)
 from plasticlab.experiments.runner import fill_unrecorded_code
 
 SMALL = {"problem": "permuted_mnist", "method": "l2_init", "tasks": 3, "steps_per_task": 20,
@@ -123,3 +129,42 @@ def test_a_run_resumed_by_this_code_after_other_code_counts_as_other_code():
     resumed = run(now, {"from_task": 0, "code": OLD}, {"from_task": 5, "code": now})
     unattributed = run(now, {"from_task": 0}, {"from_task": 5, "code": now})
     assert from_other_code([alone, resumed, unattributed]) == [resumed, unattributed]
+
+
+def test_a_checkpoint_header_lists_its_sittings_so_a_resume_can_tell_whose_tasks_it_holds(interrupted):
+    _, path = interrupted
+    assert ckpt.read_header(path)["sittings"] == [{"from_task": 0, "code": OLD}]
+
+
+def test_resuming_tasks_that_other_code_trained_is_noted_and_this_codes_own_are_not(interrupted):
+    _, path = interrupted
+    note = resumed_code_note(ckpt.read_header(path))
+    assert note.startswith(f"its first 1 task(s) were trained by {OLD}, not this code ({code_identity()})")
+    assert "docs/results.md#resume" in note
+    now = code_identity()
+    assert resumed_code_note({"next_task": 4, "sittings": [{"from_task": 0, "code": now}]}) is None
+    assert "unrecorded code then" in resumed_code_note(
+        {"next_task": 4, "sittings": [{"from_task": 0}, {"from_task": 2, "code": now}]})
+    assert resumed_code_note({"next_task": 4}) is None  # a header from before headers listed them
+
+
+def test_a_sweep_and_status_name_an_ensemble_whose_checkpoint_other_code_trained(data_dir, tmp_path):
+    from plasticlab.cli_sweep import ensemble_progress
+    from plasticlab.experiments.orchestrate import plan, resumed_by_other_code
+    from plasticlab.experiments.runner import checkpoint_path
+    from plasticlab.experiments.sweep import expand
+
+    p = plan(expand({**SMALL, "seeds": "0-1"}), tmp_path, max_members=16)
+    (ensemble,) = p.ensembles
+    assert resumed_by_other_code(tmp_path, p) == []  # nothing to resume
+    m = ensemble.members
+    with pytest.raises(Crash):
+        train_ensemble(m.config, m.seeds, m.params, member_lr=m.lr, member_methods=m.methods,
+                       data_dir=data_dir, measure=False, sitting={"code": OLD},
+                       checkpoint=checkpoint_path(tmp_path, m, kind="ensemble"),
+                       on_task_end=crash_after_first_task)
+    (note,) = resumed_by_other_code(tmp_path, p)
+    assert note.startswith(f"note: {checkpoint_path(tmp_path, m, kind='ensemble').name} (l2_init")
+    assert f"trained by {OLD}, not this code" in note
+    (line,) = ensemble_progress(tmp_path, {})
+    assert "1 of ? tasks done" in line and f"note: its first 1 task(s) were trained by {OLD}" in line

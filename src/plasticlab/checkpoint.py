@@ -66,8 +66,10 @@ def save(path: str | os.PathLike, fingerprint: str, state: dict) -> None:
     payload = buffer.getvalue()
     header = {"format": FORMAT, "fingerprint": fingerprint, "payload_bytes": len(payload),
               "payload_sha256": hashlib.sha256(payload).hexdigest(),
-              # readable without loading the payload (plasticlab status)
-              "next_task": state.get("next_task"), "wall": state.get("wall")}
+              # readable without loading the payload (plasticlab status; a resume's note on
+              # tasks that other code trained)
+              "next_task": state.get("next_task"), "wall": state.get("wall"),
+              "sittings": state.get("sittings")}
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         f.write(MAGIC + json.dumps(header).encode() + b"\n")

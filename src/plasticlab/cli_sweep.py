@@ -19,6 +19,7 @@ from .experiments.orchestrate import (
     plan,
     planned_ensembles,
     protocol_seeds,
+    resumed_by_other_code,
     run_plan,
     stored_ensembles,
     tidy_checkpoints,
@@ -156,7 +157,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
               "progress": not args.no_progress, "options": options,
               "loggers": make_loggers(args.tensorboard, args.wandb)}
     write_plan(out, runs, name, "grid", grid_plan.ensembles)
-    for message in tidy_checkpoints(out, grid_plan):
+    for message in tidy_checkpoints(out, grid_plan) + resumed_by_other_code(out, grid_plan):
         print("  " + message)
     jobs = run_plan(grid_plan, **common)
     failed = [j for j in jobs if j.error]
@@ -173,6 +174,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                          workers=split_for, rerun=args.rerun)
         write_plan(out, eval_runs, name, "evaluation", eval_plan.ensembles)
         print("  " + _describe(eval_plan, workers, calibration))
+        for message in resumed_by_other_code(out, eval_plan):
+            print("  " + message)
         failed += [j for j in run_plan(eval_plan, **common) if j.error]
         print(evaluation_table(out, selection, eval_seeds))
     with ResultStore(out) as store:
@@ -256,6 +259,8 @@ def ensemble_progress(out: Path, runs: dict[str, dict]) -> list[str]:
     its phase, method(s), members and the tasks done at its last checkpoint, when that was
     written, and the training time left at its pace so far (the checkpoint's training wall
     time per task done) — how far an interrupted or running sweep has come."""
+    from .experiments.manifest import resumed_code_note
+
     entries = {e["checkpoint"]: e for e in stored_ensembles(out)}
     lines = []
     for path in sorted((out / "checkpoints").glob("*.ckpt")):
@@ -276,6 +281,8 @@ def ensemble_progress(out: Path, runs: dict[str, dict]) -> list[str]:
         if wall and done and isinstance(tasks, int):
             line += (f"; {wall / done:.1f} s a task, {_hms((tasks - done) * wall / done)} of "
                      "training left at that pace")
+        if note := resumed_code_note(header):
+            line += f"; note: {note}"
         lines.append(line)
     waiting = [e for e in entries.values() if not (out / "checkpoints" / e["checkpoint"]).is_file()
                and any(runs.get(r, {}).get("status") != "finished" for r in e["run_ids"])]

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 __all__ = ["build_manifest", "code_identity", "from_other_code", "git_info", "package_version",
-           "trained_by", "trained_by_text", "trains_as_this_code", "utc_now"]
+           "resumed_code_note", "trained_by", "trained_by_text", "trains_as_this_code", "utc_now"]
 
 # The directory whose git state identifies the code that ran: the installed package itself,
 # not the caller's working directory (a user may run plasticlab from their own repository).
@@ -153,6 +153,21 @@ def from_other_code(runs: list[dict]) -> list[dict]:
     them) that :func:`trains_as_this_code` does not vouch for: a run resumed across code
     versions counts if any of its sittings' code does."""
     return [run for run in runs if not all(map(trains_as_this_code, trained_by(run)))]
+
+
+def resumed_code_note(header: dict) -> str | None:
+    """What resuming a checkpoint mixes, from its header (:func:`plasticlab.checkpoint.read_header`):
+    None when every sitting it lists was trained by code that :func:`trains_as_this_code`
+    vouches for, or when it lists none (a checkpoint written before headers did); else a note
+    that names the code that trained its tasks so far, for a sweep, ``run`` or ``status`` to
+    print before the resumed runs mix two codes."""
+    sittings = header.get("sittings")
+    so_far = {"manifest": {"sittings": sittings}}
+    if not sittings or not from_other_code([so_far]):
+        return None
+    return (f"its first {header.get('next_task')} task(s) were trained by {trained_by_text(so_far)}, "
+            f"not this code ({code_identity()}): the runs it finishes will list both and count as "
+            "other code (to train a long study with one code, see docs/results.md#resume)")
 
 
 def _library_version(module_name: str) -> str:

@@ -146,6 +146,21 @@ def tidy_checkpoints(out, p: Plan) -> list[str]:
     return messages
 
 
+def resumed_by_other_code(out, p: Plan) -> list[str]:
+    """One note per checkpoint of ``p``'s ensembles whose tasks so far other code trained
+    (:func:`~plasticlab.experiments.manifest.resumed_code_note`): the sweep resumes it, and its
+    runs will list both codes' sittings."""
+    from .. import checkpoint as ckpt
+    from .manifest import resumed_code_note
+
+    notes = []
+    for e in p.ensembles:
+        path = Path(out) / "checkpoints" / ensemble_entry(e, p.phase)["checkpoint"]
+        if path.is_file() and (note := resumed_code_note(ckpt.read_header(path))):
+            notes.append(f"note: {path.name} ({_label(e)}): {note}")
+    return notes
+
+
 def run_plan(p: Plan, *, out, data_dir=None, device="cpu", workers=None, executor="local",
              ray_address=None, progress=True, options: dict | None = None, loggers=()) -> list[Job]:
     """Train every ensemble of ``p``; returns the jobs (failures recorded, not raised)."""
@@ -238,5 +253,5 @@ def protocol_seeds(sweep: dict) -> list[int] | None:
 
 
 __all__ = ["PLAN_FILE", "SELECTION_FILE", "Plan", "evaluation_runs", "grid_selection", "pending_runs",
-           "plan", "protocol_seeds", "run_plan", "stored_ensembles", "tidy_checkpoints", "write_plan",
-           "write_selection"]
+           "plan", "protocol_seeds", "resumed_by_other_code", "run_plan", "stored_ensembles",
+           "tidy_checkpoints", "write_plan", "write_selection"]
