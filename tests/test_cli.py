@@ -334,7 +334,8 @@ def test_an_interrupted_run_keeps_the_earlier_results_and_resumes_from_its_check
     captured = capsys.readouterr()
     assert "resuming from" in captured.err and "at task 1" in captured.err
     # the resume says, before it trains, that the runs will mix two codes
-    assert f"note: its first 1 task(s) were trained by git:{'a' * 40}, not this code" in captured.err
+    assert "note: of its first 1 task(s), some were trained by other code" in captured.err
+    assert f"): git:{'a' * 40}; the runs it finishes" in captured.err
     assert json.loads(captured.out)["runs"][0]["task_online_accuracy"] == first["task_online_accuracy"]
     assert not list((tmp_path / "checkpoints").glob("*.ckpt"))
     # the run records which code trained which tasks, and counts as other code for both

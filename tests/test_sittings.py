@@ -139,12 +139,15 @@ def test_a_checkpoint_header_lists_its_sittings_so_a_resume_can_tell_whose_tasks
 def test_resuming_tasks_that_other_code_trained_is_noted_and_this_codes_own_are_not(interrupted):
     _, path = interrupted
     note = resumed_code_note(ckpt.read_header(path))
-    assert note.startswith(f"its first 1 task(s) were trained by {OLD}, not this code ({code_identity()})")
-    assert "docs/results.md#resume" in note
     now = code_identity()
+    assert note.startswith(f"of its first 1 task(s), some were trained by other code than this ({now}): "
+                           f"{OLD}; the runs it finishes will list each sitting's code")
+    assert "docs/results.md#resume" in note
     assert resumed_code_note({"next_task": 4, "sittings": [{"from_task": 0, "code": now}]}) is None
-    assert "unrecorded code then" in resumed_code_note(
-        {"next_task": 4, "sittings": [{"from_task": 0}, {"from_task": 2, "code": now}]})
+    # only the other code is named, and a sitting that left no record is
+    mixed = {"next_task": 6, "sittings": [{"from_task": 0}, {"from_task": 2, "code": now},
+                                          {"from_task": 4, "code": OLD}]}
+    assert f"({now}): unrecorded code, {OLD}; " in resumed_code_note(mixed)
     assert resumed_code_note({"next_task": 4}) is None  # a header from before headers listed them
 
 
@@ -165,6 +168,6 @@ def test_a_sweep_and_status_name_an_ensemble_whose_checkpoint_other_code_trained
                        on_task_end=crash_after_first_task)
     (note,) = resumed_by_other_code(tmp_path, p)
     assert note.startswith(f"note: {checkpoint_path(tmp_path, m, kind='ensemble').name} (l2_init")
-    assert f"trained by {OLD}, not this code" in note
+    assert f"other code than this ({code_identity()}): {OLD};" in note
     (line,) = ensemble_progress(tmp_path, {})
-    assert "1 of ? tasks done" in line and f"note: its first 1 task(s) were trained by {OLD}" in line
+    assert "1 of ? tasks done" in line and "; note: of its first 1 task(s), some were trained by" in line

@@ -162,12 +162,16 @@ def resumed_code_note(header: dict) -> str | None:
     that names the code that trained its tasks so far, for a sweep, ``run`` or ``status`` to
     print before the resumed runs mix two codes."""
     sittings = header.get("sittings")
-    so_far = {"manifest": {"sittings": sittings}}
-    if not sittings or not from_other_code([so_far]):
+    if not sittings:
         return None
-    return (f"its first {header.get('next_task')} task(s) were trained by {trained_by_text(so_far)}, "
-            f"not this code ({code_identity()}): the runs it finishes will list both and count as "
-            "other code (to train a long study with one code, see docs/results.md#resume)")
+    others = [code for code in trained_by({"manifest": {"sittings": sittings}})
+              if not trains_as_this_code(code)]
+    if not others:
+        return None
+    return (f"of its first {header.get('next_task')} task(s), some were trained by other code than "
+            f"this ({code_identity()}): {', '.join(code or 'unrecorded code' for code in others)}; "
+            "the runs it finishes will list each sitting's code and count as other code (to train "
+            "a long study with one code, see docs/results.md#resume)")
 
 
 def _library_version(module_name: str) -> str:
