@@ -159,8 +159,9 @@ def resumed_code_note(header: dict) -> str | None:
     """What resuming a checkpoint mixes, from its header (:func:`plasticlab.checkpoint.read_header`):
     None when every sitting it lists was trained by code that :func:`trains_as_this_code`
     vouches for, or when it lists none (a checkpoint written before headers did); else a note
-    that names the code that trained its tasks so far, for a sweep, ``run`` or ``status`` to
-    print before the resumed runs mix two codes."""
+    that names the code other than this that trained some of its tasks so far (``unrecorded
+    code`` for a sitting that left no record), for a sweep, ``run`` or ``status`` to print
+    before the resumed runs mix codes."""
     sittings = header.get("sittings")
     if not sittings:
         return None

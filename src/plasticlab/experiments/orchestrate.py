@@ -149,7 +149,7 @@ def tidy_checkpoints(out, p: Plan) -> list[str]:
 def resumed_by_other_code(out, p: Plan) -> list[str]:
     """One note per checkpoint of ``p``'s ensembles whose tasks so far other code trained
     (:func:`~plasticlab.experiments.manifest.resumed_code_note`): the sweep resumes it, and its
-    runs will list both codes' sittings."""
+    runs will list each sitting's code."""
     from .. import checkpoint as ckpt
     from .manifest import resumed_code_note
 
