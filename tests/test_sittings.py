@@ -171,3 +171,31 @@ def test_a_sweep_and_status_name_an_ensemble_whose_checkpoint_other_code_trained
     assert f"other code than this ({code_identity()}): {OLD};" in note
     (line,) = ensemble_progress(tmp_path, {})
     assert "1 of ? tasks done" in line and "; note: of its first 1 task(s), some were trained by" in line
+
+
+def test_a_resumed_sweep_says_so_before_it_trains_and_its_runs_list_both_codes(data_dir, tmp_path, capsys):
+    from plasticlab.cli import main
+    from plasticlab.experiments.orchestrate import plan
+    from plasticlab.experiments.runner import checkpoint_path
+    from plasticlab.experiments.store import ResultStore
+    from plasticlab.experiments.sweep import expand
+
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text('name = "two-codes"\nproblem = "permuted_mnist"\nmethod = "l2_init"\nseeds = "0-1"\n'
+                     'tasks = 3\nsteps_per_task = 20\n[problem_params]\nexamples_per_task = 320\n')
+    out = tmp_path / "out"
+    (ensemble,) = plan(expand({**SMALL, "seeds": "0-1"}), out, max_members=16).ensembles
+    m = ensemble.members
+    with pytest.raises(Crash):  # its first task trained by OLD, as a sitting of an older commit
+        train_ensemble(m.config, m.seeds, m.params, member_lr=m.lr, member_methods=m.methods,
+                       data_dir=data_dir, sitting={"code": OLD},
+                       checkpoint=checkpoint_path(out, m, kind="ensemble"),
+                       on_task_end=crash_after_first_task)
+    args = ["sweep", str(sweep), "--out", str(out), "--data-dir", str(data_dir), "--workers", "1",
+            "--no-progress"]
+    for extra in (["--dry-run"], []):
+        assert main(args + extra) == 0
+        assert f"other code than this ({code_identity()}): {OLD};" in capsys.readouterr().out
+    with ResultStore(out) as store:
+        runs = store.runs("finished")
+    assert len(runs) == 2 and all(trained_by(r) == [OLD, code_identity()] for r in runs)

@@ -147,6 +147,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.dry_run:
         for line in packing(grid_plan.ensembles):
             print("    " + line)
+        for message in resumed_by_other_code(out, grid_plan):
+            print("  " + message)
         if calibration is None:
             print("  (no calibration on this machine yet: run `plasticlab bench` for time estimates)")
         return 0
