@@ -151,23 +151,38 @@ def test_resuming_tasks_that_other_code_trained_is_noted_and_this_codes_own_are_
     assert resumed_code_note({"next_task": 4}) is None  # a header from before headers listed them
 
 
-def test_a_sweep_and_status_name_an_ensemble_whose_checkpoint_other_code_trained(data_dir, tmp_path):
-    from plasticlab.cli_sweep import ensemble_progress
-    from plasticlab.experiments.orchestrate import plan, resumed_by_other_code
-    from plasticlab.experiments.runner import checkpoint_path
+def sweep_plan(out):
+    """The plan a sweep of SMALL on seeds 0-1 makes in ``out``: one ensemble."""
+    from plasticlab.experiments.orchestrate import plan
     from plasticlab.experiments.sweep import expand
 
-    p = plan(expand({**SMALL, "seeds": "0-1"}), tmp_path, max_members=16)
+    return plan(expand({**SMALL, "seeds": "0-1"}), out, max_members=16)
+
+
+def checkpoint_first_task_as_old_code(p, out, data_dir):
+    """Train the first task of ``p``'s ensemble as a sitting of code OLD, leaving the checkpoint
+    a sweep resumes; return its path."""
+    from plasticlab.experiments.runner import checkpoint_path
+
     (ensemble,) = p.ensembles
-    assert resumed_by_other_code(tmp_path, p) == []  # nothing to resume
     m = ensemble.members
+    path = checkpoint_path(out, m, kind="ensemble")
     with pytest.raises(Crash):
         train_ensemble(m.config, m.seeds, m.params, member_lr=m.lr, member_methods=m.methods,
-                       data_dir=data_dir, measure=False, sitting={"code": OLD},
-                       checkpoint=checkpoint_path(tmp_path, m, kind="ensemble"),
+                       data_dir=data_dir, sitting={"code": OLD}, checkpoint=path,
                        on_task_end=crash_after_first_task)
+    return path
+
+
+def test_a_sweep_and_status_name_an_ensemble_whose_checkpoint_other_code_trained(data_dir, tmp_path):
+    from plasticlab.cli_sweep import ensemble_progress
+    from plasticlab.experiments.orchestrate import resumed_by_other_code
+
+    p = sweep_plan(tmp_path)
+    assert resumed_by_other_code(tmp_path, p) == []  # nothing to resume
+    path = checkpoint_first_task_as_old_code(p, tmp_path, data_dir)
     (note,) = resumed_by_other_code(tmp_path, p)
-    assert note.startswith(f"note: {checkpoint_path(tmp_path, m, kind='ensemble').name} (l2_init")
+    assert note.startswith(f"note: {path.name} (l2_init")
     assert f"other code than this ({code_identity()}): {OLD};" in note
     (line,) = ensemble_progress(tmp_path, {})
     assert "1 of ? tasks done" in line and "; note: of its first 1 task(s), some were trained by" in line
@@ -175,22 +190,13 @@ def test_a_sweep_and_status_name_an_ensemble_whose_checkpoint_other_code_trained
 
 def test_a_resumed_sweep_says_so_before_it_trains_and_its_runs_list_both_codes(data_dir, tmp_path, capsys):
     from plasticlab.cli import main
-    from plasticlab.experiments.orchestrate import plan
-    from plasticlab.experiments.runner import checkpoint_path
     from plasticlab.experiments.store import ResultStore
-    from plasticlab.experiments.sweep import expand
 
     sweep = tmp_path / "sweep.toml"
     sweep.write_text('name = "two-codes"\nproblem = "permuted_mnist"\nmethod = "l2_init"\nseeds = "0-1"\n'
                      'tasks = 3\nsteps_per_task = 20\n[problem_params]\nexamples_per_task = 320\n')
     out = tmp_path / "out"
-    (ensemble,) = plan(expand({**SMALL, "seeds": "0-1"}), out, max_members=16).ensembles
-    m = ensemble.members
-    with pytest.raises(Crash):  # its first task trained by OLD, as a sitting of an older commit
-        train_ensemble(m.config, m.seeds, m.params, member_lr=m.lr, member_methods=m.methods,
-                       data_dir=data_dir, sitting={"code": OLD},
-                       checkpoint=checkpoint_path(out, m, kind="ensemble"),
-                       on_task_end=crash_after_first_task)
+    checkpoint_first_task_as_old_code(sweep_plan(out), out, data_dir)
     args = ["sweep", str(sweep), "--out", str(out), "--data-dir", str(data_dir), "--workers", "1",
             "--no-progress"]
     for extra in (["--dry-run"], []):

@@ -152,10 +152,11 @@ def resumed_by_other_code(out, p: Plan) -> list[str]:
     runs will list each sitting's code."""
     from .. import checkpoint as ckpt
     from .manifest import resumed_code_note
+    from .runner import checkpoint_path
 
     notes = []
     for e in p.ensembles:
-        path = Path(out) / "checkpoints" / ensemble_entry(e, p.phase)["checkpoint"]
+        path = checkpoint_path(out, e.members, "ensemble")
         if path.is_file() and (note := resumed_code_note(ckpt.read_header(path))):
             notes.append(f"note: {path.name} ({_label(e)}): {note}")
     return notes
