@@ -66,13 +66,24 @@ def with_real_data(words: list[str], data: Path) -> list[str]:
     return out
 
 
+DEMO_COMMAND = "pip install -c constraints.txt -e . && plasticlab demo --data-dir ../shared/data"
+TEST_COMMAND = 'pip install -c constraints.txt -e ".[test]" && python -m pytest -q -n auto'
+
+
 def test_readme_opens_with_the_two_setup_commands():
     head = "\n".join(README.read_text().splitlines()[:60])
     blocks = fenced_blocks(head + "\n", "bash")
-    for command in ("pip install -c constraints.txt -e . && plasticlab demo --data-dir ../shared/data",
-                    'pip install -c constraints.txt -e ".[test]" && python -m pytest -q'):
+    for command in (DEMO_COMMAND, TEST_COMMAND):
         assert any(command in b.splitlines() for b in blocks), (
             f"not in a bash block of the README's first 60 lines: {command}")
+
+
+def test_ci_runs_the_readme_test_command_and_fails_on_any_nonzero_exit():
+    # CI's verdict is the README's test command on a fresh clone; `set -e` makes pytest's exit
+    # code 5 (no tests collected) fail it like any other.
+    script = (REPO / ".ci" / "run").read_text().splitlines()
+    assert "set -euo pipefail" in script
+    assert [line for line in script if line and not line.startswith("#")][-1] == TEST_COMMAND
 
 
 def test_every_readme_command_is_one_the_check_runs():
