@@ -31,11 +31,18 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(),
 def start_sweep(tmp_path, data_dir, out: str, workers: int) -> subprocess.Popen:
     (tmp_path / "sweep.toml").write_text(SWEEP)
     env = dict(os.environ, PLASTICLAB_DATA=str(data_dir))
-    # Its own process group, so a test can signal the group as `timeout` or a scheduler does.
+    # Its own process group, so a test can signal the group as `timeout` or a scheduler does;
+    # SIGINT at its default, as in a terminal, however the suite was started: a command started
+    # with SIGINT ignored (`cmd &` in a script, where bash has no job control) keeps ignoring it,
+    # as Python and plasticlab do, and the SIGINT case would then train to its end.
     return subprocess.Popen([sys.executable, "-m", "plasticlab.cli", "sweep", str(tmp_path / "sweep.toml"),
                              "--out", str(tmp_path / out), "--workers", str(workers), "--no-progress"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=sigint_as_in_a_terminal)
+
+
+def sigint_as_in_a_terminal() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def children(pid: int) -> set[int]:
@@ -60,34 +67,14 @@ def all_gone(pids: set[int], within: float = 10) -> bool:
     return not any(alive(p) for p in pids)
 
 
-def freeze_workers_at_checkpoints(out: Path, n: int, proc: subprocess.Popen,
-                                  timeout: float = 240) -> set[int]:
-    """Wait until the sweep has ``n`` checkpoints, then stop its workers (SIGSTOP) and return
-    them: on a loaded machine (the suite beside other work) the test could otherwise be
-    descheduled while they train to the end, leaving nothing to stop. The driver keeps running,
-    so a signal sent to it acts at once, as in real use (a signal sent to a stopped process
-    waits, and may then be taken by a thread other than the one it would have interrupted);
-    :func:`thaw` lets the workers go on."""
+def wait_for_checkpoints(out: Path, n: int, proc: subprocess.Popen, timeout: float = 240) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if len(list((out / "checkpoints").glob("*.ckpt"))) >= n:
-            workers = children(proc.pid)
-            for pid in workers:
-                os.kill(pid, signal.SIGSTOP)
-            assert workers and proc.poll() is None, f"the sweep ended: {proc.stdout.read()}"
-            return workers
+            return
         assert proc.poll() is None, f"the sweep ended before checkpointing: {proc.stdout.read()}"
         time.sleep(0.05)
     raise AssertionError("no checkpoint appeared")
-
-
-def thaw(workers: set[int]) -> None:
-    """Let the workers that :func:`freeze_workers_at_checkpoints` stopped go on (those still there)."""
-    for pid in workers:
-        try:
-            os.kill(pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
 
 
 def results(out: Path) -> dict:
@@ -107,10 +94,11 @@ def run_to_end(tmp_path, data_dir, out: str, workers: int) -> str:
 def test_killing_the_driver_leaves_no_process_and_a_resume_with_other_workers_is_bit_identical(
         tmp_path, data_dir):
     proc = start_sweep(tmp_path, data_dir, "killed", workers=2)
-    workers = freeze_workers_at_checkpoints(tmp_path / "killed", 2, proc)
+    wait_for_checkpoints(tmp_path / "killed", 2, proc)
+    workers = children(proc.pid)
+    assert workers
     proc.kill()
     proc.wait()
-    thaw(workers)  # were any left, they would now train on
     assert all_gone(workers), "workers outlived their killed driver"
 
     # Resumed on one worker: the stored grouping (two ensembles of two) is used, so both
@@ -129,13 +117,13 @@ def test_a_signalled_driver_stops_its_workers_at_a_task_end_and_records_the_runs
         tmp_path, data_dir, sig, code, to):
     # "process group": `timeout`, `kill -- -PGID` and batch schedulers signal the workers too.
     proc = start_sweep(tmp_path, data_dir, "stopped", workers=2)
-    workers = freeze_workers_at_checkpoints(tmp_path / "stopped", 2, proc)
+    wait_for_checkpoints(tmp_path / "stopped", 2, proc)
+    workers = children(proc.pid)
     sent = time.monotonic()
     if to == "driver":
         proc.send_signal(sig)
     else:
         os.killpg(proc.pid, sig)
-    thaw(workers)
     text = proc.communicate(timeout=60)[0]
     assert proc.returncode == code, text
     assert time.monotonic() - sent < 30
