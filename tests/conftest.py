@@ -137,6 +137,16 @@ def needs_data(fixture: str) -> pytest.MarkDecorator:
 NO_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook; without xdist there is no -n
+def pytest_xdist_auto_num_workers(config) -> int:
+    """``-n auto``: one test process per core this process may run on, as a sweep counts its
+    workers; xdist's own count takes physical cores where psutil is installed (one on a VM of
+    two hyper-threads) and ignores the CPU affinity there."""
+    from plasticlab.experiments.executor import default_workers
+
+    return default_workers()
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         for fixture in REAL_DATA_MISSING:
