@@ -31,18 +31,20 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(),
 def start_sweep(tmp_path, data_dir, out: str, workers: int) -> subprocess.Popen:
     (tmp_path / "sweep.toml").write_text(SWEEP)
     env = dict(os.environ, PLASTICLAB_DATA=str(data_dir))
-    # Its own process group, so a test can signal the group as `timeout` or a scheduler does;
-    # SIGINT at its default, as in a terminal, however the suite was started: a command started
-    # with SIGINT ignored (`cmd &` in a script, where bash has no job control) keeps ignoring it,
-    # as Python and plasticlab do, and the SIGINT case would then train to its end.
-    return subprocess.Popen([sys.executable, "-m", "plasticlab.cli", "sweep", str(tmp_path / "sweep.toml"),
-                             "--out", str(tmp_path / out), "--workers", str(workers), "--no-progress"],
+    # Its own process group, so a test can signal the group as `timeout` or a scheduler does.
+    return subprocess.Popen([sys.executable, "-c", CLI_AS_IN_A_TERMINAL, "sweep",
+                             str(tmp_path / "sweep.toml"), "--out", str(tmp_path / out),
+                             "--workers", str(workers), "--no-progress"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, preexec_fn=sigint_as_in_a_terminal)
+                            start_new_session=True)
 
 
-def sigint_as_in_a_terminal() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+# The command with SIGINT raising KeyboardInterrupt, as in a terminal, however the suite was
+# started: a process started with SIGINT ignored (`cmd &` in a script, where bash has no job
+# control) keeps ignoring it, as Python and plasticlab do, and the SIGINT case would then train
+# to its end.
+CLI_AS_IN_A_TERMINAL = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                        "from plasticlab.cli import main; sys.exit(main(sys.argv[1:]))")
 
 
 def children(pid: int) -> set[int]:
