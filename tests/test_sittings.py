@@ -151,12 +151,20 @@ def test_resuming_tasks_that_other_code_trained_is_noted_and_this_codes_own_are_
     assert resumed_code_note({"next_task": 4}) is None  # a header from before headers listed them
 
 
+# SMALL on seeds 0-1 as a sweep file: the plan below and `plasticlab sweep` read the same text.
+SMALL_SWEEP = ('name = "two-codes"\nproblem = "permuted_mnist"\nmethod = "l2_init"\nseeds = "0-1"\n'
+               'tasks = 3\nsteps_per_task = 20\n[problem_params]\nexamples_per_task = 320\n')
+
+
 def sweep_plan(out):
-    """The plan a sweep of SMALL on seeds 0-1 makes in ``out``: one ensemble."""
+    """The plan a sweep of SMALL_SWEEP makes in ``out``: one ensemble."""
+    from plasticlab.cli_sweep import tomllib
     from plasticlab.experiments.orchestrate import plan
     from plasticlab.experiments.sweep import expand
 
-    return plan(expand({**SMALL, "seeds": "0-1"}), out, max_members=16)
+    sweep = tomllib.loads(SMALL_SWEEP)
+    assert {k: v for k, v in sweep.items() if k not in ("name", "seeds")} == SMALL
+    return plan(expand(sweep), out, max_members=16)
 
 
 def checkpoint_first_task_as_old_code(p, out, data_dir):
@@ -193,8 +201,7 @@ def test_a_resumed_sweep_says_so_before_it_trains_and_its_runs_list_both_codes(d
     from plasticlab.experiments.store import ResultStore
 
     sweep = tmp_path / "sweep.toml"
-    sweep.write_text('name = "two-codes"\nproblem = "permuted_mnist"\nmethod = "l2_init"\nseeds = "0-1"\n'
-                     'tasks = 3\nsteps_per_task = 20\n[problem_params]\nexamples_per_task = 320\n')
+    sweep.write_text(SMALL_SWEEP)
     out = tmp_path / "out"
     checkpoint_first_task_as_old_code(sweep_plan(out), out, data_dir)
     args = ["sweep", str(sweep), "--out", str(out), "--data-dir", str(data_dir), "--workers", "1",
