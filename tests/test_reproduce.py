@@ -82,10 +82,35 @@ def test_reproduce_sweeps_exports_reports_and_resumes(data_dir, tmp_path, capsys
     assert main([*shorter, "--replace"]) == 0
     record = json.loads((docs / "run.json").read_text())
     assert "--tasks 2" in record["command"] and len(record["sittings"]) == 1
+    # the study at another scale in the same results store: its export holds its own runs only
+    other_scale = [a if a != "0.004" else "0.006" for a in argv]
+    capsys.readouterr()
+    assert main([*other_scale, "--replace"]) == 0
+    assert "also holds 36 finished run(s) of other commands" in capsys.readouterr().err
+    runs, _, _ = read_export(docs / EXPORT_NAME)
+    assert len(runs) == 36 and {r["config"]["steps_per_task"] for r in runs} == {4}
     with pytest.raises(SystemExit):
         main(["reproduce"])
     assert main(["reproduce", "no-such-study", "--docs", str(tmp_path / "d")]) == 2
     assert "unknown preset 'no-such-study'" in capsys.readouterr().err
+
+
+def test_a_sweeps_runs_are_its_grid_and_the_evaluation_of_what_it_selected_from_that_grid(tmp_path):
+    from plasticlab.experiments.orchestrate import protocol_seeds, sweep_runs, write_selection
+    from plasticlab.experiments.presets import get_preset
+
+    preset = get_preset("main-permuted_mnist-adam")
+    grid = sweep_runs(preset, tmp_path, 0.01)
+    assert grid and len({r.seed for r in grid}) == 3  # no selection yet: the grid alone
+    chosen = grid[0].config.to_dict()
+    write_selection(tmp_path, {("permuted_mnist", "adam", chosen["method"]): {
+        "score": 0.5, "seeds": [0, 1, 2], "candidates": 4, "config": chosen}}, "main", [100, 101])
+    runs = sweep_runs(preset, tmp_path, 0.01)
+    assert runs[:len(grid)] == grid and [r.seed for r in runs[len(grid):]] == protocol_seeds(preset)
+    assert all(r.config.to_dict() == chosen for r in runs[len(grid):])
+    # the selection of the same study at another scale is not this sweep's
+    assert sweep_runs(preset, tmp_path, 0.02) == sweep_runs(get_preset("main-permuted_mnist-adam"),
+                                                             tmp_path / "none", 0.02)
 
 
 def test_commands_that_differ_only_in_how_they_run_make_the_same_results():

@@ -128,10 +128,13 @@ def reproduce_study(args: argparse.Namespace, study: str) -> int:
     ``args.docs/study``; return the sweep's exit code (the report is written only after a
     sweep that finished every run). With ``args.dry_run``, only the sweep's plan."""
     from .cli import main
+    from .cli_sweep import with_tasks
     from .experiments.export import EXPORT_NAME, export_files, export_results
+    from .experiments.orchestrate import sweep_runs
     from .experiments.presets import get_preset
+    from .experiments.store import ResultStore
 
-    get_preset(study)  # an unknown study is an error that lists the presets
+    preset = get_preset(study)  # an unknown study is an error that lists the presets
     scale = args.scale if args.scale is not None else STUDY_SCALES.get(study, 1.0)
     out, docs = Path(args.out) / study, Path(args.docs) / study
     sweep = _sweep_args(args, study, out, scale)
@@ -174,12 +177,26 @@ def reproduce_study(args: argparse.Namespace, study: str) -> int:
         print(f"reproduce {study}: the sweep stopped (exit {code}); run the same command again "
               "to resume it", file=sys.stderr)
         return code
-    runs = export_results(out, docs)
+    # The results store may also hold the runs of this study at another scale or length.
+    study_run_ids = {ResultStore.run_id(r.config.to_dict(), r.seed)
+                     for r in sweep_runs(with_tasks(preset, args.tasks), out, scale)}
+    runs = export_results(out, docs, run_ids=study_run_ids)
+    if others := finished_elsewhere(out, study_run_ids):
+        print(f"reproduce {study}: note: {out} also holds {others} finished run(s) of other commands "
+              "(another --scale or --tasks); the export leaves them out", file=sys.stderr)
     files = ", ".join(f.name for f in export_files(docs))
     code = main(["report", str(docs), "--out", str(docs / "report"), "--formats", "png"])
     print(f"reproduce {study}: {runs} runs exported to {docs} ({files}); report in "
           f"{docs / 'report'}", file=sys.stderr)
     return code
+
+
+def finished_elsewhere(out: Path, run_ids: set[str]) -> int:
+    """How many finished runs the results store ``out`` holds beyond ``run_ids``."""
+    from .experiments.store import ResultStore
+
+    with ResultStore(out) as store:
+        return len({r["run_id"] for r in store.runs(status="finished")} - run_ids)
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:

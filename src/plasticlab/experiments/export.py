@@ -23,7 +23,7 @@ import gzip
 import io
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from .orchestrate import SELECTION_FILE
@@ -73,10 +73,11 @@ def compact_metrics(metrics: dict[str, list]) -> dict[str, list]:
             for name, values in metrics.items() if reported_metric(name)}
 
 
-def export_results(directory: str | Path, out: str | Path) -> int:
+def export_results(directory: str | Path, out: str | Path, run_ids: Collection[str] | None = None) -> int:
     """Write the finished runs of ``directory`` — a results store with its ``selection.json``,
     or an export (:func:`read_results` reads either) — to ``out`` (a file, or a folder that gets
-    :data:`EXPORT_NAME`), in parts past :data:`PART_BYTES`; return how many runs.
+    :data:`EXPORT_NAME`), in parts past :data:`PART_BYTES`; return how many runs. ``run_ids``:
+    only those runs (a study's own, where the store holds other sweeps' runs too).
 
     Exporting an export writes it again in this plasticlab's parts and precision, which change
     no run's numbers; ``out`` may be the export itself, which is read whole before anything is
@@ -85,7 +86,8 @@ def export_results(directory: str | Path, out: str | Path) -> int:
     if out.is_dir() or out.suffix != ".gz":
         out = out / EXPORT_NAME
     rows, metrics, selection = read_results(directory)
-    runs = [{k: r[k] for k in RUN_KEYS} for r in rows if r["status"] == "finished"]
+    runs = [{k: r[k] for k in RUN_KEYS} for r in rows
+            if r["status"] == "finished" and (run_ids is None or r["run_id"] in run_ids)]
     metrics = {r["run_id"]: compact_metrics(metrics[r["run_id"]]) for r in runs}
     selection_path = directory / SELECTION_FILE
     if selection is None and selection_path.is_file():  # a store keeps its selection beside it

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from .config import RunConfig, parse_seeds, resolve_config
 from .executor import Job, run_jobs
-from .protocol import select_best
+from .protocol import config_key, select_best
 from .store import ResultStore
-from .sweep import Ensemble, Run, group
+from .sweep import Ensemble, Run, expand, group
 
 SELECTION_FILE = "selection.json"
 PLAN_FILE = "plan.json"
@@ -241,6 +241,23 @@ def grid_selection(runs: Sequence[Run], out) -> dict:
     return select_best(rows)
 
 
+def sweep_runs(sweep: dict, out, scale: float | None = None) -> list[Run]:
+    """Every run that ``plasticlab sweep`` of ``sweep`` (shortened by ``scale``) trains into
+    ``out``: its grid and, for a protocol sweep, the evaluation of the configurations that
+    ``out/selection.json`` selected from this grid (none before the grid's selection). A results
+    directory may also hold the runs of other sweeps (another ``--scale`` or ``--tasks``):
+    these are what tells them apart."""
+    runs = expand(sweep, scale)
+    seeds = protocol_seeds(sweep)
+    path = Path(out) / SELECTION_FILE
+    if seeds is None or not path.is_file():
+        return runs
+    grid = {config_key(r.config.to_dict()) for r in runs}
+    rows = json.loads(path.read_text()).get("selected", [])
+    return runs + evaluation_runs({i: row for i, row in enumerate(rows)
+                                   if config_key(row["config"]) in grid}, seeds)
+
+
 def protocol_seeds(sweep: dict) -> list[int] | None:
     """The evaluation seeds of a protocol sweep, or None when the sweep is a plain grid."""
     protocol = sweep.get("protocol")
@@ -254,5 +271,5 @@ def protocol_seeds(sweep: dict) -> list[int] | None:
 
 
 __all__ = ["PLAN_FILE", "SELECTION_FILE", "Plan", "evaluation_runs", "grid_selection", "pending_runs",
-           "plan", "protocol_seeds", "resumed_by_other_code", "run_plan", "stored_ensembles",
+           "plan", "protocol_seeds", "resumed_by_other_code", "run_plan", "stored_ensembles", "sweep_runs",
            "tidy_checkpoints", "write_plan", "write_selection"]
