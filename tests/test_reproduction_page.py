@@ -19,7 +19,16 @@ import pytest
 from plasticlab.report.build import build_report
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "reproduction"
-STUDIES = sorted(p.parent.name for p in PAGE.glob("*/results.json.gz"))
+
+
+def study_folders(name: str) -> list[str]:
+    """The folders under docs/reproduction that hold the file ``name``, as paths relative to
+    it: ``STUDY`` for a study at its default scale, ``PARENT/STUDY`` for one run at another scale
+    or length (``plasticlab reproduce STUDY --scale S --docs docs/reproduction/PARENT``)."""
+    return sorted(p.parent.relative_to(PAGE).as_posix() for p in PAGE.rglob(name))
+
+
+STUDIES = study_folders("results.json.gz")
 IMAGE = re.compile(r"^!\[[^\]]*\]\((figures/[^)]+)\)$")
 # the report's own header lines that name the time and the place it was built, and the
 # command line's note on which code trained the runs (not a number of the study)
@@ -101,7 +110,7 @@ def wall_time(seconds: float) -> str:
     return f"{round(seconds / 60)} min" if seconds < 3600 else f"{seconds / 3600:.1f} h"
 
 
-RECORDED = sorted(p.parent.name for p in PAGE.glob("*/run.json"))
+RECORDED = study_folders("run.json")
 
 
 @pytest.mark.parametrize("study", RECORDED)
@@ -122,15 +131,46 @@ def test_the_status_table_gives_the_scale_and_wall_time_of_the_studys_run_record
         f"the status table says {wall!r}")
 
 
+def reproduce_commands(markdown: str) -> list[list[str]]:
+    """The words of every ``plasticlab reproduce …`` command the page gives in backticks."""
+    return [span.split() for span in re.findall(r"`(plasticlab reproduce [^`]+)`", markdown)]
+
+
+def flag_value(words: list[str], flag: str) -> str | None:
+    """The value given to ``flag`` in a command's ``words``; None when it is not given."""
+    return words[words.index(flag) + 1] if flag in words else None
+
+
+def test_the_commands_a_page_gives_are_read_word_by_word():
+    md = "run `plasticlab reproduce a --scale 1 --docs docs/reproduction/full-length`, not `ls`"
+    assert reproduce_commands(md) == [["plasticlab", "reproduce", "a", "--scale", "1", "--docs",
+                                       "docs/reproduction/full-length"]]
+    assert flag_value(reproduce_commands(md)[0], "--scale") == "1"
+    assert flag_value(reproduce_commands(md)[0], "--tasks") is None
+
+
 @pytest.mark.parametrize("study", RECORDED)
 def test_reproduce_without_flags_runs_a_study_at_the_scale_the_page_shows(study):
     """`plasticlab reproduce STUDY` with no --scale reproduces the page's run of it: a study run
     here at a shortened scale has that scale as its default (``STUDY_SCALES``), unless the page
-    ran it shortened by ``--tasks``, which its row says."""
+    ran it shortened by ``--tasks``, which its row says. A study also run at another scale has
+    a folder of its own, ``PARENT/STUDY``, and the page gives the command that fills it."""
     from plasticlab.cli_reproduce import STUDY_SCALES
 
     record = json.loads((PAGE / study / "run.json").read_text())
-    if record.get("tasks") is None:
+    parent, name = study.rpartition("/")[::2]
+    assert record["study"] == name, f"docs/reproduction/{study} holds a run of {record['study']}"
+    if parent:
+        scale, default = record.get("scale", 1.0), STUDY_SCALES.get(name, 1.0)
+        wanted = {"--docs": f"docs/reproduction/{parent}",
+                  "--scale": None if scale == default else f"{scale:g}",
+                  "--tasks": None if record.get("tasks") is None else str(record["tasks"])}
+        commands = reproduce_commands((PAGE / "README.md").read_text(encoding="utf-8"))
+        assert any(words[2] == name and all(flag_value(words, f) == v for f, v in wanted.items())
+                   for words in commands), (
+            f"docs/reproduction/README.md gives no `plasticlab reproduce {name} …` with "
+            f"{' '.join(f'{k} {v}' for k, v in wanted.items() if v)}: the command that fills {study}")
+    elif record.get("tasks") is None:
         assert record.get("scale", 1.0) == STUDY_SCALES.get(study, 1.0), (
             f"{study} ran at --scale {record.get('scale', 1.0):g}, but `plasticlab reproduce {study}` "
             f"runs it at {STUDY_SCALES.get(study, 1.0):g}: set its default in STUDY_SCALES")
@@ -149,7 +189,7 @@ def test_the_status_table_is_read_row_by_row():
 # "**0.01** [−0.28, 0.31]" (the page writes a minus sign where the report writes a hyphen, and
 # bolds a leading mean)
 INTERVAL = re.compile(r"[−-]?\d+\.\d+(?:\*\*)? \[[−-]?\d+\.\d+, [−-]?\d+\.\d+\]")
-REPORT_LINK = re.compile(r"\]\((?:reproduction/)?([\w-]+)/report/")
+REPORT_LINK = re.compile(r"\]\((?:reproduction/)?((?:[\w-]+/)*[\w-]+)/report/")
 
 
 def quoted_intervals(markdown: str) -> list[tuple[str, set[str], list[str]]]:
@@ -184,9 +224,12 @@ def test_every_interval_the_page_quotes_is_in_the_report_of_a_study_its_section_
 
 def test_a_quoted_interval_is_read_with_its_sign_and_its_section():
     md = ("# p\n## A\nsee [r](depth/report/report.md): 80.88 [80.85, 80.91], loss 0.01 [−0.28, 0.31]\n"
-          "and **82.84** [82.82, 82.87]\n## B\nno link: 1.00 [0.50, 2.00]\n")
+          "and **82.84** [82.82, 82.87]\n## B\nno link: 1.00 [0.50, 2.00]\n"
+          "## C\n[r](full-length/best-x/report/report.md), [m](reproduction/init/report/figures/a.png)"
+          ": 1.00 [0.50, 2.00]\n")
     assert quoted_intervals(md) == [("A", {"depth"}, ["80.88 [80.85, 80.91]", "0.01 [-0.28, 0.31]",
-                                                  "82.84 [82.82, 82.87]"])]
+                                                  "82.84 [82.82, 82.87]"]),
+                                    ("C", {"full-length/best-x", "init"}, ["1.00 [0.50, 2.00]"])]
 
 
 def repeated_runs(exports: dict[str, Path]) -> dict[str, list[tuple[str, list]]]:
