@@ -239,10 +239,14 @@ def test_status_estimates_the_ensembles_not_started_by_the_machines_calibration(
     bench.save({"samples_per_second": {"mlp": {"2": 64.0}}})
     capsys.readouterr()
     assert main(["status", str(out)]) == 0
-    line = next(line for line in capsys.readouterr().out.splitlines() if "not started" in line)
+    lines = capsys.readouterr().out.splitlines()
+    i, line = next((i, line) for i, line in enumerate(lines) if "not started" in line)
     assert line.strip().startswith("and 1 ensemble(s) of the plan not started (2 runs): "
                                    "about 0h00m10s of training on ")
     assert line.endswith("worker(s), by this machine's calibration")
+    # and what each of them trains, named as the sweep's progress names it
+    assert lines[i + 1].split() == ["l2_init", plan["runs"][0]["config"]["problem"],
+                                    f"lr={plan['runs'][0]['config']['lr']:g}", "K=2"]
 
 
 def test_only_with_rerun_trains_again_just_the_matching_runs(data_dir, tmp_path, capsys):

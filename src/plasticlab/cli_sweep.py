@@ -13,6 +13,7 @@ from .checkpoint import CheckpointError, read_header
 from .experiments import bench
 from .experiments.executor import EXECUTORS, default_workers
 from .experiments.orchestrate import (
+    ensemble_label,
     evaluation_runs,
     grid_selection,
     pending_runs,
@@ -289,18 +290,20 @@ def ensemble_progress(out: Path, runs: dict[str, dict]) -> list[str]:
     waiting = [e for e in entries.values() if not (out / "checkpoints" / e["checkpoint"]).is_file()
                and any(runs.get(r, {}).get("status") != "finished" for r in e["run_ids"])]
     if lines and waiting:
+        ensembles = planned_ensembles(out, waiting)
         lines.append(f"and {len(waiting)} ensemble(s) of the plan not started "
-                     f"({sum(len(e['run_ids']) for e in waiting)} runs){_waiting_time(out, waiting)}")
+                     f"({sum(len(e['run_ids']) for e in waiting)} runs){_waiting_time(ensembles)}")
+        lines += [f"  {ensemble_label(e)}" for e in ensembles if e is not None]
     return lines
 
 
-def _waiting_time(out: Path, waiting: list[dict]) -> str:
-    """What the ensembles of the plan not started would train for on this machine: the sweep's
-    own estimate (``plasticlab bench``'s calibration, one worker per core)."""
+def _waiting_time(ensembles: list) -> str:
+    """What the ensembles of the plan not started (of :func:`planned_ensembles`) would train for
+    on this machine: the sweep's own estimate (``plasticlab bench``'s calibration, one worker
+    per core)."""
     calibration = bench.load()
     if calibration is None:
         return "; `plasticlab bench` calibrates this machine for an estimate of their time"
-    ensembles = planned_ensembles(out, waiting)
     if any(e is None for e in ensembles):
         return ""
     workers = default_workers()

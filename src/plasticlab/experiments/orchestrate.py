@@ -158,20 +158,21 @@ def resumed_by_other_code(out, p: Plan) -> list[str]:
     for e in p.ensembles:
         path = checkpoint_path(out, e.members, "ensemble")
         if path.is_file() and (note := resumed_code_note(ckpt.read_header(path))):
-            notes.append(f"note: {path.name} ({_label(e)}): {note}")
+            notes.append(f"note: {path.name} ({ensemble_label(e)}): {note}")
     return notes
 
 
 def run_plan(p: Plan, *, out, data_dir=None, device="cpu", workers=None, executor="local",
              ray_address=None, progress=True, options: dict | None = None, loggers=()) -> list[Job]:
     """Train every ensemble of ``p``; returns the jobs (failures recorded, not raised)."""
-    jobs = [Job(e.members, label=_label(e), options=dict(options or {}), record=e.record)
+    jobs = [Job(e.members, label=ensemble_label(e), options=dict(options or {}), record=e.record)
             for e in p.ensembles]
     return run_jobs(jobs, out=out, data_dir=data_dir, device=device, workers=workers,
                     executor=executor, ray_address=ray_address, progress=progress, loggers=loggers)
 
 
-def _label(e: Ensemble) -> str:
+def ensemble_label(e: Ensemble) -> str:
+    """How progress lines and notes name an ensemble: its method(s), problem, step size(s), K."""
     rates = sorted(set(e.members.rates()))
     methods = "+".join(dict.fromkeys(e.members.method_names()))
     return f"{methods} {e.config.problem} lr={','.join(f'{r:g}' for r in rates)} K={len(e.seeds)}"
