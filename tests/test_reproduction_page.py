@@ -132,8 +132,11 @@ def test_the_status_table_gives_the_scale_and_wall_time_of_the_studys_run_record
 
 
 def reproduce_commands(markdown: str) -> list[list[str]]:
-    """The words of every ``plasticlab reproduce …`` command the page gives in backticks."""
-    return [span.split() for span in re.findall(r"`(plasticlab reproduce [^`]+)`", markdown)]
+    """The words of every ``plasticlab reproduce …`` command the page gives, in backticks or on
+    a line of a code block (up to a ``#`` comment)."""
+    inline = re.findall(r"(?<!`)`(plasticlab reproduce [^`]+)`", markdown)
+    lines = re.findall(r"(?m)^(plasticlab reproduce [^#\n]+)", markdown)
+    return [command.split() for command in inline + lines]
 
 
 def flag_value(words: list[str], flag: str) -> str | None:
@@ -142,9 +145,11 @@ def flag_value(words: list[str], flag: str) -> str | None:
 
 
 def test_the_commands_a_page_gives_are_read_word_by_word():
-    md = "run `plasticlab reproduce a --scale 1 --docs docs/reproduction/full-length`, not `ls`"
+    md = ("run `plasticlab reproduce a --scale 1 --docs\ndocs/reproduction/full-length`, not `ls`\n"
+          "```bash\nplasticlab reproduce b --tasks 2    # a comment\n```\n")
     assert reproduce_commands(md) == [["plasticlab", "reproduce", "a", "--scale", "1", "--docs",
-                                       "docs/reproduction/full-length"]]
+                                       "docs/reproduction/full-length"],
+                                      ["plasticlab", "reproduce", "b", "--tasks", "2"]]
     assert flag_value(reproduce_commands(md)[0], "--scale") == "1"
     assert flag_value(reproduce_commands(md)[0], "--tasks") is None
 
