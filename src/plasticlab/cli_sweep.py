@@ -242,7 +242,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     for (problem, method), c in sorted(counts.items()):
         print(f"  {problem:<22}{method:<18}{c['finished']:>9}{c['running']:>9}{c['failed']:>8}"
               f"{c['interrupted']:>12}")
-    print("  ('running' after a kill, and 'interrupted', mean unfinished: the same command resumes them)")
+    # A sweep starts an attempt at every run of its plan before training, so 'running' also
+    # counts runs that wait for a worker.
+    print("  ('running': begun by a sweep, training or waiting for a worker, or left so by a killed "
+          "sweep;\n   'interrupted': stopped by a signal; the same command resumes both)")
     progress = ensemble_progress(out, {r["run_id"]: r for r in runs})
     if progress:
         print("  ensembles under way (their last checkpoint):")
