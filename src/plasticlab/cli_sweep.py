@@ -245,7 +245,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     # A sweep starts an attempt at every run of its plan before training, so 'running' also
     # counts runs that wait for a worker.
     print("  ('running': begun by a sweep, training or waiting for a worker, or left so by a killed "
-          "sweep;\n   'interrupted': stopped by a signal; the same command resumes both)")
+          "sweep;\n   'interrupted': stopped by a signal; the sweep's command resumes what a killed "
+          "or stopped sweep left)")
     progress = ensemble_progress(out, {r["run_id"]: r for r in runs})
     if progress:
         print("  ensembles under way (their last checkpoint):")
