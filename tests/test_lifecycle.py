@@ -28,8 +28,8 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(),
                                 reason="reads a process's children from /proc (Linux)")
 
 
-def start_sweep(tmp_path, data_dir, out: str, workers: int) -> subprocess.Popen:
-    (tmp_path / "sweep.toml").write_text(SWEEP)
+def start_sweep(tmp_path, data_dir, out: str, workers: int, sweep: str = SWEEP) -> subprocess.Popen:
+    (tmp_path / "sweep.toml").write_text(sweep)
     env = dict(os.environ, PLASTICLAB_DATA=str(data_dir))
     # Its own process group, so a test can signal the group as `timeout` or a scheduler does.
     return subprocess.Popen([sys.executable, "-c", CLI_AS_IN_A_TERMINAL, "sweep",
@@ -86,8 +86,8 @@ def results(out: Path) -> dict:
     return {seed: json.loads(summary)["total_online_accuracy"] for seed, summary in rows}
 
 
-def run_to_end(tmp_path, data_dir, out: str, workers: int) -> str:
-    proc = start_sweep(tmp_path, data_dir, out, workers)
+def run_to_end(tmp_path, data_dir, out: str, workers: int, sweep: str = SWEEP) -> str:
+    proc = start_sweep(tmp_path, data_dir, out, workers, sweep)
     text = proc.communicate(timeout=600)[0]
     assert proc.returncode == 0, text
     return text
@@ -140,6 +140,33 @@ def test_a_signalled_driver_stops_its_workers_at_a_task_end_and_records_the_runs
     text = run_to_end(tmp_path, data_dir, "stopped", workers=2)
     assert "removed checkpoint" not in text
     assert len(results(tmp_path / "stopped")) == 4
+
+
+def test_a_killed_worker_fails_its_ensemble_and_the_ensembles_it_never_took_stay_unstarted(
+        tmp_path, data_dir):
+    # One worker, two ensembles (Layer Norm trains another network). The OOM killer takes the
+    # worker during the first: that ensemble's runs fail; the second's were never started, so
+    # they have no attempt, and the sweep says so and exits 1. The same command then ends both.
+    sweep = SWEEP.replace('method = "l2_init"', 'methods = ["l2_init", "layer_norm"]').replace(
+        'seeds = "0-3"', 'seeds = "0-1"')
+    out = tmp_path / "broken"
+    proc = start_sweep(tmp_path, data_dir, "broken", workers=1, sweep=sweep)
+    wait_for_checkpoints(out, 1, proc)
+    worker = [pid for pid in children(proc.pid)
+              if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert len(worker) == 1, worker
+    os.kill(worker[0], signal.SIGKILL)
+    text = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 1, text
+    assert "not started: a worker of the pool died" in text
+    with sqlite3.connect(out / "results.sqlite") as db:
+        attempts = db.execute("SELECT status, COUNT(*) FROM attempts GROUP BY status").fetchall()
+    assert attempts == [("failed", 2)], (attempts, text)
+    text = run_to_end(tmp_path, data_dir, "broken", workers=1, sweep=sweep)
+    assert "(0 finished, 4 to run) in 2 ensembles" in text
+    with sqlite3.connect(out / "results.sqlite") as db:
+        attempts = db.execute("SELECT status, COUNT(*) FROM attempts GROUP BY status").fetchall()
+    assert attempts == [("failed", 2), ("finished", 4)]
 
 
 WORKER_GIVEN_SIGTERM = """

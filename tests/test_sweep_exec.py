@@ -52,6 +52,23 @@ def test_sweep_runs_every_run_once_on_two_workers(data_dir, tmp_path, capsys):
     assert "0 to run" in capsys.readouterr().out
 
 
+def test_a_run_waiting_for_a_worker_has_no_attempt_until_a_worker_takes_its_ensemble(data_dir, tmp_path):
+    # One worker, two ensembles (Layer Norm trains another network): the second ensemble's
+    # runs start — 'running' in the store — only once the first has ended.
+    sweep = write_sweep(tmp_path, methods=("l2_init", "layer_norm"))
+    out = tmp_path / "out"
+    assert main(["sweep", str(sweep), "--out", str(out), "--data-dir", str(data_dir),
+                 "--workers", "1", "--no-progress"]) == 0
+    runs = list(finished_runs(out).values())
+    assert len(runs) == 4
+    by_method = {m: [r["manifest"] for r in runs if r["config"]["method"] == m]
+                 for m in ("l2_init", "layer_norm")}
+    first, second = sorted(by_method.values(), key=lambda ms: min(m["start_time"] for m in ms))
+    assert min(m["start_time"] for m in second) >= max(m["end_time"] for m in first)
+    with ResultStore(out) as store:
+        assert all(len(store.attempts(r["run_id"])) == 1 for r in runs)
+
+
 def test_a_failing_run_is_recorded_and_the_sweep_goes_on(data_dir, tmp_path):
     sweep = tmp_path / "sweep.toml"
     sweep.write_text('problems = ["permuted_mnist", "continual_imagenet"]\nmethod = "baseline"\n'
@@ -247,6 +264,27 @@ def test_status_estimates_the_ensembles_not_started_by_the_machines_calibration(
     # and what each of them trains, named as the sweep's progress names it
     assert lines[i + 1].split() == ["l2_init", plan["runs"][0]["config"]["problem"],
                                     f"lr={plan['runs'][0]['config']['lr']:g}", "K=2"]
+
+
+def test_status_counts_the_plans_runs_not_started_as_to_run(data_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["sweep", str(write_sweep(tmp_path, methods=("l2_init", "l2"), steps=5)), "--out",
+                 str(out), "--data-dir", str(data_dir), "--workers", "1", "--no-progress"]) == 0
+    plan = json.loads((out / "plan.json").read_text())
+    # three runs of the plan no worker has taken yet: no attempt in the store
+    plan["runs"] += [{**r, "run_id": f"new-{i}", "seed": 10 + i}
+                     for i, r in enumerate(plan["runs"][:3])]
+    (out / "plan.json").write_text(json.dumps(plan))
+    capsys.readouterr()
+    assert main(["status", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"{out}: 7 runs"
+    assert lines[1].split()[2:] == ["finished", "running", "failed", "interrupted", "to", "run"]
+    rows = {line.split()[1]: [int(n) for n in line.split()[2:]] for line in lines[2:4]}
+    methods = [r["config"]["method"] for r in plan["runs"][4:]]
+    for method, (done, running, failed, interrupted, to_run) in rows.items():
+        assert (done, running, failed, interrupted) == (2, 0, 0, 0)
+        assert to_run == methods.count(method)
 
 
 def test_only_with_rerun_trains_again_just_the_matching_runs(data_dir, tmp_path, capsys):

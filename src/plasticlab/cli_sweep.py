@@ -19,6 +19,7 @@ from .experiments.orchestrate import (
     pending_runs,
     plan,
     planned_ensembles,
+    planned_runs,
     protocol_seeds,
     resumed_by_other_code,
     run_plan,
@@ -233,20 +234,22 @@ def cmd_status(args: argparse.Namespace) -> int:
     with ResultStore(out) as store:
         runs = store.runs()
     other_code = from_other_code([r for r in runs if r["status"] == "finished"])
+    known = {r["run_id"] for r in runs}
+    # Runs of the plan with no attempt yet: a sweep starts a run's attempt as a worker takes it.
+    waiting = [dict(p, status="to run") for p in planned_runs(out) if p["run_id"] not in known]
     counts = {}
-    for r in runs:
+    for r in runs + waiting:
         key = (r["config"]["problem"], r["config"]["method"])
-        counts.setdefault(key, dict.fromkeys(STATUSES, 0))[r["status"]] += 1
-    print(f"{out}: {len(runs)} runs")
-    print(f"  {'problem':<22}{'method':<18}{'finished':>9}{'running':>9}{'failed':>8}{'interrupted':>12}")
+        counts.setdefault(key, dict.fromkeys((*STATUSES, "to run"), 0))[r["status"]] += 1
+    print(f"{out}: {len(runs) + len(waiting)} runs")
+    print(f"  {'problem':<22}{'method':<18}{'finished':>9}{'running':>9}{'failed':>8}{'interrupted':>12}"
+          f"{'to run':>8}")
     for (problem, method), c in sorted(counts.items()):
         print(f"  {problem:<22}{method:<18}{c['finished']:>9}{c['running']:>9}{c['failed']:>8}"
-              f"{c['interrupted']:>12}")
-    # A sweep starts an attempt at every run of its plan before training, so 'running' also
-    # counts runs that wait for a worker.
-    print("  ('running': begun by a sweep, training or waiting for a worker, or left so by a killed "
-          "sweep;\n   'interrupted': stopped by a signal; the sweep's command resumes what a killed "
-          "or stopped sweep left)")
+              f"{c['interrupted']:>12}{c['to run']:>8}")
+    print("  ('running': training, or left so by a killed sweep; 'interrupted': stopped by a signal;\n"
+          "   'to run': in the plan, no worker has taken it yet; the sweep's command resumes and starts "
+          "them)")
     progress = ensemble_progress(out, {r["run_id"]: r for r in runs})
     if progress:
         print("  ensembles under way (their last checkpoint):")

@@ -13,6 +13,8 @@ return their :class:`~plasticlab.engine.EnsembleResult`; the driver records it. 
 checkpoint of their ensemble at every task end under ``OUT/checkpoints/`` (on a cluster, OUT
 must be on a shared file system) and resume from it when the sweep is started again. Jobs are
 submitted longest first, and a failing job is recorded as failed without stopping the others.
+A run's attempt starts (status ``'running'``) as a worker takes its ensemble — with Ray, as
+the ensemble is submitted — so a run waiting for a worker has no attempt yet.
 
 Stopping (:mod:`plasticlab.experiments.lifecycle`): on SIGINT or SIGTERM the driver asks every
 local worker to stop at its next task end (its checkpoint saved), records what finished as
@@ -30,8 +32,9 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, as_completed, wait
 from concurrent.futures import TimeoutError as FuturesTimeout
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -132,10 +135,14 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
                                  or (len(jobs) <= workers and executor == "local"))
     overall = _overall_bar(jobs) if progress and not per_job_bars else None
     with ResultStore(out) as store:
-        run_ids = {i: record_start(store, jobs[i].members, device=device,
-                                   threads=jobs[i].options.get("threads"), record=jobs[i].record)
-                   for i in order}
+        run_ids: dict[int, list[str | None]] = {}
         done: set[int] = set()
+
+        def start(i: int) -> None:
+            # Called as a worker takes the job, so that 'running' in the store means training,
+            # not waiting in a queue.
+            run_ids[i] = record_start(store, jobs[i].members, device=device,
+                                      threads=jobs[i].options.get("threads"), record=jobs[i].record)
 
         def finish(i: int, get_result: Callable[[], EnsembleResult]) -> None:
             job = jobs[i]
@@ -149,7 +156,7 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
                 result = get_result()
             except StopRequested as stop:
                 job.interrupted = f"interrupted: {stop}; {job.options['checkpoint']} resumes it"
-                for rid in filter(None, run_ids[i]):
+                for rid in filter(None, run_ids.get(i, ())):  # none if stopped before its start
                     store.interrupt_run(rid, job.interrupted)
                 return
             except Exception as exc:
@@ -165,21 +172,22 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
             except Exception as exc:
                 job.error, job.exception = traceback.format_exc(), exc
             if job.error is not None:
-                for rid in filter(None, run_ids[i]):
+                for rid in filter(None, run_ids.get(i, ())):
                     store.fail_run(rid, job.error)
             if on_done is not None:
                 on_done(job)
 
         try:
             if executor == "ray":
-                _run_ray(jobs, order, finish, data_dir, device, ray_address)
+                _run_ray(jobs, order, start, finish, data_dir, device, ray_address)
             elif executor == "inline":
-                _run_inline(jobs, order, finish, data_dir, device, progress)
+                _run_inline(jobs, order, start, finish, data_dir, device, progress)
             else:
-                _run_local(jobs, order, finish, data_dir, device, workers, per_job_bars, grace_s)
+                _run_local(jobs, order, start, finish, data_dir, device, workers, per_job_bars,
+                           grace_s)
         except KeyboardInterrupt as exc:
             for i in order:
-                if i in done:
+                if i in done or i not in run_ids:  # finished, or never started: nothing to say
                     continue
                 path = Path(jobs[i].options["checkpoint"])
                 jobs[i].interrupted = (f"interrupted by {signal_name(exc)}; " + (
@@ -206,8 +214,9 @@ def _overall_bar(jobs):
     return bar
 
 
-def _run_inline(jobs, order, finish, data_dir, device, progress) -> None:
+def _run_inline(jobs, order, start, finish, data_dir, device, progress) -> None:
     for i in order:
+        start(i)
         # An interrupt propagates from here, before ``finish``: the job is then recorded as
         # interrupted, like a local worker's.
         try:
@@ -222,28 +231,49 @@ def _reraise(exc: BaseException):
     raise exc
 
 
-def _run_local(jobs, order, finish, data_dir, device, workers, progress, grace_s) -> None:
+def _run_local(jobs, order, start, finish, data_dir, device, workers, progress, grace_s) -> None:
     ctx = multiprocessing.get_context("spawn")
     # The stop request is a file, not a multiprocessing.Event: nothing to release at exit.
     stop = Path(tempfile.gettempdir()) / f"plasticlab-stop-{os.getpid()}-{uuid.uuid4().hex}"
     pool = ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx,
                                initializer=worker_init, initargs=(str(stop), os.getpid()))
-    futures = {pool.submit(train_job, jobs[i], data_dir, device, slot % workers, progress): i
-               for slot, i in enumerate(order)}
+    queue = list(order)  # longest first
+    futures: dict = {}
+
+    def dispatch() -> None:
+        """Hand the next job to the pool, which has a free worker: one job per worker, so a
+        job is started (:func:`run_jobs`'s ``start``) when it starts training."""
+        i = queue.pop(0)
+        try:
+            fut = pool.submit(train_job, jobs[i], data_dir, device, len(futures) % workers, progress)
+        except BrokenProcessPool as exc:
+            # A worker died (the OOM killer, a kill -9): the jobs not started stay so, for the
+            # same command to start them; the sweep reports them with the failed ones.
+            for j in (i, *queue):
+                jobs[j].error = f"not started: a worker of the pool died ({exc})"
+            queue.clear()
+            return
+        futures[fut] = i  # first: a signal from here on finds the job among the running ones
+        start(i)
+
     handled = set()
     try:
-        for fut in as_completed(futures):
-            handled.add(fut)
-            finish(futures[fut], fut.result)
+        for _ in range(min(workers, len(queue))):
+            dispatch()
+        while pending := [f for f in futures if f not in handled]:
+            for fut in wait(pending, return_when=FIRST_COMPLETED).done:
+                handled.add(fut)
+                finish(futures[fut], fut.result)
+                if queue:
+                    dispatch()
     except KeyboardInterrupt:
         # Stop at the next task end: what finishes in the meantime is recorded as finished,
-        # what stops as interrupted (its checkpoint saved).
+        # what stops as interrupted (its checkpoint saved); the jobs not dispatched never start.
         stop.touch()
-        for fut in futures:
-            fut.cancel()  # not started yet
+        queue.clear()
         deadline = time.monotonic() + grace_s
         try:
-            running = [f for f in futures if f not in handled and not f.cancelled()]
+            running = [f for f in futures if f not in handled]
             for fut in as_completed(running, timeout=grace_s):
                 handled.add(fut)
                 finish(futures[fut], fut.result)
@@ -268,7 +298,7 @@ def _kill_workers(pool: ProcessPoolExecutor) -> None:
             process.kill()
 
 
-def _run_ray(jobs, order, finish, data_dir, device, address) -> None:
+def _run_ray(jobs, order, start, finish, data_dir, device, address) -> None:
     try:
         import ray
     except ImportError:
@@ -280,7 +310,11 @@ def _run_ray(jobs, order, finish, data_dir, device, address) -> None:
     try:
         gpus = 1 if str(device).startswith("cuda") else 0
         remote = ray.remote(num_cpus=1, num_gpus=gpus)(_ray_train)
-        refs = {remote.remote(jobs[i], data_dir, device): i for i in order}
+        # Ray queues what the cluster cannot start yet: a job is started as it is submitted.
+        refs = {}
+        for i in order:
+            start(i)
+            refs[remote.remote(jobs[i], data_dir, device)] = i
         pending = list(refs)
         while pending:
             done, pending = ray.wait(pending, num_returns=1)

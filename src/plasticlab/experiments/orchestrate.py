@@ -89,13 +89,18 @@ def stored_ensembles(out) -> list[dict]:
     return json.loads(path.read_text()).get("ensembles", []) if path.is_file() else []
 
 
+def planned_runs(out) -> list[dict]:
+    """The runs recorded in ``out/plan.json``, each ``run_id``, ``phase``, ``seed`` and
+    ``config``: every run a sweep in ``out`` set out to make, started or not."""
+    path = Path(out) / PLAN_FILE
+    return json.loads(path.read_text()).get("runs", []) if path.is_file() else []
+
+
 def planned_ensembles(out, entries: Sequence[dict]) -> list[Ensemble | None]:
     """The ensembles that ``plan.json`` entries (of :func:`stored_ensembles`) train, rebuilt
     from the configs and seeds the plan records for their runs; None for an entry whose runs
     the plan lacks or that no longer share a configuration."""
-    path = Path(out) / PLAN_FILE
-    recorded = {r["run_id"]: r for r in json.loads(path.read_text()).get("runs", [])} \
-        if path.is_file() else {}
+    recorded = {r["run_id"]: r for r in planned_runs(out)}
     ensembles: list[Ensemble | None] = []
     for entry in entries:
         ids = entry["run_ids"]
@@ -272,5 +277,5 @@ def protocol_seeds(sweep: dict) -> list[int] | None:
 
 
 __all__ = ["PLAN_FILE", "SELECTION_FILE", "Plan", "evaluation_runs", "grid_selection", "pending_runs",
-           "plan", "protocol_seeds", "resumed_by_other_code", "run_plan", "stored_ensembles", "sweep_runs",
-           "tidy_checkpoints", "write_plan", "write_selection"]
+           "plan", "planned_runs", "protocol_seeds", "resumed_by_other_code", "run_plan", "stored_ensembles",
+           "sweep_runs", "tidy_checkpoints", "write_plan", "write_selection"]

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..experiments.export import read_results
-from ..experiments.orchestrate import PLAN_FILE, SELECTION_FILE
+from ..experiments.orchestrate import SELECTION_FILE, planned_runs
 from ..experiments.protocol import config_key
 from ..experiments.runner import STEP_PREFIX
 
@@ -217,9 +217,7 @@ def load_results(directory: str | Path) -> Results:
                   for r in rows if r["status"] == "failed"]
         warnings.append(f"{counts['failed']} run(s) failed: {_some(failed)}")
     known = {r["run_id"] for r in rows}
-    plan_path = directory / PLAN_FILE
-    if plan_path.is_file():
-        planned = json.loads(plan_path.read_text()).get("runs", [])
+    if planned := planned_runs(directory):
         missing = [p for p in planned if p["run_id"] not in known]
         if missing:
             texts = [f"{_describe(p['config'])} seed {p['seed']}" for p in missing]
