@@ -85,15 +85,19 @@ def plan(runs: Sequence[Run], out, max_members, phase: str = "grid", workers: in
 def stored_ensembles(out) -> list[dict]:
     """The ensembles recorded in ``out/plan.json``: ``phase``, ``run_ids`` (member order) and
     ``checkpoint`` (its file name under ``checkpoints/``)."""
-    path = Path(out) / PLAN_FILE
-    return json.loads(path.read_text()).get("ensembles", []) if path.is_file() else []
+    return _read_plan(out).get("ensembles", [])
 
 
 def planned_runs(out) -> list[dict]:
     """The runs recorded in ``out/plan.json``, each ``run_id``, ``phase``, ``seed`` and
     ``config``: every run a sweep in ``out`` set out to make, started or not."""
+    return _read_plan(out).get("runs", [])
+
+
+def _read_plan(out) -> dict:
+    """``out/plan.json`` as written by :func:`write_plan`; empty where there is none."""
     path = Path(out) / PLAN_FILE
-    return json.loads(path.read_text()).get("runs", []) if path.is_file() else []
+    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def planned_ensembles(out, entries: Sequence[dict]) -> list[Ensemble | None]:
