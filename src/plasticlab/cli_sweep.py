@@ -19,11 +19,10 @@ from .experiments.orchestrate import (
     pending_runs,
     plan,
     planned_ensembles,
-    planned_runs,
     protocol_seeds,
+    read_plan,
     resumed_by_other_code,
     run_plan,
-    stored_ensembles,
     tidy_checkpoints,
     write_plan,
     write_selection,
@@ -235,8 +234,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         runs = store.runs()
     other_code = from_other_code([r for r in runs if r["status"] == "finished"])
     known = {r["run_id"] for r in runs}
+    stored_plan = read_plan(out)
     # Runs of the plan with no attempt yet: a sweep starts a run's attempt as a worker takes it.
-    waiting = [dict(p, status="to run") for p in planned_runs(out) if p["run_id"] not in known]
+    waiting = [dict(p, status="to run") for p in stored_plan.get("runs", []) if p["run_id"] not in known]
     counts = {}
     for r in runs + waiting:
         key = (r["config"]["problem"], r["config"]["method"])
@@ -250,7 +250,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     print("  ('running': training, or left so by a killed sweep; 'interrupted': stopped by a signal;\n"
           "   'to run': in the plan, no worker has taken it yet; the sweep's command resumes and starts "
           "them)")
-    progress = ensemble_progress(out, {r["run_id"]: r for r in runs})
+    progress = ensemble_progress(out, {r["run_id"]: r for r in runs}, stored_plan)
     if progress:
         print("  ensembles under way (their last checkpoint):")
         for line in progress:
@@ -264,14 +264,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def ensemble_progress(out: Path, runs: dict[str, dict]) -> list[str]:
+def ensemble_progress(out: Path, runs: dict[str, dict], stored_plan: dict | None = None) -> list[str]:
     """One line per ensemble with a checkpoint in ``out/checkpoints`` (started, not finished):
     its phase, method(s), members and the tasks done at its last checkpoint, when that was
     written, and the training time left at its pace so far (the checkpoint's training wall
-    time per task done) — how far an interrupted or running sweep has come."""
+    time per task done) — how far an interrupted or running sweep has come. ``stored_plan``:
+    ``out/plan.json`` as the caller read it (read here if not given)."""
     from .experiments.manifest import resumed_code_note
 
-    entries = {e["checkpoint"]: e for e in stored_ensembles(out)}
+    stored_plan = read_plan(out) if stored_plan is None else stored_plan
+    entries = {e["checkpoint"]: e for e in stored_plan.get("ensembles", [])}
     lines = []
     for path in sorted((out / "checkpoints").glob("*.ckpt")):
         try:
@@ -297,7 +299,7 @@ def ensemble_progress(out: Path, runs: dict[str, dict]) -> list[str]:
     waiting = [e for e in entries.values() if not (out / "checkpoints" / e["checkpoint"]).is_file()
                and any(runs.get(r, {}).get("status") != "finished" for r in e["run_ids"])]
     if lines and waiting:
-        ensembles = planned_ensembles(out, waiting)
+        ensembles = planned_ensembles(stored_plan, waiting)
         lines.append(f"and {len(waiting)} ensemble(s) of the plan not started "
                      f"({sum(len(e['run_ids']) for e in waiting)} runs){_waiting_time(ensembles)}")
         lines += [f"  {ensemble_label(e)}" for e in ensembles if e is not None]

@@ -85,26 +85,28 @@ def plan(runs: Sequence[Run], out, max_members, phase: str = "grid", workers: in
 def stored_ensembles(out) -> list[dict]:
     """The ensembles recorded in ``out/plan.json``: ``phase``, ``run_ids`` (member order) and
     ``checkpoint`` (its file name under ``checkpoints/``)."""
-    return _read_plan(out).get("ensembles", [])
+    return read_plan(out).get("ensembles", [])
 
 
 def planned_runs(out) -> list[dict]:
     """The runs recorded in ``out/plan.json``, each ``run_id``, ``phase``, ``seed`` and
     ``config``: every run a sweep in ``out`` set out to make, started or not."""
-    return _read_plan(out).get("runs", [])
+    return read_plan(out).get("runs", [])
 
 
-def _read_plan(out) -> dict:
-    """``out/plan.json`` as written by :func:`write_plan`; empty where there is none."""
+def read_plan(out) -> dict:
+    """``out/plan.json`` as written by :func:`write_plan` (its ``runs`` and ``ensembles``);
+    empty where there is none. A reader that needs both reads it once, so that a sweep
+    rewriting it between two reads cannot give the reader two different plans."""
     path = Path(out) / PLAN_FILE
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def planned_ensembles(out, entries: Sequence[dict]) -> list[Ensemble | None]:
-    """The ensembles that ``plan.json`` entries (of :func:`stored_ensembles`) train, rebuilt
-    from the configs and seeds the plan records for their runs; None for an entry whose runs
-    the plan lacks or that no longer share a configuration."""
-    recorded = {r["run_id"]: r for r in planned_runs(out)}
+def planned_ensembles(plan: dict, entries: Sequence[dict]) -> list[Ensemble | None]:
+    """The ensembles that ``plan``'s entries (a ``plan.json`` of :func:`read_plan`) train,
+    rebuilt from the configs and seeds the plan records for their runs; None for an entry
+    whose runs the plan lacks or that no longer share a configuration."""
+    recorded = {r["run_id"]: r for r in plan.get("runs", [])}
     ensembles: list[Ensemble | None] = []
     for entry in entries:
         ids = entry["run_ids"]
@@ -281,5 +283,5 @@ def protocol_seeds(sweep: dict) -> list[int] | None:
 
 
 __all__ = ["PLAN_FILE", "SELECTION_FILE", "Plan", "evaluation_runs", "grid_selection", "pending_runs",
-           "plan", "planned_runs", "protocol_seeds", "resumed_by_other_code", "run_plan", "stored_ensembles",
-           "sweep_runs", "tidy_checkpoints", "write_plan", "write_selection"]
+           "plan", "planned_runs", "protocol_seeds", "read_plan", "resumed_by_other_code", "run_plan",
+           "stored_ensembles", "sweep_runs", "tidy_checkpoints", "write_plan", "write_selection"]
