@@ -142,6 +142,31 @@ def test_a_signalled_driver_stops_its_workers_at_a_task_end_and_records_the_runs
     assert len(results(tmp_path / "stopped")) == 4
 
 
+def test_a_second_signal_kills_the_workers_mid_task_and_they_resume_from_their_last_task_end(
+        tmp_path, data_dir):
+    # Tasks long enough that no worker reaches a task end between the two signals: the second
+    # kills them (as the grace's end does) instead of waiting for their next task end.
+    from plasticlab.checkpoint import read_header
+
+    sweep = SWEEP.replace("tasks = 10", "tasks = 3").replace("steps_per_task = 300", "steps_per_task = 6000")
+    out = tmp_path / "twice"
+    proc = start_sweep(tmp_path, data_dir, "twice", workers=2, sweep=sweep)
+    wait_for_checkpoints(out, 2, proc, timeout=400)
+    workers = children(proc.pid)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    text = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 130, text
+    assert "Traceback" not in text and "leaked" not in text, text
+    assert all_gone(workers)
+    checkpoints = sorted((out / "checkpoints").glob("*.ckpt"))
+    assert [read_header(c)["next_task"] for c in checkpoints] == [1, 1], text  # killed in task 2
+    with sqlite3.connect(out / "results.sqlite") as db:
+        statuses = db.execute("SELECT status, COUNT(*) FROM attempts GROUP BY status").fetchall()
+    assert statuses == [("interrupted", 4)], (statuses, text)
+
+
 def test_a_killed_worker_fails_its_ensemble_and_the_ensembles_it_never_took_stay_unstarted(
         tmp_path, data_dir):
     # One worker, two ensembles (Layer Norm trains another network). The OOM killer takes the
@@ -159,6 +184,7 @@ def test_a_killed_worker_fails_its_ensemble_and_the_ensembles_it_never_took_stay
     text = proc.communicate(timeout=120)[0]
     assert proc.returncode == 1, text
     assert "not started: a worker of the pool died" in text
+    assert "leaked" not in text  # the killed worker held no semaphore for the tracker to clean up
     with sqlite3.connect(out / "results.sqlite") as db:
         attempts = db.execute("SELECT status, COUNT(*) FROM attempts GROUP BY status").fetchall()
     assert attempts == [("failed", 2)], (attempts, text)

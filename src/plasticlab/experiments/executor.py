@@ -28,6 +28,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import tempfile
+import threading
 import time
 import traceback
 import uuid
@@ -236,7 +237,7 @@ def _run_local(jobs, order, start, finish, data_dir, device, workers, progress, 
     # The stop request is a file, not a multiprocessing.Event: nothing to release at exit.
     stop = Path(tempfile.gettempdir()) / f"plasticlab-stop-{os.getpid()}-{uuid.uuid4().hex}"
     pool = ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx,
-                               initializer=worker_init, initargs=(str(stop), os.getpid()))
+                               initializer=_init_worker, initargs=(str(stop), os.getpid()))
     queue = list(order)  # longest first
     futures: dict = {}
 
@@ -289,6 +290,18 @@ def _run_local(jobs, order, start, finish, data_dir, device, workers, progress, 
         # pool release its semaphores before the driver exits.
         pool.shutdown(wait=True, cancel_futures=True)
         stop.unlink(missing_ok=True)
+
+
+def _init_worker(stop_file: str, parent_pid: int) -> None:
+    """Set up a worker of the local pool: how it stops (:func:`~.lifecycle.worker_init`), and a
+    thread lock for its progress bar."""
+    worker_init(stop_file, parent_pid)
+    # tqdm's default lock holds a named semaphore, which a killed worker (after the grace, by a
+    # second signal, by the OOM killer) never unlinks: the resource tracker then warns of a
+    # leak at the driver's exit. A spawned worker's lock is its own, so it coordinated nothing.
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())
 
 
 def _kill_workers(pool: ProcessPoolExecutor) -> None:
