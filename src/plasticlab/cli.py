@@ -89,13 +89,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(json.dumps({"runs": []}))
         return 0
 
-    def on_resume(path, task):
-        from .checkpoint import read_header
+    def on_resume(path, header):
         from .experiments.manifest import resumed_code_note
 
-        print(f"plasticlab: resuming from {path} at task {task} (--no-resume starts over)",
-              file=sys.stderr)
-        if note := resumed_code_note(read_header(path)):
+        print(f"plasticlab: resuming from {path} at task {header.get('next_task', 0)} (--no-resume "
+              "starts over)", file=sys.stderr)
+        if note := resumed_code_note(header):
             print(f"plasticlab: note: {note}", file=sys.stderr)
 
     records = run_ensemble(config, seeds, out=out, data_dir=ex.get("data_dir"),

@@ -206,7 +206,7 @@ def run_ensemble(
     compile: bool = False,
     loggers: Sequence = (),
     resume: bool = True,
-    on_resume: Callable[[Path, int], None] | None = None,
+    on_resume: Callable[[Path, dict], None] | None = None,
 ) -> list[dict]:
     """Train ``seeds`` as one ensemble in this process and store each run; return the records.
 
@@ -225,11 +225,11 @@ def run_ensemble(
     A new attempt at each run is marked 'running' before training, and its metrics and
     'finished' status are committed together at the end; earlier attempts are kept. The
     ensemble saves a checkpoint at every task end (:func:`checkpoint_path`) and, with
-    ``resume``, continues from one left by an interrupted attempt (``on_resume(path, task)``
-    is told). On SIGINT/SIGTERM (:class:`~plasticlab.experiments.lifecycle.Terminated`) the
-    attempts are marked 'interrupted' — the checkpoint resumes them — and the interrupt
-    propagates; on any other exception they are marked 'failed' with the traceback, and the
-    exception propagates.
+    ``resume``, continues from one left by an interrupted attempt (``on_resume(path, header)``
+    is told, with the checkpoint's header: ``next_task``, the code of its sittings). On
+    SIGINT/SIGTERM (:class:`~plasticlab.experiments.lifecycle.Terminated`) the attempts are
+    marked 'interrupted' — the checkpoint resumes them — and the interrupt propagates; on any
+    other exception they are marked 'failed' with the traceback, and the exception propagates.
     """
     from .executor import Job, run_jobs
 
@@ -238,7 +238,7 @@ def run_ensemble(
     if not resume:
         path.unlink(missing_ok=True)
     elif path.is_file() and on_resume is not None:
-        on_resume(path, ckpt.read_header(path).get("next_task", 0))
+        on_resume(path, ckpt.read_header(path))
     options = dict(threads=threads, measure=measure, measure_every=measure_every,
                    forgetting=forgetting, backprop=backprop, compile=compile,
                    checkpoint=str(path))
