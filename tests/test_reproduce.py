@@ -30,6 +30,18 @@ def test_a_report_from_the_export_equals_the_report_from_the_store(results_dir, 
     assert not (tmp_path / "export" / "results.sqlite").exists()  # reading never makes a store
 
 
+def test_an_export_of_some_runs_reads_the_metrics_of_those_runs_only(results_dir, tmp_path,  # noqa: F811
+                                                                      monkeypatch):
+    with ResultStore(results_dir) as store:
+        chosen = {r["run_id"] for r in store.runs("finished")[:2]}
+    read = []
+    real = ResultStore.task_metrics
+    monkeypatch.setattr(ResultStore, "task_metrics", lambda self, rid: read.append(rid) or real(self, rid))
+    assert export_results(results_dir, tmp_path / "export", run_ids=chosen) == 2
+    assert set(read) == chosen and len(read) == 2
+    assert {r["run_id"] for r in read_export(tmp_path / "export" / EXPORT_NAME)[0]} == chosen
+
+
 def test_the_export_is_deterministic_text_and_refuses_other_files(results_dir, tmp_path):  # noqa: F811
     export_results(results_dir, tmp_path / "one")
     export_results(results_dir, tmp_path / "two")

@@ -85,7 +85,7 @@ def export_results(directory: str | Path, out: str | Path, run_ids: Collection[s
     directory, out = Path(directory), Path(out)
     if out.is_dir() or out.suffix != ".gz":
         out = out / EXPORT_NAME
-    rows, metrics, selection = read_results(directory)
+    rows, metrics, selection = read_results(directory, run_ids)
     runs = [{k: r[k] for k in RUN_KEYS} for r in rows
             if r["status"] == "finished" and (run_ids is None or r["run_id"] in run_ids)]
     metrics = {r["run_id"]: compact_metrics(metrics[r["run_id"]]) for r in runs}
@@ -182,17 +182,19 @@ def read_export(path: str | Path) -> tuple[list[dict], dict[str, dict], dict | N
     return runs, metrics, first.get("selection")
 
 
-def read_results(directory: str | Path) -> tuple[list[dict], dict[str, dict], dict | None]:
+def read_results(directory: str | Path, run_ids: Collection[str] | None = None
+                 ) -> tuple[list[dict], dict[str, dict], dict | None]:
     """A results directory's runs, the finished runs' per-task metrics (run id → metric name →
     per-task list) and the protocol's selection as an export records it: from its results store
     (every run, whatever its status; no selection) or, failing that, from its compact export
-    (its finished runs). A ValueError names the directory when it holds neither."""
+    (its finished runs). ``run_ids``: read the store's metrics of those runs only (an export's
+    come whole). A ValueError names the directory when it holds neither."""
     directory = Path(directory)
     if (directory / DB_NAME).is_file():
         with ResultStore(directory) as store:
             rows = store.runs()
             metrics = {r["run_id"]: store.task_metrics(r["run_id"]) for r in rows
-                       if r["status"] == "finished"}
+                       if r["status"] == "finished" and (run_ids is None or r["run_id"] in run_ids)}
         return rows, metrics, None
     if (directory / EXPORT_NAME).is_file():
         return read_export(directory / EXPORT_NAME)
