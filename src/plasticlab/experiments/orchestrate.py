@@ -102,11 +102,11 @@ def read_plan(out) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def planned_ensembles(plan: dict, entries: Sequence[dict]) -> list[Ensemble | None]:
-    """The ensembles that ``plan``'s entries (a ``plan.json`` of :func:`read_plan`) train,
-    rebuilt from the configs and seeds the plan records for their runs; None for an entry
-    whose runs the plan lacks or that no longer share a configuration."""
-    recorded = {r["run_id"]: r for r in plan.get("runs", [])}
+def planned_ensembles(stored_plan: dict, entries: Sequence[dict]) -> list[Ensemble | None]:
+    """The ensembles that ``stored_plan``'s entries (a ``plan.json`` of :func:`read_plan`)
+    train, rebuilt from the configs and seeds the plan records for their runs; None for an
+    entry whose runs the plan lacks or that no longer share a configuration."""
+    recorded = {r["run_id"]: r for r in stored_plan.get("runs", [])}
     ensembles: list[Ensemble | None] = []
     for entry in entries:
         ids = entry["run_ids"]
