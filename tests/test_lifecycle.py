@@ -142,7 +142,7 @@ def test_a_signalled_driver_stops_its_workers_at_a_task_end_and_records_the_runs
     assert len(results(tmp_path / "stopped")) == 4
 
 
-def test_a_second_signal_kills_the_workers_mid_task_and_they_resume_from_their_last_task_end(
+def test_a_second_signal_kills_the_workers_mid_task_and_leaves_their_checkpoints_at_the_last_task_end(
         tmp_path, data_dir):
     # Tasks long enough that no worker reaches a task end between the two signals: the second
     # kills them (as the grace's end does) instead of waiting for their next task end.
