@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -93,7 +94,7 @@ def run_to_end(tmp_path, data_dir, out: str, workers: int, sweep: str = SWEEP) -
     return text
 
 
-def test_killing_the_driver_leaves_no_process_and_a_resume_with_other_workers_is_bit_identical(
+def test_killing_the_driver_leaves_no_process_and_a_resume_elsewhere_with_other_workers_is_bit_identical(
         tmp_path, data_dir):
     proc = start_sweep(tmp_path, data_dir, "killed", workers=2)
     wait_for_checkpoints(tmp_path / "killed", 2, proc)
@@ -103,13 +104,15 @@ def test_killing_the_driver_leaves_no_process_and_a_resume_with_other_workers_is
     proc.wait()
     assert all_gone(workers), "workers outlived their killed driver"
 
-    # Resumed on one worker: the stored grouping (two ensembles of two) is used, so both
-    # checkpoints are picked up and nothing is left behind.
-    text = run_to_end(tmp_path, data_dir, "killed", workers=1)
+    # Moved, as a study's folder is restored on another machine, and resumed there on one
+    # worker: the stored grouping (two ensembles of two) is used, so both checkpoints are
+    # picked up and nothing is left behind.
+    shutil.move(tmp_path / "killed", tmp_path / "restored")
+    text = run_to_end(tmp_path, data_dir, "restored", workers=1)
     assert "0 finished, 4 to run) in 2 ensembles" in text
-    assert not list((tmp_path / "killed" / "checkpoints").glob("*.ckpt"))
+    assert not list((tmp_path / "restored" / "checkpoints").glob("*.ckpt"))
     run_to_end(tmp_path, data_dir, "whole", workers=2)
-    resumed, whole = results(tmp_path / "killed"), results(tmp_path / "whole")
+    resumed, whole = results(tmp_path / "restored"), results(tmp_path / "whole")
     assert len(whole) == 4 and resumed == whole
 
 
