@@ -268,3 +268,30 @@ def test_a_run_that_two_studies_trained_has_the_same_accuracies_in_both():
             _, task = compare_runs(accuracy, other)
             assert task is None, (f"{key}: {first} and {study} differ from task {task} on; rerun the "
                                   "older study")
+
+
+SITTINGS_ACCOUNT = re.compile(r"\w+ of the page's studies \((.*?); ([\d,]+) runs\) were recorded "
+                              r"before plasticlab\s+listed a run's \*sittings\*"
+                              r".*?; ([\d,]+) runs\) list each sitting", re.DOTALL)
+
+
+def test_the_page_names_the_studies_whose_runs_were_recorded_before_runs_listed_their_sittings():
+    """The page says which studies' manifests cannot tell which code trained each sitting; a
+    study run since lists them, so that account goes stale with every study landed."""
+    from fnmatch import fnmatch
+
+    from plasticlab.experiments.export import read_export
+
+    without, count = set(), {False: 0, True: 0}
+    for study in STUDIES:
+        runs, _, _ = read_export(PAGE / study / "results.json.gz")
+        listed = [bool(run["manifest"].get("sittings")) for run in runs]
+        assert len(set(listed)) == 1, f"{study}: some runs list their sittings, some do not"
+        count[listed[0]] += len(runs)
+        if not listed[0]:
+            without.add(study)
+    match = SITTINGS_ACCOUNT.search((PAGE / "README.md").read_text())
+    assert match, "the page's paragraph on runs recorded before sittings is gone or reworded"
+    named = re.findall(r"`([^`]+)`", match.group(1))
+    assert {s for s in STUDIES if any(fnmatch(s, pattern) for pattern in named)} == without
+    assert [int(match.group(n).replace(",", "")) for n in (2, 3)] == [count[False], count[True]]
