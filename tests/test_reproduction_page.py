@@ -295,3 +295,60 @@ def test_the_page_names_the_studies_whose_runs_were_recorded_before_runs_listed_
     named = re.findall(r"`([^`]+)`", match.group(1))
     assert {s for s in STUDIES if any(fnmatch(s, pattern) for pattern in named)} == without
     assert [int(match.group(n).replace(",", "")) for n in (2, 3)] == [count[False], count[True]]
+
+
+# the names the page's tables give the methods of the paper (bold marks the page's own method)
+METHOD_NAMES = {"Baseline": "baseline", "L2": "l2", "L2 Init": "l2_init",
+                "Shrink & Perturb": "shrink_perturb", "CBP": "cbp", "Continual Backprop": "cbp",
+                "Concat ReLU": "concat_relu", "Layer Norm": "layer_norm", "ReDo": "redo"}
+
+
+def seed_sd_columns(markdown: str) -> list[tuple[str, set[str], dict[str, str]]]:
+    """Each ``## `` section of ``markdown`` with a table whose column is headed ``seed s.d.``:
+    its title, the studies it links (``STUDY/report/…``) and the column's cell per method
+    (the method's name as the report's configs have it)."""
+    found = []
+    for section in re.split(r"(?m)^## ", markdown)[1:]:
+        cells: dict[str, str] = {}
+        column = None
+        for line in section.splitlines():
+            row = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
+            if not row:
+                column = None
+            elif column is None:
+                column = next((i for i, c in enumerate(row) if c.startswith("seed s.d.")), None)
+            elif not set(row[0]) <= set("-: "):
+                cells[METHOD_NAMES[row[0].replace("**", "")]] = row[column]
+        if cells:
+            found.append((section.splitlines()[0], set(REPORT_LINK.findall(section)), cells))
+    return found
+
+
+def test_a_seed_sd_the_page_gives_is_the_sample_standard_deviation_of_the_seeds_totals():
+    """The page's verdicts quote the spread of a method's seeds as the sample standard deviation
+    (n − 1) of their totals; its tables must give the same statistic, to the digits they print,
+    of the runs that the section's linked export holds."""
+    import numpy as np
+
+    from plasticlab.report.data import load_results
+
+    columns = seed_sd_columns((PAGE / "README.md").read_text(encoding="utf-8"))
+    assert columns, "the page has no table with a 'seed s.d.' column"
+    for title, studies, cells in columns:
+        assert len(studies) == 1, f"section {title!r} links {sorted(studies)}: which export is it?"
+        results = load_results(PAGE / studies.pop())
+        for (problem, optimizer), _ in results.studies().items():
+            for runs in results.headline(problem, optimizer)[0]:
+                shown = cells.pop(runs.method)
+                digits = len(shown.partition(".")[2])
+                sd = np.std(np.asarray(runs.total) * 100, ddof=1)
+                assert f"{sd:.{digits}f}" == shown, (
+                    f"section {title!r}, {runs.method}: seed s.d. {shown}, the export's is {sd:.4f}")
+        assert not cells, f"section {title!r}: {sorted(cells)} are not in the export"
+
+
+def test_a_seed_sd_column_is_read_per_method_from_its_own_table():
+    md = ("# p\n## A\n[r](x/report/report.md)\n\n| method | total | seed s.d. (points) |\n|---|---:|---:|\n"
+          "| **L2 Init** | 80.41 | 0.04 |\n| Continual Backprop | 79.99 | 0.09 |\n\n"
+          "| method | other |\n|---|---|\n| L2 | 1 |\n## B\nno table\n")
+    assert seed_sd_columns(md) == [("A", {"x"}, {"l2_init": "0.04", "cbp": "0.09"})]
