@@ -266,6 +266,33 @@ def test_status_estimates_the_ensembles_not_started_by_the_machines_calibration(
                                     f"lr={plan['runs'][0]['config']['lr']:g}", "K=2"]
 
 
+def test_status_names_an_ensemble_a_worker_has_taken_before_its_first_checkpoint(data_dir, tmp_path, capsys):
+    from plasticlab.experiments.store import ResultStore
+
+    out = tmp_path / "out"
+    assert main(["sweep", str(write_sweep(tmp_path, methods=("l2_init",), steps=10)), "--out", str(out),
+                 "--data-dir", str(data_dir), "--workers", "1", "--no-progress"]) == 0
+    plan = json.loads((out / "plan.json").read_text())
+    # two ensembles of the plan without a checkpoint: a worker has taken the runs of one (they
+    # are 'running' in the store, its first task not yet ended), no worker those of the other
+    taken, waiting = ([{**r, "run_id": f"{name}-{r['seed']}", "seed": r["seed"] + offset}
+                       for r in plan["runs"]] for name, offset in (("taken", 10), ("waiting", 20)))
+    plan["runs"] += taken + waiting
+    plan["ensembles"] += [{"phase": "grid", "run_ids": [r["run_id"] for r in runs],
+                           "checkpoint": f"ensemble-{runs[0]['run_id']}.ckpt"} for runs in (taken, waiting)]
+    (out / "plan.json").write_text(json.dumps(plan))
+    with ResultStore(out) as store:
+        for r in taken:
+            store.start_run(r["run_id"], r["config"], {})
+    capsys.readouterr()
+    assert main(["status", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    config = plan["runs"][0]["config"]
+    assert (f"    l2_init {config['problem']} lr={config['lr']:g} K=2: started, no task end saved yet (its "
+            "first task is training, or a killed sweep left it so)") in lines
+    assert any(line.startswith("    and 1 ensemble(s) of the plan not started (2 runs)") for line in lines)
+
+
 def test_status_counts_the_plans_runs_not_started_as_to_run(data_dir, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["sweep", str(write_sweep(tmp_path, methods=("l2_init", "l2"), steps=5)), "--out",

@@ -268,8 +268,9 @@ def ensemble_progress(out: Path, runs: dict[str, dict], stored_plan: dict | None
     """One line per ensemble with a checkpoint in ``out/checkpoints`` (started, not finished):
     its phase, method(s), members and the tasks done at its last checkpoint, when that was
     written, and the training time left at its pace so far (the checkpoint's training wall
-    time per task done) — how far an interrupted or running sweep has come. ``stored_plan``:
-    ``out/plan.json`` as the caller read it (read here if not given)."""
+    time per task done) — how far an interrupted or running sweep has come; then the ensembles
+    whose runs a worker has taken but that have no checkpoint yet, and those of the plan not
+    started. ``stored_plan``: ``out/plan.json`` as the caller read it (read here if not given)."""
     from .experiments.manifest import resumed_code_note
 
     stored_plan = read_plan(out) if stored_plan is None else stored_plan
@@ -296,8 +297,16 @@ def ensemble_progress(out: Path, runs: dict[str, dict], stored_plan: dict | None
         if note := resumed_code_note(header):
             line += f"; note: {note}"
         lines.append(line)
-    waiting = [e for e in entries.values() if not (out / "checkpoints" / e["checkpoint"]).is_file()
+    unsaved = [e for e in entries.values() if not (out / "checkpoints" / e["checkpoint"]).is_file()
                and any(runs.get(r, {}).get("status") != "finished" for r in e["run_ids"])]
+    # A worker marks an ensemble's runs 'running' when it takes them; the first checkpoint
+    # comes only at the first task's end, so such an ensemble has started without one.
+    started = [e for e in unsaved if any(runs.get(r, {}).get("status") == "running" for r in e["run_ids"])]
+    waiting = [e for e in unsaved if e not in started]
+    for e, ensemble in zip(started, planned_ensembles(stored_plan, started), strict=True):
+        label = ensemble_label(ensemble) if ensemble is not None else e["checkpoint"]
+        lines.append(f"{label}: started, no task end saved yet (its first task is training, or a "
+                     "killed sweep left it so)")
     if lines and waiting:
         ensembles = planned_ensembles(stored_plan, waiting)
         lines.append(f"and {len(waiting)} ensemble(s) of the plan not started "
