@@ -318,7 +318,9 @@ def seed_sd_columns(markdown: str) -> list[tuple[str, set[str], dict[str, str]]]
             elif column is None:
                 column = next((i for i, c in enumerate(row) if c.startswith("seed s.d.")), None)
             elif not set(row[0]) <= set("-: "):
-                cells[METHOD_NAMES[row[0].replace("**", "")]] = row[column]
+                name = row[0].replace("**", "")
+                assert name in METHOD_NAMES, f"a 'seed s.d.' table names {name!r}: add it to METHOD_NAMES"
+                cells[METHOD_NAMES[name]] = row[column]
         if cells:
             found.append((section.splitlines()[0], set(REPORT_LINK.findall(section)), cells))
     return found
@@ -339,7 +341,8 @@ def test_a_seed_sd_the_page_gives_is_the_sample_standard_deviation_of_the_seeds_
         results = load_results(PAGE / studies.pop())
         for (problem, optimizer), _ in results.studies().items():
             for runs in results.headline(problem, optimizer)[0]:
-                shown = cells.pop(runs.method)
+                shown = cells.pop(runs.method, None)
+                assert shown is not None, f"section {title!r}: its table has no row for {runs.method}"
                 digits = len(shown.partition(".")[2])
                 sd = np.std(np.asarray(runs.total) * 100, ddof=1)
                 assert f"{sd:.{digits}f}" == shown, (
