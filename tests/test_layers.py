@@ -13,7 +13,7 @@ PACKAGE = Path(plasticlab.__file__).parent
 LAYERS = [
     # ``fast`` (its switch and the fast paths that read tensors alone) is called by nets and
     # problems, so it sits at the bottom; its modules that read higher layers sit above them
-    {"params", "rng", "device", "run_config", "checkpoint", "fisher", "fast"},
+    {"params", "rng", "device", "run_config", "checkpoint", "fisher", "fast", "loggers"},
     {"data"},
     {"problems"},
     {"nets"},

@@ -6,7 +6,7 @@ import pytest
 
 from conftest import needs_package
 from plasticlab.cli import main
-from plasticlab.experiments.loggers import _scalars
+from plasticlab.loggers import _scalars
 
 TINY = ["run", "--problem", "permuted_mnist", "--method", "l2_init", "--tasks", "2",
         "--steps-per-task", "10", "--set", "examples_per_task=160", "--no-progress", "--json"]
@@ -55,7 +55,7 @@ def test_a_missing_logging_package_is_a_clear_error(monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_tensorboard)
-    from plasticlab.experiments.loggers import TensorBoardLogger
+    from plasticlab.loggers import TensorBoardLogger
 
     with pytest.raises(RuntimeError, match="pip install 'plasticlab\\[tensorboard\\]'"):
         TensorBoardLogger("x")

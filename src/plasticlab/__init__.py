@@ -12,10 +12,11 @@ The package's layers, lowest first; a module imports only from its own layer or 
 (``tests/test_layers.py`` checks it). A module is in its top-level module's layer unless it is
 listed with its own (``fast``'s):
 
-0. ``params``, ``rng``, ``device``, ``run_config``, ``checkpoint``, ``fisher``, ``fast`` — typed
-   parameters, seeded streams, devices, the resolved run configuration, safe checkpoints, the
-   Fisher information; the fast paths that read tensors alone (the layers' kernels, a task's
-   examples gathered) and the switch to their plain forms, so the layers above can call them;
+0. ``params``, ``rng``, ``device``, ``run_config``, ``checkpoint``, ``fisher``, ``fast``,
+   ``loggers`` — typed parameters, seeded streams, devices, the resolved run configuration, safe
+   checkpoints, the Fisher information; the fast paths that read tensors alone (the layers'
+   kernels, a task's examples gathered) and the switch to their plain forms, so the layers above
+   can call them; the optional TensorBoard and W&B mirrors, shared by runs and the Monitor;
 1. ``data`` — datasets in their official formats, checked;
 2. ``problems`` — the continual streams (SPEC §3) for K seeded members;
 3. ``nets`` — ensemble layers, the MLP and CNN, and their units;
