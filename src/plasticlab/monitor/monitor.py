@@ -1,0 +1,202 @@
+"""The :class:`Monitor`: the one object a training loop holds. It counts steps, and at a
+measurement runs the capture's probe pass, the measurements, the trainability probe, the checks
+and the mirrors, and keeps the row in its history; the rest of the package does each of these."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from .. import metrics
+from .alerts import AlertChecks, Thresholds
+from .capture import Capture, feature_modules, remove_hooks, to_device
+from .history import MonitorHistory
+from .measurements import ParameterBaseline, measure
+from .mirrors import make_mirrors
+from .probe import TrainabilityProbe, trainability
+
+
+def _close_all(closers: list) -> None:
+    for close in closers:
+        try:
+            close()
+        except Exception:  # noqa: BLE001 - best effort at collection/exit
+            pass
+    closers.clear()
+
+
+def _finalize(handles: list, closers: list) -> None:
+    # Holds the hook handles and the mirrors' close methods, never the monitor, so that it can
+    # run when the monitor is collected.
+    remove_hooks(handles)
+    _close_all(closers)
+
+
+class Monitor:
+    """Watches a model's plasticity while it trains; see :mod:`plasticlab.monitor`.
+
+    Parameters
+    ----------
+    model:
+        any ``nn.Module``.
+    probe:
+        the inputs of the measurement pass: a tensor (``model(probe)``), a tuple of tensors
+        (``model(*probe)``) or a dict (``model(**probe)``). Moved to the model's device when
+        measured. A few hundred inputs from the training distribution; the srank of a layer
+        cannot exceed the number of rows of its feature matrix. :meth:`set_probe` replaces it
+        (e.g. at a task change).
+    every:
+        measure every this many calls of :meth:`step`.
+    layers:
+        the modules whose outputs are the hidden features, by name (``model.named_modules()``)
+        or as modules; default: every module of :data:`ACTIVATION_TYPES`.
+    unit_dim:
+        the dimension of a feature tensor ``[n, …]`` that holds the units (default 1: the
+        feature of a linear layer, the channel of a conv layer; ``-1`` for ``[n, T, d]``
+        sequence features). Every other dimension but the first is a position.
+    dormant_threshold:
+        τ of the ReDo dormant score (default 0.1).
+    thresholds:
+        when to warn (:class:`Thresholds`); ``None`` never warns.
+    trainability:
+        ``None`` (default: off), a :class:`TrainabilityProbe`, or an int M for one every M steps
+        with the defaults.
+    tensorboard:
+        a log directory or a ``SummaryWriter``: every measurement is mirrored as scalars
+        ``plasticity/<metric>[/<layer>]`` at its step (``pip install 'plasticlab[tensorboard]'``).
+    wandb:
+        ``True`` (the active W&B run, else a new one), a project name, or a run object
+        (``pip install 'plasticlab[wandb]'``); the monitor logs against its own x axis
+        ``plasticity/step``.
+    seed:
+        seed of the trainability probe's random targets (drawn from a generator of the
+        monitor's own, never from the global RNG).
+    """
+
+    def __init__(self, model: nn.Module, probe, *, every: int = 100,
+                 layers: Sequence[str | nn.Module] | None = None, unit_dim: int = 1,
+                 dormant_threshold: float = metrics.DORMANT_THRESHOLD,
+                 thresholds: Thresholds | None = Thresholds(),  # noqa: B008 - frozen, shared safely
+                 trainability: TrainabilityProbe | int | None = None,
+                 tensorboard=None, wandb=None, seed: int = 0):
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"Monitor needs an nn.Module, got {type(model).__name__}")
+        if int(every) < 1:
+            raise ValueError(f"every must be >= 1, got {every}")
+        self.model, self.every = model, int(every)
+        self.probe = probe
+        self._probe_cache: tuple[torch.device, object] | None = None
+        self.thresholds = thresholds
+        if isinstance(trainability, int) and not isinstance(trainability, bool):
+            trainability = TrainabilityProbe(every=trainability)
+        if trainability is not None and not isinstance(trainability, TrainabilityProbe):
+            raise TypeError(f"trainability must be None, a TrainabilityProbe or a number of steps, "
+                            f"got {trainability!r}")
+        self.trainability = trainability
+        self.steps = 0
+        self.history = MonitorHistory()
+        self._checks = AlertChecks()
+        self.alerts = self._checks.alerts
+        self._generator = torch.Generator().manual_seed(int(seed))
+
+        # The feature modules. Their forward hooks are attached for the probe pass only
+        # (Capture.run), so training forwards run without them and the model stays picklable.
+        self._capture = Capture(unit_dim, float(dormant_threshold))
+        self.layer_names = feature_modules(model, layers)
+        modules = dict(model.named_modules())
+        self._hooked = [(name, modules[name]) for name in self.layer_names]
+        self._handles = self._capture.handles  # the hooks attached now (empty outside a probe pass)
+
+        # θ₀ and the parameter groups (one per module owning trainable parameters).
+        self._baseline = ParameterBaseline(model)
+
+        # Mirrors, then the finalizer that undoes hooks and closes mirrors at close() or GC.
+        self._mirrors = make_mirrors(tensorboard, wandb)
+        self._finalizer = weakref.finalize(self, _finalize, self._handles,
+                                           [m.close for m in self._mirrors])
+
+    # --- set-up ---------------------------------------------------------------------------------
+    def set_probe(self, probe) -> None:
+        """Use ``probe`` for the measurements from now on (e.g. inputs of a new task)."""
+        self.probe, self._probe_cache = probe, None
+
+    def _probe_on_device(self):
+        device = self._baseline.device
+        if self._probe_cache is None or self._probe_cache[0] != device:
+            self._probe_cache = (device, to_device(self.probe, device))
+        return self._probe_cache[1]
+
+    # --- the loop's one call ----------------------------------------------------------------------
+    def step(self) -> dict | None:
+        """Count one training step (call it after ``optimizer.step()``); every ``every`` steps
+        measure, every M steps run the trainability probe. Returns the step's measurements
+        (see :meth:`measure`) or None."""
+        self.steps += 1
+        measure = self.steps % self.every == 0
+        train = self.trainability is not None and self.steps % self.trainability.every == 0
+        if not (measure or train):
+            return None
+        return self._record(measure, train, stacklevel=3)
+
+    def measure(self, trainability: bool = False) -> dict:
+        """Measure now, at the current step count (e.g. once before training for step 0);
+        with ``trainability`` also run the trainability probe. Returns a flat dict: ``step``,
+        whole-network values under their metric's name and per-layer values under
+        ``metric/layer``."""
+        if trainability and self.trainability is None:
+            raise ValueError("measure(trainability=True) needs Monitor(..., trainability=...)")
+        return self._record(True, trainability, stacklevel=3)
+
+    def _record(self, measure_now: bool, train: bool, stacklevel: int) -> dict:
+        if self.closed:
+            raise RuntimeError("Monitor: closed; make a new one to go on measuring")
+        row: dict = {"step": self.steps}
+        if measure_now:
+            layers = self._capture.run(self.model, self._hooked, self._probe_on_device(),
+                                       self._baseline.cuda_devices())
+            row |= measure(layers, self._baseline)
+        if train:
+            row |= trainability(self.model, self._probe_on_device(), self.trainability,
+                                self._generator, self._baseline.cuda_devices())
+        self.history.append(row)
+        for mirror in self._mirrors:
+            mirror.log(row)
+        if measure_now and self.thresholds is not None:
+            self._checks.check(row, self.thresholds, stacklevel + 1)
+        return row
+
+    # --- the fix, and the end -------------------------------------------------------------------
+    def l2_init(self, strength: float):
+        """An :class:`plasticlab.L2Init` on ``model`` anchored at the θ₀ this monitor kept (the
+        parameters when it was made), for adding L2 Init after training began:
+        ``reg = monitor.l2_init(1e-2)``; ``loss = loss + reg()``."""
+        from ..regularizers import L2Init, regularized_parameters
+
+        params = regularized_parameters(self.model)
+        missing = [p for p in params if id(p) not in self._baseline.initial]
+        if missing:
+            raise ValueError("Monitor.l2_init: some parameters of the model were not there when the "
+                             "monitor was made; its θ₀ does not cover them")
+        return L2Init(params, strength, initial=[self._baseline.theta0(p) for p in params])
+
+    def close(self) -> None:
+        """Remove the hooks and close the mirrors (also done when the monitor is collected)."""
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` ran (a closed monitor measures no more)."""
+        return not self._finalizer.alive
+
+    def __enter__(self) -> Monitor:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"Monitor(layers={self.layer_names}, every={self.every}, steps={self.steps}, "
+                f"measured={len(self.history)})")
