@@ -51,7 +51,7 @@ def main() -> None:
         raw = best_config(args.problem, method, args.optimizer) | {"tasks": args.tasks}
         if args.steps_per_task:
             raw["steps_per_task"] = args.steps_per_task
-        jobs.append(Job(Members(resolve_config(raw), seeds), label=method))
+        jobs.append(Job(Members.from_config(resolve_config(raw), seeds), label=method))
     cfg0 = jobs[0].config
     print(f"{args.problem}, {args.optimizer}, paper's best configs (SPEC §6); {cfg0.tasks} tasks × "
           f"{cfg0.steps_per_task} steps, batch {cfg0.batch_size}; seeds {seeds} (K={len(seeds)} per "

@@ -35,6 +35,7 @@ import torch  # noqa: E402
 
 from plasticlab.engine import EnsembleTraining, train_ensemble  # noqa: E402
 from plasticlab.experiments.config import resolve_config  # noqa: E402
+from plasticlab.run_config import Members  # noqa: E402
 
 
 def config(tasks: int = 1):
@@ -58,9 +59,9 @@ def best_rate(run, steps: int, rounds: int, sync) -> float:
 def step_rates(members: int, args, sync) -> tuple[float, float, float, float]:
     """(eager steps/s, compiled steps/s, first compiled call in s, max |θ_c − θ_e| after one
     step) for an ensemble of ``members``."""
-    eager = EnsembleTraining(config(), list(range(members)), data_dir=args.data_dir,
+    eager = EnsembleTraining(Members.from_config(config(), list(range(members))), data_dir=args.data_dir,
                              device=args.device, measure=False)
-    compiled = EnsembleTraining(config(), list(range(members)), data_dir=args.data_dir,
+    compiled = EnsembleTraining(Members.from_config(config(), list(range(members))), data_dir=args.data_dir,
                                 device=args.device, measure=False, compile=True)
     for training in (eager, compiled):
         training.problem.start_task(0)
@@ -70,13 +71,13 @@ def step_rates(members: int, args, sync) -> tuple[float, float, float, float]:
     def run_eager(n, first=False):
         for i in range(n):
             x, y = batches[0 if first else (i + 1) % len(batches)]
-            eager.hand.step(x, y)
-            eager.method.add_penalty_grad()
-            eager.optimizer.step()
+            eager.step.hand.step(x, y)
+            eager.step.chain.transform_gradient()
+            eager.step.chain.update()
 
     def run_compiled(n, first=False):
         for i in range(n):
-            compiled.compiled(*batches[0 if first else (i + 1) % len(batches)], correct)
+            compiled.step.compiled(*batches[0 if first else (i + 1) % len(batches)], correct)
 
     start = time.perf_counter()
     run_compiled(1, first=True)
@@ -94,7 +95,7 @@ def whole_run(members: int, tasks: int, compile: bool, args, sync) -> float:
     """Seconds for a whole ``tasks``-task training of ``members`` (measurements on)."""
     sync()
     start = time.perf_counter()
-    train_ensemble(config(tasks), list(range(members)), data_dir=args.data_dir,
+    train_ensemble(Members.from_config(config(tasks), list(range(members))), data_dir=args.data_dir,
                    device=args.device, compile=compile)
     sync()
     return time.perf_counter() - start

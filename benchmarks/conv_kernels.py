@@ -19,10 +19,10 @@ import time
 
 import torch
 
-from plasticlab.engine import _autograd_step as autograd_step
 from plasticlab.nets import build_network
 from plasticlab.optim import Adam
 from plasticlab.rng import torch_generator
+from plasticlab.step.backward import autograd_gradients as autograd_step
 
 KERNELS = ("loop", "grouped")
 
@@ -36,7 +36,7 @@ def rate(kernel: str, members: int, device: str, steps: int, repeats: int, batch
     y = torch.randint(0, 10, (members, batch), device=device)
 
     def step():
-        autograd_step(net, optimizer, x, y, needs_features=False)  # the engine's own CNN step
+        autograd_step(net, optimizer, x, y, features=False)  # the engine's own CNN step
         optimizer.step()
 
     for _ in range(3):

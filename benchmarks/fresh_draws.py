@@ -20,6 +20,7 @@ import torch
 import plasticlab.nets.init as init_schemes
 from plasticlab.engine import train_ensemble
 from plasticlab.experiments.config import resolve_config
+from plasticlab.run_config import Members
 
 LAYERS = [((100, 784), 784, 100), ((100, 100), 100, 100), ((10, 100), 100, 10)]  # the paper's MLP
 
@@ -63,7 +64,8 @@ def main() -> None:
         init_schemes.draw_members = form  # nets.network looks it up at every draw
         try:
             start = time.perf_counter()
-            train_ensemble(config, list(range(args.members)), data_dir=args.data_dir, measure=False)
+            train_ensemble(Members.from_config(config, list(range(args.members))),
+                           data_dir=args.data_dir, measure=False)
             return time.perf_counter() - start
         finally:
             init_schemes.draw_members = forms["in place"]

@@ -46,7 +46,7 @@ def main() -> None:
     args = parser.parse_args()
 
     seeds = parse_seeds(args.seeds)
-    jobs = [Job(Members(resolve_config({"problem": "permuted_mnist", "method": method,
+    jobs = [Job(Members.from_config(resolve_config({"problem": "permuted_mnist", "method": method,
                                         "params": params, "optimizer": "adam", "lr": args.lr,
                                         "tasks": args.tasks, "steps_per_task": args.steps_per_task}),
                         seeds), label=method, options={"forgetting": True})

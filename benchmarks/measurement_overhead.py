@@ -30,6 +30,7 @@ from plasticlab.measure import DEFAULT_SAMPLES, Measurer, network_internals, to_
 from plasticlab.nets import build_network
 from plasticlab.problems import PermutedMNIST
 from plasticlab.rng import torch_generator
+from plasticlab.run_config import Members
 
 
 def breakdown(seeds: list[int], data_dir, cfg) -> dict[str, float]:
@@ -82,13 +83,14 @@ def main() -> None:
         seeds = list(range(K))
         # A short warm-up so that one-off costs (data, LAPACK initialisation) hit neither side.
         warm = resolve_config({**cfg.to_dict(), "tasks": 1, "steps_per_task": 10})
-        train_ensemble(warm, seeds, data_dir=args.data_dir, forgetting=args.forgetting)
+        train_ensemble(Members.from_config(warm, seeds), data_dir=args.data_dir, forgetting=args.forgetting)
         walls: dict[bool, list[float]] = {False: [], True: []}
         inside: list[float] = []
         for _ in range(args.repeats):
             for measured in (False, True):
                 start = time.perf_counter()
-                result = train_ensemble(cfg, seeds, data_dir=args.data_dir, measure=measured,
+                result = train_ensemble(Members.from_config(cfg, seeds),
+                                        data_dir=args.data_dir, measure=measured,
                                         forgetting=args.forgetting and measured)
                 walls[measured].append(time.perf_counter() - start)
                 if measured:

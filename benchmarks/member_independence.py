@@ -41,6 +41,7 @@ from plasticlab.experiments.config import resolve_config
 from plasticlab.methods import METHODS
 from plasticlab.optim import UPGD, Adam
 from plasticlab.optim.upgd import scaled_utility, utility_max
+from plasticlab.run_config import Members
 
 MLP = [
     ("baseline + adam", "baseline", {}, "adam", "manual"),
@@ -77,7 +78,8 @@ def train_recording(config, seeds, data_dir, backprop: str, threads: int = 1):
 
     engine_build = engine.build_network
     with mock.patch.object(engine, "build_network", build_and_keep):
-        result = engine.train_ensemble(config, seeds, data_dir=data_dir, measure=False, threads=threads,
+        result = engine.train_ensemble(Members.from_config(config, seeds),
+                                       data_dir=data_dir, measure=False, threads=threads,
                                        backprop=backprop, on_task_end=snapshot)
     return result, snapshots
 

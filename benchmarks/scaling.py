@@ -27,7 +27,7 @@ def jobs(count: int, members: int, tasks: int, steps: int, method: str) -> list[
     params = {"strength": 1e-2} if method == "l2_init" else {}
     config = resolve_config({"problem": "permuted_mnist", "method": method, "params": params,
                              "tasks": tasks, "steps_per_task": steps})
-    return [Job(Members(config, list(range(i * members, (i + 1) * members))),
+    return [Job(Members.from_config(config, list(range(i * members, (i + 1) * members))),
                 options={"measure": False}, label=f"job {i}") for i in range(count)]
 
 

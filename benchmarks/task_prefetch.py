@@ -18,6 +18,7 @@ import torch
 
 from plasticlab.engine import train_ensemble
 from plasticlab.experiments.config import resolve_config
+from plasticlab.run_config import Members
 
 
 def main() -> None:
@@ -39,7 +40,7 @@ def main() -> None:
     def rate(prefetch: bool) -> float:
         sync()
         start = time.perf_counter()
-        train_ensemble(config, seeds, data_dir=args.data_dir, device=args.device,
+        train_ensemble(Members.from_config(config, seeds), data_dir=args.data_dir, device=args.device,
                        measure=args.measure, prefetch=prefetch)
         sync()
         return args.tasks * args.steps_per_task * args.members * 16 / (time.perf_counter() - start)

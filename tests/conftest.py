@@ -22,6 +22,18 @@ CHECKS_REQUIRED = os.environ.get("PLASTICLAB_REQUIRE_CHECKS") == "1"
 a missing Chromium, rliable, TensorBoard or W&B fails them instead."""
 
 
+def add_gradient_transforms(method) -> None:
+    """Add ``method``'s gradient transforms to ``.grad`` as the training step's chain adds them
+    (its penalties, then its own transform), every penalty's λθ in ``.grad`` (no decay handed to
+    the optimizer)."""
+    from plasticlab.fast import plain_forms
+    from plasticlab.step.chain import Chain
+
+    with plain_forms():
+        chain = Chain(method, method.optimizer)
+    chain.transform_gradient()
+
+
 def needs(available: bool, reason: str):
     """Skip a test where what it checks with is not ``available`` (``reason`` says what is missing
     and how to get it), except in CI, where a skip would be a check not made: there it runs, and

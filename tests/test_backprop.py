@@ -9,9 +9,10 @@ import torch.nn.functional as F
 from plasticlab.engine import train_ensemble
 from plasticlab.experiments.config import resolve_config
 from plasticlab.fast import plain_forms
-from plasticlab.fast.mlp_backprop import ManualBackprop, applies, supports
 from plasticlab.nets import build_network
 from plasticlab.rng import torch_generator
+from plasticlab.run_config import Members
+from plasticlab.step.mlp_backprop import ManualBackprop, applies, supports
 
 SMALL = {"problem": "permuted_mnist", "tasks": 2, "steps_per_task": 30,
          "problem_params": {"examples_per_task": 480}}
@@ -62,8 +63,8 @@ def test_manual_gradients_are_written_into_the_same_buffers_every_step():
 ])
 def test_manual_and_autograd_training_agree(data_dir, method, params):
     cfg = resolve_config({**SMALL, "method": method, "params": params})
-    manual = train_ensemble(cfg, [0, 1], data_dir=data_dir, backprop="manual")
-    autograd = train_ensemble(cfg, [0, 1], data_dir=data_dir, backprop="autograd")
+    manual = train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, backprop="manual")
+    autograd = train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, backprop="autograd")
     assert manual.extra["backprop"] == "manual" and autograd.extra["backprop"] == "autograd"
     for a, b in zip(manual.members, autograd.members, strict=True):
         # 60 Adam steps apart only by rounding: at most one prediction in a task flips.
@@ -73,16 +74,16 @@ def test_manual_and_autograd_training_agree(data_dir, method, params):
 
 
 def test_auto_backprop_is_manual_for_the_mlp_and_autograd_for_other_networks(data_dir):
-    mlp_run = train_ensemble(resolve_config({**SMALL, "tasks": 1, "method": "baseline"}), [0],
-                             data_dir=data_dir, measure=False)
-    norm_run = train_ensemble(resolve_config({**SMALL, "tasks": 1, "method": "layer_norm"}), [0],
-                              data_dir=data_dir, measure=False)
+    def one_task(method):
+        return Members.from_config(resolve_config({**SMALL, "tasks": 1, "method": method}), [0])
+
+    mlp_run = train_ensemble(one_task("baseline"), data_dir=data_dir, measure=False)
+    norm_run = train_ensemble(one_task("layer_norm"), data_dir=data_dir, measure=False)
     assert mlp_run.extra["backprop"] == "manual"
     assert norm_run.extra["backprop"] == "autograd"
     # the plain forms: autograd for every network
     with plain_forms():
-        plain_run = train_ensemble(resolve_config({**SMALL, "tasks": 1, "method": "baseline"}), [0],
-                                   data_dir=data_dir, measure=False)
+        plain_run = train_ensemble(one_task("baseline"), data_dir=data_dir, measure=False)
     assert plain_run.extra["backprop"] == "autograd"
 
 
@@ -102,6 +103,6 @@ def test_manual_backprop_refuses_networks_it_cannot_train(data_dir):
         ManualBackprop(mlp(1, layer_norm=True))
     cfg = resolve_config({**SMALL, "tasks": 1, "method": "layer_norm"})
     with pytest.raises(ValueError, match="backprop='manual' needs a plain ReLU MLP.*layer_norm"):
-        train_ensemble(cfg, [0], data_dir=data_dir, backprop="manual")
+        train_ensemble(Members.from_config(cfg, [0]), data_dir=data_dir, backprop="manual")
     with pytest.raises(ValueError, match="backprop must be"):
-        train_ensemble(cfg, [0], data_dir=data_dir, backprop="numeric")
+        train_ensemble(Members.from_config(cfg, [0]), data_dir=data_dir, backprop="numeric")

@@ -22,6 +22,7 @@ from plasticlab.nets.layers import EnsembleConv2d, EnsembleLinear
 from plasticlab.nets.network import Block, EnsembleNet, build_network
 from plasticlab.optim import SGD, Adam
 from plasticlab.rng import torch_generator
+from plasticlab.run_config import Members
 
 # --- helpers ----------------------------------------------------------------------------------
 
@@ -389,10 +390,10 @@ def test_member_k_of_a_cbp_ensemble_equals_seed_k_run_alone(data_dir, monkeypatc
                           "lr": 1e-3 if optimizer == "adam" else 1e-2,
                           "params": {"replacement_rate": 1e-2, "maturity": 5}})
     seeds = [0, 1, 2, 3]
-    together = train_ensemble(cfg, seeds, data_dir=data_dir)
+    together = train_ensemble(Members.from_config(cfg, seeds), data_dir=data_dir)
     assert all((r > 0).all() for r in RecordingCBP.instances[0].replacements)  # it did replace units
     for k in (0, 3):
-        alone = train_ensemble(cfg, [seeds[k]], data_dir=data_dir)
+        alone = train_ensemble(Members.from_config(cfg, [seeds[k]]), data_dir=data_dir)
         assert together.members[k].task_online_accuracy == pytest.approx(
             alone.members[0].task_online_accuracy, abs=1e-5)
 
@@ -534,7 +535,7 @@ def test_no_device_synchronisation_on_cuda():
 
 
 def test_the_method_is_named_and_parameterised_as_in_the_spec():
-    assert ContinualBackprop.name == "cbp" and ContinualBackprop.needs_features
+    assert ContinualBackprop.name == "cbp" and ContinualBackprop.needs({}).features
     hp = {p.name: p for p in ContinualBackprop.hyperparameters}
     assert {n: p.default for n, p in hp.items()} == {
         "replacement_rate": 1e-4, "maturity": 100, "decay": 0.99, "utility": "adaptable_contribution",

@@ -6,11 +6,13 @@ import os
 import pickle
 
 import pytest
+import torch
 
 from plasticlab import checkpoint as ckpt
 from plasticlab.engine import train_ensemble
 from plasticlab.experiments.config import resolve_config
 from plasticlab.methods import METHODS
+from plasticlab.run_config import Members
 
 SMALL = {"problem": "permuted_mnist", "tasks": 3, "steps_per_task": 20,
          "problem_params": {"examples_per_task": 320}}
@@ -47,11 +49,12 @@ def test_every_method_resumed_from_its_checkpoint_ends_bit_identical(data_dir, t
                                                                      optimizer):
     cfg = resolve_config({**SMALL, "method": method, "params": params, "optimizer": optimizer,
                           "lr": 1e-3 if optimizer == "adam" else 1e-2})
-    whole = train_ensemble(cfg, [0, 1], data_dir=data_dir)
+    whole = train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir)
     path = tmp_path / "run.ckpt"
     with pytest.raises(Crash):
-        train_ensemble(cfg, [0, 1], data_dir=data_dir, checkpoint=path, on_task_end=crash_after(0))
-    resumed = train_ensemble(cfg, [0, 1], data_dir=data_dir, checkpoint=path)
+        train_ensemble(Members.from_config(cfg, [0, 1]),
+                       data_dir=data_dir, checkpoint=path, on_task_end=crash_after(0))
+    resumed = train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, checkpoint=path)
     for a, b in zip(whole.members, resumed.members, strict=True):
         assert a.task_online_accuracy == b.task_online_accuracy
         assert a.task_metrics == b.task_metrics
@@ -59,17 +62,18 @@ def test_every_method_resumed_from_its_checkpoint_ends_bit_identical(data_dir, t
 
 def test_an_ensemble_of_several_methods_and_step_sizes_resumes_bit_identical(data_dir, tmp_path):
     cfg = resolve_config({**SMALL, "method": "baseline"})
-    members = dict(member_params=[{}, {"strength": 1e-2}, {"strength": 1e-3}],
-                   member_lr=[1e-3, 1e-2, 1e-4], member_methods=["baseline", "l2_init", "l2"])
-    whole = train_ensemble(cfg, [0, 1, 2], data_dir=data_dir, **members)
+    params = [{}, {"strength": 1e-2}, {"strength": 1e-3}]
+    members = Members.from_config(cfg, [0, 1, 2], params, [1e-3, 1e-2, 1e-4],
+                                  ["baseline", "l2_init", "l2"])
+    whole = train_ensemble(members, data_dir=data_dir)
     path = tmp_path / "run.ckpt"
     with pytest.raises(Crash):
-        train_ensemble(cfg, [0, 1, 2], data_dir=data_dir, checkpoint=path,
-                       on_task_end=crash_after(0), **members)
+        train_ensemble(members, data_dir=data_dir, checkpoint=path, on_task_end=crash_after(0))
     with pytest.raises(ckpt.CheckpointError, match="belongs to another run"):  # another ensemble's
-        train_ensemble(cfg, [0, 1, 2], data_dir=data_dir, checkpoint=path,
-                       **dict(members, member_lr=[1e-3] * 3))
-    resumed = train_ensemble(cfg, [0, 1, 2], data_dir=data_dir, checkpoint=path, **members)
+        train_ensemble(Members.from_config(cfg, [0, 1, 2], params, [1e-3] * 3,
+                                           ["baseline", "l2_init", "l2"]),
+                       data_dir=data_dir, checkpoint=path)
+    resumed = train_ensemble(members, data_dir=data_dir, checkpoint=path)
     for a, b in zip(whole.members, resumed.members, strict=True):
         assert a.task_online_accuracy == b.task_online_accuracy
         assert a.task_metrics == b.task_metrics
@@ -81,7 +85,7 @@ def saved(data_dir, tmp_path):
     cfg = resolve_config({**SMALL, "method": "l2_init"})
     path = tmp_path / "run.ckpt"
     with pytest.raises(Crash):
-        train_ensemble(cfg, [0], data_dir=data_dir, checkpoint=path, measure=False,
+        train_ensemble(Members.from_config(cfg, [0]), data_dir=data_dir, checkpoint=path, measure=False,
                        on_task_end=crash_after(0))
     return cfg, path
 
@@ -101,7 +105,7 @@ def test_a_crafted_pickle_in_place_of_a_checkpoint_is_refused_and_runs_nothing(d
     marker = tmp_path / "ran"
     path.write_bytes(pickle.dumps({"format": 1, "method": Payload(marker)}))
     with pytest.raises(ckpt.CheckpointError, match=f"{path}.*not a plasticlab checkpoint.*delete"):
-        train_ensemble(cfg, [0], data_dir=data_dir, checkpoint=path, measure=False)
+        train_ensemble(Members.from_config(cfg, [0]), data_dir=data_dir, checkpoint=path, measure=False)
     assert not marker.exists()
 
 
@@ -116,7 +120,7 @@ def test_a_crafted_payload_behind_a_valid_header_is_refused_and_runs_nothing(dat
                   payload_sha256=hashlib.sha256(payload).hexdigest())
     path.write_bytes(ckpt.MAGIC + json.dumps(forged).encode() + b"\n" + payload)
     with pytest.raises(ckpt.CheckpointError, match=f"{path}.*refused.*nothing in it was run"):
-        train_ensemble(cfg, [0], data_dir=data_dir, checkpoint=path, measure=False)
+        train_ensemble(Members.from_config(cfg, [0]), data_dir=data_dir, checkpoint=path, measure=False)
     assert not marker.exists()
 
 
@@ -124,7 +128,7 @@ def test_a_truncated_checkpoint_is_an_error_naming_the_file_and_the_remedy(data_
     cfg, path = saved
     path.write_bytes(path.read_bytes()[:1000])
     with pytest.raises(ckpt.CheckpointError, match=f"{path} is truncated.*delete {path}"):
-        train_ensemble(cfg, [0], data_dir=data_dir, checkpoint=path, measure=False)
+        train_ensemble(Members.from_config(cfg, [0]), data_dir=data_dir, checkpoint=path, measure=False)
 
 
 def test_a_corrupted_payload_fails_its_checksum(data_dir, saved):
@@ -133,7 +137,7 @@ def test_a_corrupted_payload_fails_its_checksum(data_dir, saved):
     data[-100] ^= 0xFF
     path.write_bytes(bytes(data))
     with pytest.raises(ckpt.CheckpointError, match="corrupt"):
-        train_ensemble(cfg, [0], data_dir=data_dir, checkpoint=path, measure=False)
+        train_ensemble(Members.from_config(cfg, [0]), data_dir=data_dir, checkpoint=path, measure=False)
 
 
 def test_the_fingerprint_is_checked_before_the_payload_is_read(data_dir, saved, monkeypatch):
@@ -145,4 +149,33 @@ def test_the_fingerprint_is_checked_before_the_payload_is_read(data_dir, saved, 
 
     monkeypatch.setattr(ckpt.torch, "load", no_unpickling)
     with pytest.raises(ckpt.CheckpointError, match="belongs to another run"):
-        train_ensemble(other, [0], data_dir=data_dir, checkpoint=path, measure=False)
+        train_ensemble(Members.from_config(other, [0]), data_dir=data_dir, checkpoint=path, measure=False)
+
+
+def test_a_method_state_from_before_the_step_chain_restores_without_its_gradient_helper():
+    # earlier versions kept a penalty's gradient helper (PenaltyGradient/QuadraticGradient, its
+    # θ − target buffer rewritten every step) in the method's state; such a checkpoint resumes
+    from plasticlab.methods import METHODS, MethodContext
+    from plasticlab.nets import build_network
+    from plasticlab.optim import make_optimizer
+    from plasticlab.run_config import stack_hyperparameters
+
+    def l2_init():
+        net = build_network("mlp", 2, (784,), 10, width=0.1)
+        hp = stack_hyperparameters(METHODS["l2_init"].hyperparameters, [{"strength": 1e-2}] * 2,
+                                   "cpu", "l2_init")
+        return METHODS["l2_init"](net, make_optimizer("adam", net.parameters(), 1e-3), hp,
+                                  MethodContext([0, 1], torch.device("cpu")))
+
+    state = l2_init().state_dict()
+    helper = {"__kind__": "object", "type": "QuadraticGradient",
+              "attrs": {"differences": {"__kind__": "list", "items": [torch.zeros(2, 3)]},
+                        "decay_in_optimizer": False}}
+    state["keys"].append("gradient")
+    state["values"].append(helper)
+    fresh = l2_init()
+    fresh.load_state_dict(state)
+    assert not hasattr(fresh, "gradient")
+    state["values"][-1] = dict(helper, type="SomethingElse")  # anything else is still refused
+    with pytest.raises(TypeError, match="SomethingElse"):
+        l2_init().load_state_dict(state)

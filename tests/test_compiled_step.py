@@ -1,4 +1,4 @@
-"""The compiled training step (plasticlab.fast.compiled_step) against the eager step it
+"""The compiled training step (plasticlab.step.compiled) against the eager step it
 compiles, and member k of a compiled ensemble against seed k compiled alone.
 
 Tolerances: compilation fuses and reorders floating-point work, so the compiled step is the
@@ -17,7 +17,8 @@ import torch
 from plasticlab import fast
 from plasticlab.engine import EnsembleTraining, train_ensemble
 from plasticlab.experiments.config import resolve_config
-from plasticlab.fast import compiled_step
+from plasticlab.run_config import Members
+from plasticlab.step import compiled as compiled_step
 
 TASKS, STEPS, BATCH = 2, 30, 16
 # members of every method the compiled step computes, in one ensemble, with their own step sizes
@@ -36,10 +37,9 @@ def _config(optimizer: str = "adam", method: str = "l2_init"):
 
 
 def _training(data_dir, members, compile, optimizer="adam", **kwargs) -> EnsembleTraining:
-    return EnsembleTraining(_config(optimizer), [members] if isinstance(members, int) else members,
-                            [PARAMS[k] for k in members], member_lr=[LRS[k] for k in members],
-                            member_methods=[METHODS[k] for k in members], data_dir=data_dir,
-                            compile=compile, **kwargs)
+    members = Members.from_config(_config(optimizer), members, [PARAMS[k] for k in members],
+                                  [LRS[k] for k in members], [METHODS[k] for k in members])
+    return EnsembleTraining(members, data_dir=data_dir, compile=compile, **kwargs)
 
 
 def _run(training: EnsembleTraining) -> EnsembleTraining:
@@ -55,15 +55,15 @@ def _member(training: EnsembleTraining, k: int) -> list[torch.Tensor]:
 def test_the_compiled_step_is_the_eager_step_up_to_rounding(data_dir):
     eager = _training(data_dir, ALL, compile=False, measure=False)
     compiled = _training(data_dir, ALL, compile=True, measure=False)
-    assert eager.compiled is None and compiled.compiled is not None
+    assert eager.step.compiled is None and compiled.step.compiled is not None
     for training in (eager, compiled):
         training.problem.start_task(0)
     x, y = eager.problem.batch(0)
-    logits, _ = eager.hand.step(x, y)
-    eager.method.add_penalty_grad()
-    eager.optimizer.step()
+    logits, _ = eager.step.hand.step(x, y)
+    eager.step.chain.transform_gradient()
+    eager.step.chain.update()
     correct = torch.zeros(len(ALL))
-    compiled.compiled(x, y, correct)
+    compiled.step.compiled(x, y, correct)
     # the moments (0.1·g and 0.001·g² after one step) to rounding, absolute where the task
     # gradient and λθ cancel; the parameters within α/10:
     # Adam's first step is α·g/(|g| + ε), which a rounding difference moves where |g| ≈ ε
@@ -93,7 +93,7 @@ def test_member_k_of_a_compiled_ensemble_is_seed_k_compiled_alone(data_dir):
     together = _run(_training(data_dir, ALL, compile=True))
     for k in ALL:
         alone = _run(_training(data_dir, [k], compile=True))
-        assert alone.compiled is not None
+        assert alone.step.compiled is not None
         for a, b in zip(_member(together, k), _member(alone, 0), strict=True):
             assert torch.equal(a, b), f"member {k} ({METHODS[k]}) differs from its run alone"
         assert [acc[k] for acc in together.accuracies] == [acc[0] for acc in alone.accuracies]
@@ -115,25 +115,25 @@ def test_a_compiled_run_resumes_from_its_checkpoint_exactly(data_dir, tmp_path):
 def test_the_compiled_step_applies_only_where_it_computes_the_method(data_dir):
     config = resolve_config({"problem": "permuted_mnist", "method": "cbp", "tasks": 1,
                              "steps_per_task": 5, "width": 0.25})
-    cbp = train_ensemble(config, [0], data_dir=data_dir, compile=True)
+    cbp = train_ensemble(Members.from_config(config, [0]), data_dir=data_dir, compile=True)
     assert cbp.extra["step"] == "eager"  # CBP's unit replacement after each step: eager
     ewc = resolve_config({"problem": "permuted_mnist", "method": "ewc", "tasks": 1,
                           "steps_per_task": 5, "width": 0.25})  # its anchor moves at task ends
-    assert train_ensemble(ewc, [0], data_dir=data_dir, compile=True).extra["step"] == "eager"
+    assert train_ensemble(Members.from_config(ewc, [0]),
+                          data_dir=data_dir, compile=True).extra["step"] == "eager"
     with fast.plain_forms():
-        assert _training(data_dir, [2], compile=True).compiled is None
+        assert _training(data_dir, [2], compile=True).step.compiled is None
     autograd = _training(data_dir, [2], compile=True, backprop="autograd")
-    assert autograd.compiled is None
-    assert not compiled_step.applies(None, autograd.method, autograd.optimizer)
+    assert autograd.step.compiled is None
+    assert not compiled_step.applies(None, autograd.step.chain)
 
 
 def test_the_compiled_step_refuses_a_method_it_does_not_compute(data_dir):
     config = resolve_config({"problem": "permuted_mnist", "method": "shrink_perturb", "tasks": 1,
                              "steps_per_task": 5, "width": 0.25})
-    training = EnsembleTraining(config, [0], data_dir=data_dir)
+    training = EnsembleTraining(Members.from_config(config, [0]), data_dir=data_dir)
     with pytest.raises(ValueError, match="does not compute method 'shrink_perturb'"):
-        compiled_step.CompiledStep(training.net, training.method, training.optimizer, [1e-3],
-                                   training.device)
+        compiled_step.CompiledStep(training.net, training.step.chain, training.device)
 
 
 def test_run_and_sweep_take_the_compiled_step_when_asked(data_dir, tmp_path, capsys):

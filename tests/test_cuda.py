@@ -21,6 +21,7 @@ from plasticlab.experiments.config import resolve_config
 from plasticlab.methods import METHODS
 from plasticlab.nets import build_network
 from plasticlab.rng import torch_generator
+from plasticlab.run_config import Members
 
 pytestmark = pytest.mark.cuda
 
@@ -42,7 +43,7 @@ SEEDS = [0, 1, 2]
 
 def _run(setup: dict, method: str, device: str, data_dir, **kwargs):
     config = resolve_config({**setup, "method": method, "params": PARAMS.get(method, {})})
-    return train_ensemble(config, SEEDS, data_dir=data_dir, device=device, **kwargs)
+    return train_ensemble(Members.from_config(config, SEEDS), data_dir=data_dir, device=device, **kwargs)
 
 
 def _assert_same_run(cpu, cuda, method: str, examples_per_task: int):
@@ -85,8 +86,9 @@ def test_the_hand_written_backward_on_cuda_equals_autograd_there(data_dir):
 
 def test_member_k_on_cuda_equals_seed_k_run_alone_there(data_dir):
     config = resolve_config({**MLP, "method": "l2_init"})
-    together = train_ensemble(config, [0, 1, 2, 3, 4, 5], data_dir=data_dir, device="cuda")
-    alone = train_ensemble(config, [4], data_dir=data_dir, device="cuda")
+    together = train_ensemble(Members.from_config(config, [0, 1, 2, 3, 4, 5]),
+                              data_dir=data_dir, device="cuda")
+    alone = train_ensemble(Members.from_config(config, [4]), data_dir=data_dir, device="cuda")
     # Batched kernels may block the sums differently for another K: rounding, not drift.
     assert together.members[4].task_online_accuracy == pytest.approx(
         alone.members[0].task_online_accuracy, abs=2 / (MLP["steps_per_task"] * 16))
@@ -126,7 +128,8 @@ def test_a_task_waits_for_the_device_as_often_with_60_steps_as_with_20(data_dir,
             warnings.simplefilter("always")
             torch.cuda.set_sync_debug_mode("warn")
             try:
-                train_ensemble(config, SEEDS, data_dir=data_dir, device="cuda", measure=False)
+                train_ensemble(Members.from_config(config, SEEDS),
+                               data_dir=data_dir, device="cuda", measure=False)
             finally:
                 torch.cuda.set_sync_debug_mode("default")
         counts.append(sum("synchroniz" in str(w.message) for w in caught))
@@ -136,8 +139,10 @@ def test_a_task_waits_for_the_device_as_often_with_60_steps_as_with_20(data_dir,
 
 def test_preparing_the_next_task_in_the_background_on_cuda_changes_no_number(data_dir):
     config = resolve_config({**MLP, "tasks": 3, "method": "l2_init"})
-    ahead = train_ensemble(config, SEEDS, data_dir=data_dir, device="cuda")  # prefetch applies
-    plain = train_ensemble(config, SEEDS, data_dir=data_dir, device="cuda", prefetch=False)
+    ahead = train_ensemble(Members.from_config(config, SEEDS),
+                           data_dir=data_dir, device="cuda")  # prefetch applies
+    plain = train_ensemble(Members.from_config(config, SEEDS),
+                           data_dir=data_dir, device="cuda", prefetch=False)
     for a, b in zip(ahead.members, plain.members, strict=True):
         assert a.task_online_accuracy == b.task_online_accuracy
         assert a.task_metrics == b.task_metrics
@@ -150,8 +155,9 @@ def test_the_compiled_step_on_cuda_replays_a_cuda_graph_and_trains_as_the_eager_
 
     counters.clear()
     config = resolve_config({**MLP, "method": "l2_init"})
-    eager = train_ensemble(config, SEEDS, data_dir=data_dir, device="cuda")
-    compiled = train_ensemble(config, SEEDS, data_dir=data_dir, device="cuda", compile=True)
+    eager = train_ensemble(Members.from_config(config, SEEDS), data_dir=data_dir, device="cuda")
+    compiled = train_ensemble(Members.from_config(config, SEEDS),
+                              data_dir=data_dir, device="cuda", compile=True)
     assert compiled.extra["step"] == "compiled"
     assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
     _assert_same_run(eager, compiled, "l2_init", MLP["steps_per_task"] * 16)

@@ -9,12 +9,12 @@ import torch
 from torch import nn
 
 from plasticlab import SNR, SWR, UPGD, HareTortoise, Parseval
-from plasticlab.engine import member_hyperparameters
 from plasticlab.methods import METHODS, MethodContext
 from plasticlab.nets import build_network
 from plasticlab.optim import SGD
 from plasticlab.optim import upgd as engine_upgd
 from plasticlab.rng import torch_generator
+from plasticlab.run_config import stack_hyperparameters
 
 SEED = 5
 
@@ -23,7 +23,7 @@ def engine_method(name, params, seed=SEED, lr=0.1):
     """(method, K = 1 net 6 → 4 → 4 → 3, plasticlab SGD) in float64, as the engine builds them."""
     cls = METHODS[name]
     per_member = [{p.name: params.get(p.name, p.default) for p in cls.hyperparameters}]
-    hp = member_hyperparameters(cls.hyperparameters, per_member, "cpu", name)
+    hp = stack_hyperparameters(cls.hyperparameters, per_member, "cpu", name)
     net = build_network("mlp", 1, (6,), 3, width=0.04,
                         generators=[torch_generator(seed, "init")]).to(torch.float64)
     opt = SGD(list(net.parameters()), lr=lr, member_dim=True)

@@ -12,6 +12,7 @@ from plasticlab.experiments.config import resolve_config
 from plasticlab.nets import build_network
 from plasticlab.problems import PermutedMNIST
 from plasticlab.rng import torch_generator
+from plasticlab.run_config import Members
 
 SMALL = {"problem": "permuted_mnist", "tasks": 2, "steps_per_task": 30,
          "problem_params": {"examples_per_task": 480}}
@@ -30,26 +31,29 @@ def config(method: str, **extra):
 def test_member_k_of_an_ensemble_equals_seed_k_run_alone(data_dir, method, params, optimizer):
     cfg = config(method, params=params, optimizer=optimizer, lr=1e-3 if optimizer == "adam" else 1e-2)
     seeds = list(range(8))
-    together = train_ensemble(cfg, seeds, data_dir=data_dir)
+    together = train_ensemble(Members.from_config(cfg, seeds), data_dir=data_dir)
     for k in (5,):
-        alone = train_ensemble(cfg, [seeds[k]], data_dir=data_dir)
+        alone = train_ensemble(Members.from_config(cfg, [seeds[k]]), data_dir=data_dir)
         assert together.members[k].task_online_accuracy == pytest.approx(
             alone.members[0].task_online_accuracy, abs=1e-5)
 
 
 def test_per_member_hyperparameters_match_separate_runs(data_dir):
     cfg = config("l2_init", params={"strength": 1e-2})
-    grid = train_ensemble(cfg, [3, 3], [{"strength": 0.0}, {"strength": 1e-1}], data_dir=data_dir)
+    grid = train_ensemble(Members.from_config(cfg, [3, 3], params=[{"strength": 0.0}, {"strength": 1e-1}]),
+                          data_dir=data_dir)
     for k, strength in enumerate((0.0, 1e-1)):
-        alone = train_ensemble(config("l2_init", params={"strength": strength}), [3], data_dir=data_dir)
+        alone = train_ensemble(Members.from_config(config("l2_init", params={"strength": strength}), [3]),
+                               data_dir=data_dir)
         assert grid.members[k].task_online_accuracy == pytest.approx(
             alone.members[0].task_online_accuracy, abs=1e-5)
     assert grid.members[0].params == {"strength": 0.0}
 
 
 def test_l2_init_with_zero_strength_is_the_baseline(data_dir):
-    a = train_ensemble(config("l2_init", params={"strength": 0.0}), [1], data_dir=data_dir)
-    b = train_ensemble(config("baseline"), [1], data_dir=data_dir)
+    a = train_ensemble(Members.from_config(config("l2_init", params={"strength": 0.0}), [1]),
+                       data_dir=data_dir)
+    b = train_ensemble(Members.from_config(config("baseline"), [1]), data_dir=data_dir)
     assert a.members[0].task_online_accuracy == b.members[0].task_online_accuracy
 
 
@@ -57,7 +61,7 @@ def test_online_accuracy_is_measured_before_the_update(data_dir):
     # One step: the online accuracy must be the *initial* network's accuracy on the first batch.
     cfg = resolve_config({**SMALL, "method": "baseline", "tasks": 1, "steps_per_task": 1,
                           "lr": 1.0})
-    result = train_ensemble(cfg, [7], data_dir=data_dir)
+    result = train_ensemble(Members.from_config(cfg, [7]), data_dir=data_dir)
     problem = PermutedMNIST([7], tasks=1, steps_per_task=1, data_dir=data_dir,
                             **SMALL["problem_params"])
     problem.start_task(0)
@@ -71,7 +75,7 @@ def test_online_accuracy_is_measured_before_the_update(data_dir):
 def test_training_learns_permuted_mnist(data_dir):
     cfg = resolve_config({"problem": "permuted_mnist", "method": "l2_init", "tasks": 1,
                           "steps_per_task": 300, "problem_params": {"examples_per_task": 4800}})
-    acc = train_ensemble(cfg, [0], data_dir=data_dir).members[0].task_online_accuracy[0]
+    acc = train_ensemble(Members.from_config(cfg, [0]), data_dir=data_dir).members[0].task_online_accuracy[0]
     assert acc > 0.7  # chance is 0.1; one pass over 4,800 images reaches ~80 %
 
 
@@ -83,7 +87,7 @@ def test_no_host_synchronisation_inside_a_task(data_dir, monkeypatch):
     def on_task_end(task, accs):
         problem_calls_per_task.append(calls["n"])
 
-    train_ensemble(cfg, [0, 1], data_dir=data_dir, on_task_end=on_task_end)
+    train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, on_task_end=on_task_end)
     # At most a handful of syncs per task (the accuracy read-back), never one per step.
     per_task = problem_calls_per_task[1] - problem_calls_per_task[0]
     assert 1 <= per_task < SMALL["steps_per_task"] / 4  # ≥ 1: the counter does see the read-back
@@ -110,7 +114,7 @@ def test_the_engine_loss_is_each_members_own_mean_cross_entropy(data_dir):
 def test_a_run_resumed_from_a_task_checkpoint_ends_exactly_as_an_uninterrupted_one(
         data_dir, tmp_path, method, params):
     cfg = resolve_config({**SMALL, "tasks": 4, "method": method, "params": params})
-    whole = train_ensemble(cfg, [0, 1], data_dir=data_dir)
+    whole = train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir)
 
     path = tmp_path / "run.ckpt"
 
@@ -122,9 +126,10 @@ def test_a_run_resumed_from_a_task_checkpoint_ends_exactly_as_an_uninterrupted_o
             raise Crash
 
     with pytest.raises(Crash):
-        train_ensemble(cfg, [0, 1], data_dir=data_dir, checkpoint=path, on_task_end=crash_after_task_1)
+        train_ensemble(Members.from_config(cfg, [0, 1]),
+                       data_dir=data_dir, checkpoint=path, on_task_end=crash_after_task_1)
     assert path.exists()
-    resumed = train_ensemble(cfg, [0, 1], data_dir=data_dir, checkpoint=path)
+    resumed = train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, checkpoint=path)
     for a, b in zip(whole.members, resumed.members, strict=True):
         assert a.task_online_accuracy == b.task_online_accuracy
         assert a.task_metrics["weight_magnitude"] == b.task_metrics["weight_magnitude"]
@@ -133,8 +138,8 @@ def test_a_run_resumed_from_a_task_checkpoint_ends_exactly_as_an_uninterrupted_o
 def test_a_checkpoint_of_another_run_is_an_error_naming_the_file(data_dir, tmp_path):
     path = tmp_path / "run.ckpt"
     cfg = resolve_config({**SMALL, "method": "baseline"})
-    train_ensemble(cfg, [0], data_dir=data_dir, checkpoint=path, measure=False,
+    train_ensemble(Members.from_config(cfg, [0]), data_dir=data_dir, checkpoint=path, measure=False,
                    on_task_end=lambda t, a: None)
     other = resolve_config({**SMALL, "method": "baseline", "lr": 1e-4})
     with pytest.raises(ValueError, match=str(path)):
-        train_ensemble(other, [0], data_dir=data_dir, checkpoint=path)
+        train_ensemble(Members.from_config(other, [0]), data_dir=data_dir, checkpoint=path)

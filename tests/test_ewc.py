@@ -18,6 +18,7 @@ from plasticlab.fisher import diagonal_fisher
 from plasticlab.methods import METHODS
 from plasticlab.problems import get_problem
 from plasticlab.rng import torch_generator
+from plasticlab.run_config import Members
 from test_methods import make_method
 from test_nets import plain_mlp_member
 
@@ -146,7 +147,7 @@ def test_fisher_data_test_falls_back_to_train_without_test_sets_and_the_manifest
     cfg = resolve_config({"problem": "random_label_mnist", "method": "ewc", "tasks": 2,
                           "steps_per_task": 3, "problem_params": {"examples": 64},
                           "params": {"fisher_samples": 4}})
-    result = train_ensemble(cfg, [0], data_dir=data_dir, measure=False)
+    result = train_ensemble(Members.from_config(cfg, [0]), data_dir=data_dir, measure=False)
     assert "fell back" in result.extra["method"]["fisher_data"]
 
 
@@ -156,7 +157,8 @@ def test_sum_and_last_anchors_agree_on_the_first_task_and_differ_after(data_dir)
     runs = {}
     for anchor in ("last", "sum"):
         params = {"anchor": anchor, "fisher_samples": 16, "ewc_strength": 1e4}
-        result = train_ensemble(resolve_config({**base, "params": params}), [0], data_dir=data_dir,
+        result = train_ensemble(Members.from_config(resolve_config({**base, "params": params}), [0]),
+                                data_dir=data_dir,
                                 measure=False)
         runs[anchor] = result.members[0].task_online_accuracy
     assert runs["last"][:2] == runs["sum"][:2]  # one anchor so far: the same penalty

@@ -19,12 +19,11 @@ from plasticlab.fast import (
     task_examples,
 )
 from plasticlab.fast import max_pool as fast_max_pool
-from plasticlab.fast.quadratic_penalty import PenaltyGradient, QuadraticGradient, penalty_gradient
 from plasticlab.measure import held_out_accuracy
 from plasticlab.nets import EnsembleConv2d, EnsembleLinear, build_network, max_pool
 from plasticlab.problems import PermutedMNIST, RandomLabelCIFAR
-from plasticlab.regularizers import L2Init
 from plasticlab.rng import torch_generator
+from plasticlab.run_config import Members
 
 torch.set_num_threads(1)
 
@@ -226,8 +225,8 @@ def test_a_run_that_prepares_each_next_task_in_the_background_equals_one_that_do
     config = resolve_config({"problem": problem, "method": method, "tasks": 4, "steps_per_task": 15,
                              "problem_params": ({"examples_per_task": 160} if problem == "permuted_mnist"
                                                 else {"examples": 96})})
-    plain = train_ensemble(config, [0, 1], data_dir=data_dir, prefetch=False)
-    ahead = train_ensemble(config, [0, 1], data_dir=data_dir, prefetch=True)
+    plain = train_ensemble(Members.from_config(config, [0, 1]), data_dir=data_dir, prefetch=False)
+    ahead = train_ensemble(Members.from_config(config, [0, 1]), data_dir=data_dir, prefetch=True)
     for a, b in zip(plain.members, ahead.members, strict=True):
         assert a.task_online_accuracy == b.task_online_accuracy
         assert a.task_metrics == b.task_metrics
@@ -255,13 +254,3 @@ def test_folded_permutation_accuracy_equals_the_permuted_test_set_through_the_ne
     folded, plain = both_forms(lambda: held_out_accuracy(net, problem, 1, chunk=3000))
     # the first layer's outputs agree up to rounding: at most one of 10,000 predictions may flip
     torch.testing.assert_close(folded, plain, rtol=0, atol=1.5 / 10000)
-
-
-# --- the quadratic penalty's gradient ----------------------------------------------------------
-
-def test_the_penalty_gradient_is_the_regularizers_own_inside_plain_forms():
-    net = build_network("mlp", 2, (784,), 10)
-    with plain_forms():
-        plain = penalty_gradient(L2Init(net.regularized_parameters(), strength=1e-2))
-    fast_form = penalty_gradient(L2Init(net.regularized_parameters(), strength=1e-2))
-    assert type(plain) is PenaltyGradient and isinstance(fast_form, QuadraticGradient)

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from plasticlab.engine import member_hyperparameters, train_ensemble
+from plasticlab.engine import train_ensemble
 from plasticlab.experiments.config import resolve_config
 from plasticlab.methods import METHODS, MethodContext
 from plasticlab.methods.fire import fire_weight, newton_schulz
@@ -18,6 +18,7 @@ from plasticlab.nets import build_network
 from plasticlab.nets.init import draw
 from plasticlab.optim import SGD, Adam
 from plasticlab.rng import torch_generator
+from plasticlab.run_config import Members, stack_hyperparameters
 
 TINY_MLP = ("mlp", (6,), 3, 0.04)  # 6 → 4 → 4 → 3
 TINY_CNN = ("cnn", (2, 16, 16), 3, 0.25)  # conv 4ch 5×5 → pool → conv 4ch → pool → 25 → 25 → 3
@@ -37,7 +38,7 @@ def tiny(name, params=None, members=2, arch=TINY_MLP, optimizer="adam", seeds=No
     per_member = [{p.name: (params[p.name][k] if isinstance(params.get(p.name), list)
                             else params.get(p.name, p.default)) for p in cls.hyperparameters}
                   for k in range(members)]
-    hp = member_hyperparameters(cls.hyperparameters, per_member, "cpu", name)
+    hp = stack_hyperparameters(cls.hyperparameters, per_member, "cpu", name)
     kind, shape, outputs, width = arch
     seeds = list(range(members)) if seeds is None else seeds
     net = build_network(kind, members, shape, outputs, width=width,
@@ -218,7 +219,7 @@ def test_hare_tortoise_measures_the_tortoises_test_accuracy_at_each_task_end(dat
     def run(momentum, reset_period, measure=True):
         cfg = resolve_config({**TINY_MNIST, "lr": 1e-2, "method": "hare_tortoise",
                               "params": {"momentum": momentum, "reset_period": reset_period}})
-        return train_ensemble(cfg, [0, 1], data_dir=data_dir, measure=measure).members
+        return train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, measure=measure).members
 
     # m = 0: the tortoise is the hare after every step
     for member in run(0.0, 1000):
@@ -338,16 +339,16 @@ NEW_METHODS = {"snr": {"initial_threshold": 32, "adapt_period": 4}, "parseval": 
 @pytest.mark.parametrize("name", list(NEW_METHODS))
 def test_member_k_equals_seed_k_alone(data_dir, name):
     cfg = resolve_config({**TINY_MNIST, "method": name, "params": NEW_METHODS[name]})
-    together = train_ensemble(cfg, [0, 1, 2], data_dir=data_dir, measure=False)
-    alone = train_ensemble(cfg, [2], data_dir=data_dir, measure=False)
+    together = train_ensemble(Members.from_config(cfg, [0, 1, 2]), data_dir=data_dir, measure=False)
+    alone = train_ensemble(Members.from_config(cfg, [2]), data_dir=data_dir, measure=False)
     assert together.members[2].task_online_accuracy == alone.members[0].task_online_accuracy
 
 
 def test_a_per_member_grid_runs_in_one_ensemble_as_its_members_alone(data_dir):
     cfg = resolve_config({**TINY_MNIST, "method": "swr", "params": {}})
     grid = [{"period": 2, "threshold": 0.5}, {"period": 3, "threshold": 1e-1}]
-    together = train_ensemble(cfg, [0, 1], grid, data_dir=data_dir, measure=False)
-    alone = train_ensemble(cfg, [1], grid[1:], data_dir=data_dir, measure=False)
+    together = train_ensemble(Members.from_config(cfg, [0, 1], params=grid), data_dir=data_dir, measure=False)
+    alone = train_ensemble(Members.from_config(cfg, [1], params=grid[1:]), data_dir=data_dir, measure=False)
     assert together.members[1].task_online_accuracy == alone.members[0].task_online_accuracy
 
 
@@ -356,15 +357,15 @@ def test_no_host_round_trip_per_step(data_dir, monkeypatch, name):
     from conftest import count_host_syncs
 
     cfg = resolve_config({**TINY_MNIST, "tasks": 1, "method": name, "params": NEW_METHODS[name]})
-    short = train_ensemble(cfg, [0, 1], data_dir=data_dir, measure=False)
+    short = train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, measure=False)
     assert short.members[0].task_online_accuracy
     calls = count_host_syncs(monkeypatch)
     cfg.steps_per_task = 12
-    train_ensemble(cfg, [0, 1], data_dir=data_dir, measure=False)
+    train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, measure=False)
     per_task_reads = calls["n"]
     calls["n"] = 0
     cfg.steps_per_task = 24
-    train_ensemble(cfg, [0, 1], data_dir=data_dir, measure=False)
+    train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, measure=False)
     assert calls["n"] == per_task_reads  # twice the steps, not one read more
 
 

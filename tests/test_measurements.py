@@ -25,6 +25,7 @@ from plasticlab.measure import (
 from plasticlab.nets import build_network
 from plasticlab.problems import FivePlusOneCIFAR, PermutedMNIST, RandomLabelMNIST
 from plasticlab.rng import torch_generator
+from plasticlab.run_config import Members
 
 SMALL = {"problem": "permuted_mnist", "tasks": 2, "steps_per_task": 20,
          "problem_params": {"examples_per_task": 320}}
@@ -200,8 +201,8 @@ def test_problems_without_test_sets_have_no_test_accuracy_and_refuse_forgetting(
 
 def test_member_k_of_an_ensemble_measures_like_seed_k_alone(data_dir):
     cfg = config(params={"strength": 1e-2})
-    together = train_ensemble(cfg, [0, 1, 2, 3], data_dir=data_dir, forgetting=True)
-    alone = train_ensemble(cfg, [2], data_dir=data_dir, forgetting=True)
+    together = train_ensemble(Members.from_config(cfg, [0, 1, 2, 3]), data_dir=data_dir, forgetting=True)
+    alone = train_ensemble(Members.from_config(cfg, [2]), data_dir=data_dir, forgetting=True)
     a, b = together.members[2], alone.members[0]
     assert a.task_metrics["srank"] == b.task_metrics["srank"]
     assert a.task_metrics["dead_fraction"] == b.task_metrics["dead_fraction"]
@@ -216,8 +217,9 @@ def test_member_k_of_an_ensemble_measures_like_seed_k_alone(data_dir):
 
 def test_measurements_never_change_training(data_dir):
     cfg = config("redo", params={"period": 7, "threshold": 0.1})
-    plain = train_ensemble(cfg, [0, 1], data_dir=data_dir, measure=False)
-    measured = train_ensemble(cfg, [0, 1], data_dir=data_dir, forgetting=True, measure_every=6)
+    plain = train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, measure=False)
+    measured = train_ensemble(Members.from_config(cfg, [0, 1]),
+                              data_dir=data_dir, forgetting=True, measure_every=6)
     for p, m in zip(plain.members, measured.members, strict=True):
         assert p.task_online_accuracy == m.task_online_accuracy
         assert p.task_metrics == {} and p.accuracy_matrix is None and p.bwt is None
@@ -225,7 +227,7 @@ def test_measurements_never_change_training(data_dir):
 
 
 def test_task_end_and_step_measurements_have_the_documented_shape(data_dir):
-    result = train_ensemble(config(), [0, 1], data_dir=data_dir, measure_every=8)
+    result = train_ensemble(Members.from_config(config(), [0, 1]), data_dir=data_dir, measure_every=8)
     m = result.members[1]
     for name in (*INTERNALS, "grad_norm", "task_test_accuracy"):
         assert len(m.task_metrics[name]) == 2, name
@@ -241,7 +243,7 @@ def test_task_end_and_step_measurements_have_the_documented_shape(data_dir):
                                             "samples": 500, "test_examples": "all",
                                             "internals_on": "current"}
     with pytest.raises(ValueError):
-        train_ensemble(config(), [0], data_dir=data_dir, measure=False, forgetting=True)
+        train_ensemble(Members.from_config(config(), [0]), data_dir=data_dir, measure=False, forgetting=True)
 
 
 def test_grad_norm_is_the_last_steps_task_loss_gradient_without_the_penalty(data_dir):
@@ -249,7 +251,8 @@ def test_grad_norm_is_the_last_steps_task_loss_gradient_without_the_penalty(data
     # λθ to the gradient — the measurement must not include it.
     cfg = resolve_config({**SMALL, "method": "l2", "params": {"strength": 1.0}, "tasks": 1,
                           "steps_per_task": 1})
-    measured = train_ensemble(cfg, [5], data_dir=data_dir).members[0].task_metrics["grad_norm"][0]
+    measured = train_ensemble(Members.from_config(cfg, [5]),
+                              data_dir=data_dir).members[0].task_metrics["grad_norm"][0]
     problem = PermutedMNIST([5], tasks=1, steps_per_task=1, data_dir=data_dir,
                             **SMALL["problem_params"])
     problem.start_task(0)
@@ -267,8 +270,8 @@ def test_grad_norm_is_the_last_steps_task_loss_gradient_without_the_penalty(data
 def test_measurements_add_no_per_step_host_synchronisation(data_dir, monkeypatch):
     calls = count_host_syncs(monkeypatch)
     marks = []
-    train_ensemble(config(), [0, 1], data_dir=data_dir, forgetting=True, measure_every=2,
-                   on_task_end=lambda task, accs: marks.append(calls["n"]))
+    train_ensemble(Members.from_config(config(), [0, 1]), data_dir=data_dir, forgetting=True,
+                   measure_every=2, on_task_end=lambda task, accs: marks.append(calls["n"]))
     # task 1 holds 10 step measurements and 2 test sets, all read back together at its end
     assert marks[1] - marks[0] <= 3
 
@@ -292,7 +295,7 @@ def test_test_examples_n_is_the_accuracy_on_the_first_n_of_each_seeds_shuffled_t
 
 def test_reference_test_examples_score_the_authors_992_images(data_dir):
     cfg = config(test_examples="reference", tasks=2)
-    result = train_ensemble(cfg, [0], data_dir=data_dir)
+    result = train_ensemble(Members.from_config(cfg, [0]), data_dir=data_dir)
     problem = PermutedMNIST([0], tasks=2, data_dir=data_dir, examples_per_task=320)
     assert problem.member_test_subset(0, 0, 0, 992).size == 992
     acc = result.members[0].task_metrics["task_test_accuracy"][0]

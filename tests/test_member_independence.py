@@ -11,6 +11,7 @@ from plasticlab import engine
 from plasticlab.experiments.config import resolve_config
 from plasticlab.optim import SGD, Adam
 from plasticlab.optim.adam import MEMBER_ALIGNMENT_BYTES, member_aligned
+from plasticlab.run_config import Members
 
 torch.set_num_threads(1)
 
@@ -181,8 +182,9 @@ def train_keeping_network(monkeypatch, config, seeds, data_dir, backprop, member
         return built[-1]
 
     monkeypatch.setattr(engine, "build_network", build_and_keep)
-    result = engine.train_ensemble(config, seeds, data_dir=data_dir, measure=False, threads=1,
-                                   backprop=backprop, member_lr=member_lr)
+    result = engine.train_ensemble(Members.from_config(config, seeds, lr=member_lr),
+                                   data_dir=data_dir, measure=False, threads=1,
+                                   backprop=backprop)
     monkeypatch.setattr(engine, "build_network", build)
     return result, built[-1]
 
@@ -261,8 +263,9 @@ def test_penalty_method_members_in_one_ensemble_each_give_their_own_run(
     build = engine.build_network
     monkeypatch.setattr(engine, "build_network", lambda *a, **k: built.append(build(*a, **k)) or built[-1])
     together = engine.train_ensemble(
-        config, seeds, [params for _, params, _ in members], member_lr=[lr * scale for *_, lr in members],
-        member_methods=[m for m, _, _ in members], data_dir=data_dir, measure=False, threads=1)
+        Members.from_config(config, seeds, [params for _, params, _ in members],
+                            [lr * scale for *_, lr in members], [m for m, _, _ in members]),
+        data_dir=data_dir, measure=False, threads=1)
     monkeypatch.setattr(engine, "build_network", build)
     net_together = built[-1]
     assert [m.method for m in together.members] == [m for m, _, _ in members]

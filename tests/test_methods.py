@@ -8,13 +8,14 @@ import torch
 from torch import nn
 
 from plasticlab import EWC, ShrinkPerturb
-from plasticlab.engine import member_hyperparameters, train_ensemble
+from plasticlab.engine import train_ensemble
 from plasticlab.experiments.config import resolve_config
 from plasticlab.fisher import diagonal_fisher
 from plasticlab.methods import METHODS, MethodContext
 from plasticlab.nets import build_network, concat_relu_scale, layer_plan, plan_parameter_count
 from plasticlab.optim import Adam
 from plasticlab.rng import torch_generator
+from plasticlab.run_config import Members, stack_hyperparameters
 
 TINY_MNIST = {"problem": "permuted_mnist", "tasks": 2, "steps_per_task": 25,
               "problem_params": {"examples_per_task": 400}}
@@ -22,7 +23,7 @@ TINY_MNIST = {"problem": "permuted_mnist", "tasks": 2, "steps_per_task": 25,
 
 def make_method(name, params=None, members=3, arch=("mlp", (784,), 10)):
     cls = METHODS[name]
-    hp = member_hyperparameters(cls.hyperparameters,
+    hp = stack_hyperparameters(cls.hyperparameters,
                                 [dict({p.name: p.default for p in cls.hyperparameters}, **(params or {}))]
                                 * members, "cpu", name)
     plain = {"arch": arch[0], "input_shape": arch[1], "num_outputs": arch[2], "width": 1.0,
@@ -36,10 +37,11 @@ def make_method(name, params=None, members=3, arch=("mlp", (784,), 10)):
 # --- Shrink & Perturb ------------------------------------------------------------------------
 
 def test_shrink_perturb_with_p_1_and_sigma_0_is_the_baseline_exactly(data_dir):
-    sp = train_ensemble(resolve_config({**TINY_MNIST, "method": "shrink_perturb",
-                                        "params": {"shrink": 1.0, "noise": 0.0}}), [2],
+    sp = train_ensemble(Members.from_config(resolve_config({**TINY_MNIST, "method": "shrink_perturb",
+                                        "params": {"shrink": 1.0, "noise": 0.0}}), [2]),
                         data_dir=data_dir)
-    base = train_ensemble(resolve_config({**TINY_MNIST, "method": "baseline"}), [2], data_dir=data_dir)
+    base = train_ensemble(Members.from_config(resolve_config({**TINY_MNIST, "method": "baseline"}), [2]),
+                          data_dir=data_dir)
     assert sp.members[0].task_online_accuracy == base.members[0].task_online_accuracy
 
 
@@ -209,7 +211,7 @@ def test_every_method_runs_two_short_tasks_on_every_problem(request, problem, op
     for method in METHODS:
         cfg = resolve_config({"problem": problem, "method": method, "optimizer": optimizer, "lr": lr,
                               "params": FAST_PARAMS.get(method, {}), **settings})
-        result = train_ensemble(cfg, [0, 1], data_dir=data, measure=False)
+        result = train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data, measure=False)
         accs = result.members[1].task_online_accuracy
         assert len(accs) == 2 and all(0 <= a <= 1 for a in accs), method
 
@@ -221,7 +223,7 @@ def test_every_method_runs_two_short_tasks_on_every_problem(request, problem, op
 ])
 def test_member_k_equals_seed_k_alone_for_the_baselines(data_dir, method, params):
     cfg = resolve_config({**TINY_MNIST, "method": method, "params": params})
-    together = train_ensemble(cfg, [0, 1, 2, 3], data_dir=data_dir)
-    alone = train_ensemble(cfg, [2], data_dir=data_dir)
+    together = train_ensemble(Members.from_config(cfg, [0, 1, 2, 3]), data_dir=data_dir)
+    alone = train_ensemble(Members.from_config(cfg, [2]), data_dir=data_dir)
     assert together.members[2].task_online_accuracy == pytest.approx(
         alone.members[0].task_online_accuracy, abs=1e-5)

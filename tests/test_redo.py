@@ -18,6 +18,7 @@ from plasticlab.nets.init import draw
 from plasticlab.nets.units import dormancy_scores, dormant_mask, unit_activity
 from plasticlab.optim import SGD, Adam
 from plasticlab.rng import torch_generator
+from plasticlab.run_config import Members
 
 # --- helpers -----------------------------------------------------------------------------------
 
@@ -295,10 +296,10 @@ def test_member_k_of_a_redo_ensemble_equals_seed_k_run_alone(data_dir, monkeypat
                           "optimizer": optimizer, "lr": lr,
                           "params": {"period": 10, "threshold": 0.1}})
     seeds = [0, 1, 2, 3]
-    together = train_ensemble(cfg, seeds, data_dir=data_dir)
+    together = train_ensemble(Members.from_config(cfg, seeds), data_dir=data_dir)
     assert TOTAL["recycled"] > 0  # the comparison below is not vacuous
     for k in seeds:
-        alone = train_ensemble(cfg, [k], data_dir=data_dir)
+        alone = train_ensemble(Members.from_config(cfg, [k]), data_dir=data_dir)
         assert together.members[k].task_online_accuracy == pytest.approx(
             alone.members[0].task_online_accuracy, abs=1e-5)
 
@@ -309,9 +310,9 @@ def test_member_independence_holds_for_the_cnn_on_random_label_cifar(data_dir, m
     cfg = resolve_config({"problem": "random_label_cifar", "method": "redo", "tasks": 2,
                           "steps_per_task": 10, "problem_params": {"examples": 160},
                           "params": {"period": 10, "threshold": 0.1}})
-    together = train_ensemble(cfg, [0, 1, 2, 3], data_dir=data_dir)
+    together = train_ensemble(Members.from_config(cfg, [0, 1, 2, 3]), data_dir=data_dir)
     assert TOTAL["recycled"] > 0
-    alone = train_ensemble(cfg, [2], data_dir=data_dir)
+    alone = train_ensemble(Members.from_config(cfg, [2]), data_dir=data_dir)
     assert together.members[2].task_online_accuracy == pytest.approx(
         alone.members[0].task_online_accuracy, abs=1e-5)
 

@@ -25,6 +25,7 @@ from plasticlab.nets.network import Block, EnsembleNet
 from plasticlab.optim import SGD, Adam
 from plasticlab.optim.adam_gnt import AdamGnT
 from plasticlab.rng import torch_generator
+from plasticlab.run_config import Members
 
 BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
 
@@ -298,8 +299,8 @@ def test_the_engine_trains_with_adamgnt_under_adam_variant_reference(data_dir, m
     params = {"replacement_rate": 1e-2, "maturity": 5}
     reference = resolve_config({**SHORT, "method": "cbp", "params": {**params, "adam_variant": "reference"}})
     standard = resolve_config({**SHORT, "method": "cbp", "params": params})
-    a = train_ensemble(reference, [0], data_dir=data_dir, measure=False)
-    b = train_ensemble(standard, [0], data_dir=data_dir, measure=False)
+    a = train_ensemble(Members.from_config(reference, [0]), data_dir=data_dir, measure=False)
+    b = train_ensemble(Members.from_config(standard, [0]), data_dir=data_dir, measure=False)
     gnt, adam = (m.optimizer for m in RecordingCBP.instances)
     assert isinstance(gnt, AdamGnT) and gnt.step_counts == [60] * 6
     assert isinstance(adam, Adam)
@@ -312,9 +313,9 @@ def test_member_k_of_a_reference_cbp_ensemble_equals_seed_k_alone(data_dir, opti
                           "lr": 1e-3 if optimizer == "adam" else 1e-2,
                           "params": {"replacement_rate": 1e-2, "maturity": 5, "adam_variant": "reference",
                                      "replacement_init": "kaiming"}})
-    together = train_ensemble(cfg, [0, 1, 2], data_dir=data_dir, measure=False)
+    together = train_ensemble(Members.from_config(cfg, [0, 1, 2]), data_dir=data_dir, measure=False)
     for k in (0, 2):
-        alone = train_ensemble(cfg, [k], data_dir=data_dir, measure=False)
+        alone = train_ensemble(Members.from_config(cfg, [k]), data_dir=data_dir, measure=False)
         assert together.members[k].task_online_accuracy == alone.members[0].task_online_accuracy
 
 
@@ -379,7 +380,7 @@ def test_reference_schedule_recycles_as_the_authors_loop_at_the_start_of_the_rig
                                         "reinit": "initial", "schedule": "reference",
                                         "reset_optimizer": False, "layer_order": "per_layer"},
                        MethodContext([0, 1], torch.device("cpu")))
-    assert redo.needs_features
+    assert ReDo.needs(redo.hp).features and ReDo.needs(redo.hp).before_step
     authors = AuthorsReDo(theirs, opt_theirs, period, 0.8)
     gen = torch.Generator().manual_seed(4)
     for step in range(steps):  # the engine's order of calls
@@ -490,7 +491,7 @@ def test_in_the_engine_a_task_long_period_recycles_at_each_next_tasks_first_step
     monkeypatch.setitem(plasticlab.methods.METHODS, "redo", EngineLoggingReDo)
     EngineLoggingReDo.instances = []
     cfg = resolve_config({**SHORT, "tasks": 3, "method": "redo", "params": AUTHORS_REDO})
-    train_ensemble(cfg, [0], data_dir=data_dir, measure=False)
+    train_ensemble(Members.from_config(cfg, [0]), data_dir=data_dir, measure=False)
     (redo,) = EngineLoggingReDo.instances
     assert redo.recycled_at == [30, 60]  # not after the last step: no step follows it
     assert redo.last_recycled.sum() > 0
@@ -501,9 +502,9 @@ def test_member_k_of_a_reference_redo_ensemble_equals_seed_k_alone(data_dir, opt
     cfg = resolve_config({**SHORT, "method": "redo", "optimizer": optimizer,
                           "lr": 1e-3 if optimizer == "adam" else 1e-2,
                           "params": {**AUTHORS_REDO, "period": 10}})
-    together = train_ensemble(cfg, [0, 1, 2], data_dir=data_dir, measure=False)
+    together = train_ensemble(Members.from_config(cfg, [0, 1, 2]), data_dir=data_dir, measure=False)
     for k in (0, 2):
-        alone = train_ensemble(cfg, [k], data_dir=data_dir, measure=False)
+        alone = train_ensemble(Members.from_config(cfg, [k]), data_dir=data_dir, measure=False)
         assert together.members[k].task_online_accuracy == alone.members[0].task_online_accuracy
 
 
@@ -527,11 +528,12 @@ def _crash_after_first_task(task, accuracies):
 def test_a_reference_mode_resumed_from_its_checkpoint_ends_as_the_whole_run(data_dir, tmp_path, method,
                                                                            params):
     cfg = resolve_config({**SHORT, "tasks": 3, "method": method, "params": params})
-    whole = train_ensemble(cfg, [0, 1], data_dir=data_dir)
+    whole = train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir)
     path = tmp_path / "run.ckpt"
     with pytest.raises(Crash):
-        train_ensemble(cfg, [0, 1], data_dir=data_dir, checkpoint=path, on_task_end=_crash_after_first_task)
-    resumed = train_ensemble(cfg, [0, 1], data_dir=data_dir, checkpoint=path)
+        train_ensemble(Members.from_config(cfg, [0, 1]),
+                       data_dir=data_dir, checkpoint=path, on_task_end=_crash_after_first_task)
+    resumed = train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, checkpoint=path)
     for a, b in zip(whole.members, resumed.members, strict=True):
         assert a.task_online_accuracy == b.task_online_accuracy
         assert a.task_metrics == b.task_metrics
@@ -547,8 +549,8 @@ def test_the_defaults_are_the_behaviour_before_the_switches(data_dir, method, ex
     plain = resolve_config({**SHORT, "method": method, "params": params})
     spelt = resolve_config({**SHORT, "method": method, "params": {**params, **explicit}})
     assert {k: plain.params[k] for k in explicit} == explicit
-    a = train_ensemble(plain, [0], data_dir=data_dir, measure=False)
-    b = train_ensemble(spelt, [0], data_dir=data_dir, measure=False)
+    a = train_ensemble(Members.from_config(plain, [0]), data_dir=data_dir, measure=False)
+    b = train_ensemble(Members.from_config(spelt, [0]), data_dir=data_dir, measure=False)
     assert a.members[0].task_online_accuracy == b.members[0].task_online_accuracy
 
 

@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plasticlab.engine import member_hyperparameters
-from plasticlab.fast.quadratic_penalty import PenaltyGradient
+from conftest import add_gradient_transforms
+from plasticlab.fast import plain_forms
 from plasticlab.methods import METHODS, MethodContext
 from plasticlab.nets import build_network
 from plasticlab.optim import make_optimizer
@@ -23,6 +23,8 @@ from plasticlab.regularizers import (
     regularized_parameters,
 )
 from plasticlab.rng import torch_generator
+from plasticlab.run_config import stack_hyperparameters
+from plasticlab.step.chain import Chain, decay_in_update
 
 torch.set_num_threads(1)
 
@@ -408,7 +410,7 @@ def make_method(name: str):
     for k in range(K):
         values = {"strength": STRENGTHS[k], "delta": DELTAS[k]}
         per_member.append({p.name: values.get(p.name, p.default) for p in cls.hyperparameters})
-    hp = member_hyperparameters(cls.hyperparameters, per_member, torch.device("cpu"), name)
+    hp = stack_hyperparameters(cls.hyperparameters, per_member, torch.device("cpu"), name)
     net = build_network("mlp", K, (784,), 10, generators=[torch_generator(s, "init") for s in range(K)])
     opt = make_optimizer("adam", net.parameters(), 1e-3)
     method = cls(net, opt, hp, MethodContext(seeds=list(range(K)), device=torch.device("cpu")))
@@ -441,7 +443,7 @@ def test_penalty_method_adds_its_regularizer_gradient_per_member(name):
     existing = [torch.randn_like(p) for p in params]
     for p, e in zip(params, existing, strict=True):
         p.grad = e.clone()
-    method.add_penalty_grad()
+    add_gradient_transforms(method)
     # autograd of the regularizer's value at the same target (value() does not redraw)
     auto = torch.autograd.grad(method.regularizer.value().sum(), params)
     for i, (p, e) in enumerate(zip(params, existing, strict=True)):
@@ -464,9 +466,9 @@ def test_resample_method_draws_a_new_target_from_the_init_distribution_each_step
     params = net.regularized_parameters()
     for p in params:
         p.grad = torch.zeros_like(p)
-    method.add_penalty_grad()
+    add_gradient_transforms(method)
     first = [t.clone() for t in method.regularizer.current]
-    method.add_penalty_grad()
+    add_gradient_transforms(method)
     second = method.regularizer.current
     assert all(not torch.equal(a, b) for a, b in zip(first, second, strict=True))
     assert not torch.equal(first[0], params[0].detach())
@@ -491,7 +493,7 @@ def test_baseline_method_adds_nothing():
 
 def quadratic_method(name: str, strengths, optimizer: str = "adam", fused: bool = True, **net_kwargs):
     cls = METHODS[name]
-    hp = member_hyperparameters(cls.hyperparameters, [{"strength": s} for s in strengths],
+    hp = stack_hyperparameters(cls.hyperparameters, [{"strength": s} for s in strengths],
                                 torch.device("cpu"), name)
     net = build_network("mlp", len(strengths), (784,), 10,
                         generators=[torch_generator(s, "init") for s in range(len(strengths))],
@@ -505,71 +507,78 @@ def quadratic_method(name: str, strengths, optimizer: str = "adam", fused: bool 
 
 
 @pytest.mark.parametrize("fused", [True, False])
-def test_l2s_decay_in_the_optimizer_gives_the_parameters_of_the_decay_added_before_it_to_the_bit(fused):
-    in_opt, net_a, opt_a = quadratic_method("l2", [0.05] * 3, fused=fused)
-    split, net_b, opt_b = quadratic_method("l2", [0.05] * 3, fused=fused)
-    assert in_opt.gradient.decay_in_optimizer and opt_a.weight_decay == pytest.approx(0.05)
-    split.gradient.decay_in_optimizer, opt_b.weight_decay = False, 0.0  # g + λθ, then Adam
+def test_l2s_decay_in_the_update_gives_the_parameters_of_the_decay_added_before_it_to_the_bit(fused):
+    in_update, net_a, opt_a = quadratic_method("l2", [0.05] * 3, fused=fused)
+    added, net_b, opt_b = quadratic_method("l2", [0.05] * 3, fused=fused)
     unpenalized, net_c, opt_c = quadratic_method("baseline", [0.0] * 3, fused=fused)
+    chain_a = Chain(in_update, opt_a)
+    with plain_forms():  # g + λθ into .grad, then Adam
+        chain_b = Chain(added, opt_b)
+    chain_c = Chain(unpenalized, opt_c)
+    assert chain_a.decay == pytest.approx(0.05) and not chain_a.penalties
+    assert chain_b.decay == 0.0 and chain_b.penalties == [added.regularizer]
+    assert opt_a.weight_decay == 0.0  # the optimizer's own setting is left as it is
     gen = torch.Generator().manual_seed(0)
     for _ in range(20):
         grads = [torch.randn(p.shape, generator=gen) * 1e-2 for p in net_a.parameters()]
-        for method, net, opt in ((in_opt, net_a, opt_a), (split, net_b, opt_b),
-                                 (unpenalized, net_c, opt_c)):
+        for chain, net in ((chain_a, net_a), (chain_b, net_b), (chain_c, net_c)):
             for p, g in zip(net.parameters(), grads, strict=True):
                 p.grad = g.clone()
-            method.add_penalty_grad()
-            opt.step()
+            chain.transform_gradient()
+            chain.update()
     for a, b in zip(net_a.parameters(), net_b.parameters(), strict=True):
         assert torch.equal(a, b)
     assert not torch.equal(net_a.blocks[0].affine.weight, net_c.blocks[0].affine.weight)
 
 
-def test_the_decay_goes_to_the_optimizer_only_where_the_numbers_stay_the_same():
-    from plasticlab.fast.quadratic_penalty import penalty_gradient
+def test_the_decay_goes_to_the_update_only_where_the_numbers_stay_the_same():
+    def in_update(*args, **kwargs):
+        method, _, opt = quadratic_method(*args, **kwargs)
+        return decay_in_update(method.penalties(), opt) is not None
 
-    def in_optimizer(*args, **kwargs):
-        return quadratic_method(*args, **kwargs)[0].gradient.decay_in_optimizer
-
-    assert in_optimizer("l2", [1e-2, 1e-2])
-    assert not in_optimizer("l2_init", [1e-2, 1e-2])  # a target: the difference comes first
-    assert not in_optimizer("l2", [1e-2, 1e-3])  # λ differs per member
-    assert not in_optimizer("l2", [1e-2], optimizer="sgd")
+    assert in_update("l2", [1e-2, 1e-2])
+    assert not in_update("l2_init", [1e-2, 1e-2])  # a target: the difference comes first
+    assert not in_update("l2", [1e-2, 1e-3])  # λ differs per member
+    assert not in_update("l2", [1e-2], optimizer="sgd")
     # LayerNorm gains are in the optimizer but not in the penalty
-    assert not in_optimizer("l2", [1e-2], layer_norm=True)
-    assert type(quadratic_method("l1_init", [1e-2])[0].gradient) is PenaltyGradient  # not quadratic
-    _, net, _ = quadratic_method("l2_init", [1e-2])
+    assert not in_update("l2", [1e-2], layer_norm=True)
+    _, net, _ = quadratic_method("l2", [1e-2])
     opt = make_optimizer("adam", net.parameters(), 1e-3)
-    opt.weight_decay = 1e-4  # the optimizer's own decay is never overwritten
-    reg = L2Init(net, 1e-2, member_dim=True)
-    assert not penalty_gradient(reg, opt).decay_in_optimizer and opt.weight_decay == 1e-4
+    opt.weight_decay = 1e-4  # an optimizer with a decay of its own takes no other
+    assert decay_in_update([L2(net, 1e-2, member_dim=True)], opt) is None
     # off the CPU (where the identity is untested, and on CUDA did not hold) the decay stays apart
-    reg = L2Init(net, 1e-2, member_dim=True)
+    reg = L2(net, 1e-2, member_dim=True)
     reg.params = [p.to("meta") for p in reg.params]  # (a device that is not the CPU)
-    opt = make_optimizer("adam", reg.params, 1e-3)
-    assert not penalty_gradient(reg, opt).decay_in_optimizer and opt.weight_decay == 0.0
+    assert decay_in_update([reg], make_optimizer("adam", reg.params, 1e-3)) is None
+    with plain_forms():  # the plain form: never
+        assert decay_in_update([L2(net, 1e-2, member_dim=True)],
+                               make_optimizer("adam", net.parameters(), 1e-3)) is None
 
 
-@pytest.mark.parametrize("name", ["l2", "l2_init"])
-def test_the_kept_difference_adds_the_plain_gradient_to_the_bit(name):
-    from plasticlab.fast.quadratic_penalty import QuadraticGradient
+def test_a_checkpoint_that_kept_the_decay_as_adams_own_weight_decay_resumes_with_it_once():
+    method, _, opt = quadratic_method("l2", [0.05] * 2)
+    chain = Chain(method, opt)
+    # an earlier version kept λ (as the penalty holds it) as Adam's own weight decay
+    opt.load_state_dict({**opt.state_dict(), "weight_decay": chain.decay})
+    chain.resumed()
+    assert opt.weight_decay == 0.0 and chain.decay == pytest.approx(0.05)
 
+
+@pytest.mark.parametrize("name", ["l2", "l2_init", "l1_init"])
+def test_the_kept_difference_adds_what_a_fresh_difference_adds_to_the_bit(name):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 3))
-    reg = (L2Init if name == "l2_init" else L2)(model, strength=0.3)
-    fast = QuadraticGradient(reg)
+    reg = {"l2": L2, "l2_init": L2Init, "l1_init": L1Init}[name](model, strength=0.3)
     for step in range(3):  # the kept buffers serve again at every step
         perturb(list(model.parameters()), seed=4 + step, scale=0.5)
         grads = [torch.randn_like(p) for p in model.parameters()]
         for p, g in zip(model.parameters(), grads, strict=True):
             p.grad = g.clone()
-        reg.add_grad_()  # the plain form: g + λ(θ − target)
-        plain = [p.grad.clone() for p in model.parameters()]
-        for p, g in zip(model.parameters(), grads, strict=True):
-            p.grad = g.clone()
-        fast.add_()
-        for p, e in zip(model.parameters(), plain, strict=True):
-            assert torch.equal(p.grad, e)
+        reg.add_grad_()
+        for p, g, t in zip(model.parameters(), grads, reg.targets(), strict=True):
+            d = p.detach() if t is None else p.detach() - t  # a fresh temporary
+            assert torch.equal(p.grad, torch.addcmul(g, reg.strength, reg.rho_grad(d)))
+            torch.testing.assert_close(p.grad, g + 0.3 * reg.rho_grad(d))  # as written
 
 
 def test_l2_inits_gradient_is_exactly_zero_where_a_weight_is_at_its_initial_value():
@@ -581,7 +590,7 @@ def test_l2_inits_gradient_is_exactly_zero_where_a_weight_is_at_its_initial_valu
         params[0][:, :, 5:].add_(0.25)  # moved; the rest still at θ₀
     for p in params:
         p.grad = torch.zeros_like(p)
-    method.add_penalty_grad()
+    Chain(method, opt).transform_gradient()
     assert bool((params[0].grad[:, :, :5] == 0).all())
     assert bool((params[0].grad[:, :, 5:] != 0).all())
     assert all(bool((p.grad == 0).all()) for p in params[1:])

@@ -10,6 +10,7 @@ from plasticlab.engine import train_ensemble
 from plasticlab.experiments.config import apply_setting, resolve_config
 from plasticlab.optim import OPTIMIZERS, NonprotectingUPGD, make_optimizer
 from plasticlab.optim.upgd import UPGD
+from plasticlab.run_config import Members
 
 LR, BETA, SIGMA, DECAY = 0.05, 0.9, 0.1, 0.01
 
@@ -132,8 +133,8 @@ def test_upgd_member_k_equals_seed_k_alone(data_dir):
     cfg = resolve_config({"problem": "permuted_mnist", "method": "baseline", "optimizer": "upgd",
                           "lr": 1e-2, "tasks": 2, "steps_per_task": 6,
                           "problem_params": {"examples_per_task": 96}})
-    together = train_ensemble(cfg, [0, 1, 2], data_dir=data_dir, measure=False)
-    alone = train_ensemble(cfg, [2], data_dir=data_dir, measure=False)
+    together = train_ensemble(Members.from_config(cfg, [0, 1, 2]), data_dir=data_dir, measure=False)
+    alone = train_ensemble(Members.from_config(cfg, [2]), data_dir=data_dir, measure=False)
     assert together.members[2].task_online_accuracy == alone.members[0].task_online_accuracy
 
 
@@ -157,9 +158,9 @@ def test_nonprotecting_upgd_without_noise_or_decay_trains_exactly_as_sgd_in_the_
     # the utility scaling never touches the gradient step.
     base = {"problem": "permuted_mnist", "method": "baseline", "lr": 1e-3, "tasks": 2,
             "steps_per_task": 6, "problem_params": {"examples_per_task": 96}}
-    sgd = train_ensemble(resolve_config({**base, "optimizer": "sgd"}), [0, 1], data_dir=data_dir,
-                         measure=False)
-    upgd = train_ensemble(resolve_config({**base, "optimizer": "upgd_nonprotecting", "optimizer_params":
-                                          {"beta": 0.9, "sigma": 0.0, "weight_decay": 0.0}}),
-                          [0, 1], data_dir=data_dir, measure=False)
+    sgd = train_ensemble(Members.from_config(resolve_config({**base, "optimizer": "sgd"}), [0, 1]),
+                         data_dir=data_dir, measure=False)
+    nonprotecting = resolve_config({**base, "optimizer": "upgd_nonprotecting", "optimizer_params":
+                                    {"beta": 0.9, "sigma": 0.0, "weight_decay": 0.0}})
+    upgd = train_ensemble(Members.from_config(nonprotecting, [0, 1]), data_dir=data_dir, measure=False)
     assert [m.task_online_accuracy for m in upgd.members] == [m.task_online_accuracy for m in sgd.members]

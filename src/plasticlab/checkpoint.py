@@ -44,14 +44,10 @@ class CheckpointError(ValueError):
     """A checkpoint file that cannot be used; the message names the file and what to do."""
 
 
-def fingerprint(config: dict, seeds, member_params, member_lr=None, member_methods=None) -> str:
-    """Identifies what a checkpoint belongs to; a mismatch means it is not this run's."""
-    key = {"config": config, "seeds": list(seeds), "member_params": member_params}
-    # each absent unless given: earlier checkpoints keep their fingerprint
-    if member_lr is not None:
-        key["member_lr"] = [float(r) for r in member_lr]
-    if member_methods is not None:
-        key["member_methods"] = list(member_methods)
+def fingerprint(key: dict) -> str:
+    """Identifies what a checkpoint belongs to, from the JSON-able ``key`` of its run (an
+    ensemble's: :meth:`plasticlab.run_config.Members.fingerprint`); a mismatch means it is not
+    this run's."""
     text = json.dumps(key, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -185,6 +181,10 @@ def _to_device(value, device):
 # are saved by their own state_dict; callables; constants like devices) is left as built.
 
 _KIND = "__kind__"
+RETIRED = ("PenaltyGradient", "QuadraticGradient")
+"""Types an earlier version kept in a method's state that hold no training state now: a
+penalty's gradient helper (its θ − target buffer is rewritten at every step). A checkpoint that
+holds one restores without it."""
 _SCALARS = (bool, int, float, str, type(None))
 _CONSTANTS = (torch.device, torch.dtype, type, np.dtype)
 _FUNCTIONS = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.BuiltinMethodType)
@@ -245,6 +245,11 @@ def capture(value, excluded: Excluded, where: str = "state", _seen: set | None =
             "attrs": {k: capture(v, excluded, f"{where}.{k}", seen) for k, v in attrs.items()}}
 
 
+def _retired(saved) -> bool:
+    """Whether ``saved`` is an object of a :data:`RETIRED` type."""
+    return isinstance(saved, dict) and saved.get(_KIND) == "object" and saved["type"] in RETIRED
+
+
 def restore(current, saved, device, where: str = "state"):
     """Write ``saved`` (:func:`capture`'s output) into ``current`` in place where it can; the
     value the slot holding ``current`` should hold afterwards."""
@@ -287,7 +292,8 @@ def restore(current, saved, device, where: str = "state"):
     if kind == "dict":
         target = current if isinstance(current, dict) else {}
         for k, s in zip(saved["keys"], saved["values"], strict=True):
-            target[k] = restore(target.get(k), s, device, f"{where}[{k!r}]")
+            if not (k not in target and _retired(s)):
+                target[k] = restore(target.get(k), s, device, f"{where}[{k!r}]")
         return target
     if kind == "partial":
         if isinstance(current, functools.partial):
@@ -299,6 +305,7 @@ def restore(current, saved, device, where: str = "state"):
             raise TypeError(f"checkpoint has a {saved['type']} at {where}, the method has "
                             f"{type(current).__name__}: was it saved by another version of the method?")
         for name, s in saved["attrs"].items():
-            setattr(current, name, restore(getattr(current, name, None), s, device, f"{where}.{name}"))
+            if not (not hasattr(current, name) and _retired(s)):
+                setattr(current, name, restore(getattr(current, name, None), s, device, f"{where}.{name}"))
         return current
     raise TypeError(f"unknown entry {kind!r} at {where} of a checkpoint")

@@ -18,46 +18,62 @@ task's accuracies, so the per-step loop gains only an integer comparison.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from . import checkpoint as ckpt
 from . import metrics
-from .fast import compiled_step, task_prefetch
-from .fast import mlp_backprop as manual
+from .fast import task_prefetch
 from .measure import Measurer, test_example_count, to_host
 from .methods import MethodContext, get_method
 from .methods.penalty_members import PenaltyMembers
 from .nets import build_network
 from .optim import MEMBER_LR_OPTIMIZERS, make_optimizer, optimizer_options
-from .params import Param
 from .problems import get_problem
 from .rng import torch_generator
-from .run_config import Members, RunConfig
+from .run_config import Member, Members, RunConfig
+from .step import BACKPROPS, Step
 
 
 @dataclass
 class MemberResult:
     """One member's (= one run's) online accuracies and measurements.
 
+    ``member``: the run (its seed, method, parameters and step size);
     ``task_metrics[name][task]``: the task-end measurements (:mod:`plasticlab.measure`; empty
     when measurements are off); ``step_metrics``: the every-N-steps measurements, ``"step"``
     holding the global step of each; ``accuracy_matrix[j][m]`` = A[j, m], m ≤ j, with forgetting.
     """
 
-    seed: int
-    params: dict
-    lr: float
-    method: str
+    member: Member
     task_online_accuracy: list[float]
     reported_tasks: list[int]
     task_metrics: dict[str, list] = field(default_factory=dict)
     step_metrics: dict[str, list] = field(default_factory=dict)
     accuracy_matrix: list[list[float]] | None = None
+
+    @property
+    def seed(self) -> int:
+        """The run's seed."""
+        return self.member.seed
+
+    @property
+    def method(self) -> str:
+        """The run's method."""
+        return self.member.method
+
+    @property
+    def params(self) -> dict:
+        """The run's method parameters."""
+        return self.member.params
+
+    @property
+    def lr(self) -> float:
+        """The run's step size α."""
+        return self.member.lr
 
     @property
     def total_online_accuracy(self) -> float:
@@ -96,23 +112,6 @@ class EnsembleResult:
         return self.steps / self.wall_time if self.wall_time > 0 else float("nan")
 
 
-def member_hyperparameters(params: tuple[Param, ...], per_member: Sequence[dict], device,
-                           method: str) -> dict:
-    """Stack the members' method parameters: ``per_member`` numeric ones become ``[K]``
-    tensors; any other must be equal across the ensemble."""
-    out = {}
-    for p in params:
-        values = [m[p.name] for m in per_member]
-        if p.per_member:
-            out[p.name] = torch.tensor(values, dtype=torch.float32, device=device)
-        elif len(set(values)) == 1:
-            out[p.name] = values[0]
-        else:
-            raise ValueError(f"method {method}: {p.name} must be the same for every member of an "
-                             f"ensemble, got {values}")
-    return out
-
-
 def _check_member_lr(members: Members) -> None:
     """One step size per member needs an optimizer that takes them
     (:data:`plasticlab.optim.MEMBER_LR_OPTIMIZERS`)."""
@@ -132,12 +131,8 @@ def configure_threads(device: torch.device, threads: int | None) -> int:
 
 
 def train_ensemble(
-    config: RunConfig,
-    seeds: Sequence[int],
-    member_params: Sequence[dict] | None = None,
+    members: Members,
     *,
-    member_lr: Sequence[float] | None = None,
-    member_methods: Sequence[str] | None = None,
     data_dir=None,
     device: str | torch.device = "cpu",
     threads: int | None = None,
@@ -154,14 +149,12 @@ def train_ensemble(
     compile: bool = False,
     sitting: Mapping | None = None,
 ) -> EnsembleResult:
-    """Train one ensemble: member k is the run ``(config, seeds[k], member_params[k])``.
+    """Train one ensemble: member k is the run of ``members.config`` with ``members[k]``'s seed,
+    method, parameters and step size (:class:`~plasticlab.run_config.Members`: one step size per
+    member needs Adam or SGD, :data:`plasticlab.optim.MEMBER_LR_OPTIMIZERS`; several methods in
+    one ensemble are members of the Baseline, L2 and the *-Init penalties,
+    :mod:`plasticlab.methods.penalty_members`).
 
-    ``member_params`` overrides ``config.params`` per member (a λ grid in one ensemble),
-    ``member_lr`` overrides ``config.lr`` per member (a step-size grid in one ensemble; Adam and
-    SGD, :data:`plasticlab.optim.MEMBER_LR_OPTIMIZERS`); ``member_methods`` names each
-    member's method, when they differ (Baseline, L2, L2 Init, L1 Init, Huber Init in one ensemble,
-    :mod:`plasticlab.methods.penalty_members`; ``member_params`` then holds each member's
-    whole parameters);
     ``on_task_end(task, accuracies)`` gets each finished task's online accuracy per member;
     ``on_steps(n)`` is called every ``progress_every`` steps (progress bars).
 
@@ -184,25 +177,23 @@ def train_ensemble(
     recorded gives a first entry ``{"from_task": 0}`` with nothing else known.
 
     ``backprop``: how gradients are computed — ``"autograd"``, ``"manual"``
-    (:class:`plasticlab.fast.mlp_backprop.ManualBackprop`, the ReLU MLP's gradients written out by
-    hand: same numbers up to rounding, faster whole steps — docs/performance.md), or
+    (:class:`plasticlab.step.mlp_backprop.ManualBackprop`, the ReLU MLP's gradients written out
+    by hand: same numbers up to rounding, faster whole steps — docs/performance.md), or
     ``"auto"`` (manual wherever the network allows it).
 
     ``prefetch``: prepare each next task in a background thread while the current one trains
     (:mod:`plasticlab.fast.task_prefetch`; the same numbers); None: where it applies (CUDA).
 
     ``compile``: take each step through ``torch.compile`` where
-    :mod:`plasticlab.fast.compiled_step` computes it (the MLP with the Baseline, L2, L2 Init,
+    :mod:`plasticlab.step.compiled` computes it (the MLP with the Baseline, L2, L2 Init,
     L1 Init or Huber Init and Adam or SGD; the same numbers up to rounding); elsewhere, and
     where a measurement needs the task gradient, the eager step. The result's
-    ``extra["step"]`` says which ran.
+    ``extra["step"]`` says which ran (:mod:`plasticlab.step`: the step, written once).
 
     The three stages — set up, run a task, finish — are :class:`EnsembleTraining`'s.
     """
     _check_sitting(sitting)
-    training = EnsembleTraining(config, seeds, member_params, member_lr=member_lr,
-                                member_methods=member_methods,
-                                data_dir=data_dir, device=device,
+    training = EnsembleTraining(members, data_dir=data_dir, device=device,
                                 threads=threads, measure=measure, measure_every=measure_every,
                                 forgetting=forgetting, measure_samples=measure_samples,
                                 backprop=backprop, prefetch=prefetch, compile=compile)
@@ -238,42 +229,29 @@ class EnsembleTraining:
     (:meth:`run_task`, then :meth:`save`), finish (:meth:`result`).
     :func:`train_ensemble` is the loop over them; its docstring explains the arguments."""
 
-    def __init__(self, config: RunConfig, seeds: Sequence[int],
-                 member_params: Sequence[dict] | None = None, *,
-                 member_lr: Sequence[float] | None = None,
-                 member_methods: Sequence[str] | None = None, data_dir=None,
+    def __init__(self, members: Members, *, data_dir=None,
                  device: str | torch.device = "cpu", threads: int | None = None,
                  measure: bool = True, measure_every: int | None = None, forgetting: bool = False,
                  measure_samples: int | None = None, backprop: str = "auto",
                  prefetch: bool | None = None, compile: bool = False):
-        if backprop not in ("auto", "autograd", "manual"):
+        if backprop not in BACKPROPS:
             raise ValueError(f"backprop must be 'auto', 'autograd' or 'manual', got {backprop!r}")
         if measure_every is not None and int(measure_every) < 1:
             raise ValueError(f"measure_every must be >= 1 step, got {measure_every}")
         if (measure_every or forgetting) and not measure:
             raise ValueError("measure_every and forgetting need measurements on (measure=True)")
-        self.config = config
-        self.members = members = Members(config, seeds, member_params, member_lr, member_methods)
+        self.config = config = members.config
+        self.members = members
         _check_member_lr(members)
         self.device = device = torch.device(device)
         self.threads = configure_threads(device, threads)
         self.seeds = seeds = members.seeds
         K = len(members)
-        self.member_lr, self.member_methods = members.rates(), members.method_names()
-        self.per_member = members.method_params()
-        if len(set(self.member_methods)) == 1:
-            method_cls = get_method(self.member_methods[0])
-            hp = member_hyperparameters(method_cls.hyperparameters, self.per_member, device,
-                                        config.method)
-        else:  # one method per member (PenaltyMembers)
-            method_cls = PenaltyMembers
-            # a parameter a member's method does not have: its default (PenaltyMembers uses
-            # each member's values only in its own method's part)
-            defaults = {p.name: p.default for p in method_cls.hyperparameters}
-            hp = member_hyperparameters(method_cls.hyperparameters,
-                                        [defaults | params for params in self.per_member], device,
-                                        "mixed")
-            hp["member_methods"] = self.member_methods
+        names = members.method_names()
+        # one method per member: PenaltyMembers, each member's part its own method's
+        method_cls = get_method(names[0]) if len(set(names)) == 1 else PenaltyMembers
+        hp = members.stacked(method_cls.hyperparameters, device,
+                             names[0] if len(set(names)) == 1 else "mixed")
 
         self.problem = problem = get_problem(config.problem)(
             seeds, tasks=config.tasks, steps_per_task=config.steps_per_task,
@@ -287,25 +265,17 @@ class EnsembleTraining:
             members=K, init=config.init, generators=[torch_generator(s, "init") for s in seeds],
             **plain, **method_cls.architecture(hp, plain),
         ).to(device)
-        optimizer = make_optimizer(config.optimizer, list(net.parameters()),
-                                   members.lr if members.lr is not None else config.lr,
+        optimizer = make_optimizer(config.optimizer, list(net.parameters()), members.rates(),
                                    member_dim=True,
                                    **optimizer_options(config.optimizer, seeds, device,
                                                        config.optimizer_params))
-        self.method = method_cls(net, optimizer, hp, MethodContext(seeds, device))
+        self.method = method_cls(net, optimizer, hp, MethodContext(seeds, device, tuple(names)))
         self.optimizer = self.method.optimizer  # a method may replace it (CBP's adam_variant=reference)
         self.measure, self.forgetting = bool(measure), bool(forgetting)
         self.every = int(measure_every or 0)
         self.measurer = _measurer(net, problem, config, measure_samples, forgetting) if measure else None
-        self.parameters = list(net.parameters())
-        if backprop == "manual" and not manual.supports(net):
-            raise ValueError(f"backprop='manual' needs a plain ReLU MLP; method {config.method} on "
-                             f"{config.problem} builds another network: use backprop='auto'")
-        self.hand = manual.ManualBackprop(net) if backprop != "autograd" and manual.applies(net) else None
-        self.compiled = (compiled_step.CompiledStep(net, self.method, self.optimizer, self.member_lr,
-                                                    device)
-                         if compile and compiled_step.applies(self.hand, self.method, self.optimizer)
-                         else None)
+        self.step = Step(net, self.method, self.optimizer, backprop=backprop, compile=compile,
+                         device=device)
         # what the run has produced so far (a checkpoint's contents besides the training state)
         self.accuracies: list[list[float]] = []
         self.task_measures: list[list[dict]] = []  # [task][member] → {name: value}
@@ -322,6 +292,7 @@ class EnsembleTraining:
         if state is None:
             return False
         ckpt.restore_training(state["training"], self.net, self.optimizer, self.method)
+        self.step.resumed()
         self.accuracies, self.task_measures = state["accuracies"], state["task_measures"]
         self.step_measures, self.measure_time = state["step_measures"], state["measure_time"]
         self.global_step, self.next_task, self.wall = (state["global_step"], state["next_task"],
@@ -346,35 +317,19 @@ class EnsembleTraining:
         """Train every member on ``task`` (SPEC §3: predict, then one step, per batch), measure
         at its end, tell a boundary oracle; return the task's online accuracy per member."""
         start = time.perf_counter()
-        problem, method, optimizer, measurer = self.problem, self.method, self.optimizer, self.measurer
-        needs_features, every = method.needs_features, self.every
-        steps, B = problem.steps_per_task, problem.batch_size
+        problem, method, measurer = self.problem, self.method, self.measurer
+        every, steps, B = self.every, problem.steps_per_task, problem.batch_size
         (self.prefetch.start_task if self.prefetch is not None else problem.start_task)(task)
         correct = torch.zeros(len(self.seeds), device=self.device)
         pending: list[tuple[int, dict]] = []  # this task's step measurements, still on the device
         grad_norm = None
         for step in range(steps):
-            method.before_step(self.global_step)
             x, y = problem.batch(step)
             step_due = every and (self.global_step + 1) % every == 0
             wants_grad_norm = measurer is not None and (step_due or step == steps - 1)
-            if self.compiled is not None and not wants_grad_norm:
-                self.compiled(x, y, correct)  # all of the else branch, compiled
-                features = []
-            else:
-                if self.hand is not None:
-                    logits, hidden = self.hand.step(x, y)
-                    features = hidden if needs_features else []  # the after_step contract
-                else:
-                    logits, features = _autograd_step(self.net, optimizer, x, y, needs_features)
-                with torch.no_grad():
-                    correct += (logits.argmax(-1) == y).sum(1)
-                if wants_grad_norm:
-                    grad_norm = metrics.gradient_norm(self.parameters)  # the task loss's, before penalties
-                method.add_penalty_grad()
-                optimizer.step()
+            norm = self.step(x, y, correct, self.global_step, task_gradient=wants_grad_norm)
+            grad_norm = norm if wants_grad_norm else grad_norm
             self.global_step += 1
-            method.after_step(features, x, self.global_step)
             if step_due and measurer is not None:
                 t0 = time.perf_counter()
                 pending.append((self.global_step, dict(measurer.internals(), grad_norm=grad_norm)))
@@ -406,18 +361,15 @@ class EnsembleTraining:
         """Every member's results, with the setup that produced them."""
         problem, config, measurer = self.problem, self.config, self.measurer
         reported = [t for t in range(problem.tasks) if problem.reported(t)]
-        members = [MemberResult(seed=self.seeds[k], params=self.per_member[k],
-                                lr=self.member_lr[k], method=self.member_methods[k],
-                                task_online_accuracy=[acc[k] for acc in self.accuracies],
+        members = [MemberResult(member, task_online_accuracy=[acc[k] for acc in self.accuracies],
                                 reported_tasks=reported,
                                 **_member_measures(k, self.task_measures, self.step_measures))
-                   for k in range(len(self.seeds))]
+                   for k, member in enumerate(self.members)]
         return EnsembleResult(
             members=members, wall_time=self.wall, steps=problem.tasks * problem.steps_per_task,
             device=str(self.device), threads=self.threads,
             data_source=getattr(problem, "source", ""), measure_time=self.measure_time,
-            extra={"backprop": "manual" if self.hand is not None else "autograd",
-                   "step": "compiled" if self.compiled is not None else "eager",
+            extra={"backprop": self.step.backprop, "step": self.step.form,
                    "measurements": {"task_end": self.measure, "every": self.every or None,
                                     "forgetting": self.forgetting,
                                     "samples": measurer.samples if measurer else None,
@@ -433,21 +385,6 @@ def _measurer(net, problem, config: RunConfig, samples: int | None, forgetting: 
     return Measurer(net, problem, samples=samples, forgetting=forgetting,
                     test_examples=test_example_count(config.test_examples),
                     internals_on=config.internals_on)
-
-
-def _autograd_step(net, optimizer, x: torch.Tensor, y: torch.Tensor, needs_features: bool
-                   ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """Forward, and backward of L = Σₖ mean_b CE(zₖ_b, yₖ_b) through autograd: the logits,
-    the hidden features (when asked for) and ∂L/∂θ in ``.grad``."""
-    if needs_features:
-        logits, features = net(x, return_features=True)
-    else:
-        logits, features = net(x), []
-    K, B = y.shape
-    loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none")
-    optimizer.zero_grad()
-    loss.view(K, B).mean(1).sum().backward()
-    return logits, features
 
 
 def _read_back(pending: list[tuple[int, dict]]) -> list[list[dict]]:

@@ -22,8 +22,9 @@ normalisation (it is not decoupled weight decay).
 The same classes run inside plasticlab's ensemble engine on stacked ``[K, …]`` parameters
 (``member_dim=True``, λ a ``[K]`` tensor): the math is elementwise, so it is one code path.
 Besides ``reg()`` (autograd), :meth:`Regularizer.add_grad_` adds the closed-form gradient
-straight into ``.grad`` as written; a test keeps the two equal. For the quadratic penalties the
-engine adds the same gradient through :mod:`plasticlab.fast.quadratic_penalty`.
+straight into ``.grad``; a test keeps the two equal. That gradient, λ·ρ′(θ − target), is
+written once, in :func:`add_penalty_gradient_`: the drop-ins, the engine's eager training step
+and its compiled step all call it.
 """
 
 from __future__ import annotations
@@ -52,6 +53,26 @@ def regularized_parameters(module: nn.Module) -> list[nn.Parameter]:
             continue
         params.extend(p for p in m.parameters(recurse=False) if p.requires_grad)
     return params
+
+
+def add_penalty_gradient_(grad: torch.Tensor, theta: torch.Tensor, target: torch.Tensor | None,
+                          strength, rho_grad: Callable[[torch.Tensor], torch.Tensor],
+                          difference: torch.Tensor | None = None) -> torch.Tensor:
+    """``grad`` ← ``grad`` + λ·ρ′(θ − target), in place; returns ``grad``.
+
+    ``target`` None means 0 (the difference is θ itself); ``strength`` λ shaped to broadcast
+    against θ; ``rho_grad`` ρ′; ``difference``: a buffer for θ − target kept across steps
+    instead of a fresh temporary every step (the same numbers). The difference is taken first
+    and scaled after — never split into λθ − λ·target, which leaves a rounding residue where
+    θ = target and the task gradient is 0 (a weight on an always-blank pixel, a dead unit's
+    weights), and Adam's normalisation turns that residue into a step of order α."""
+    if target is None:
+        d = theta
+    elif difference is None:
+        d = theta - target
+    else:
+        d = torch.sub(theta, target, out=difference)
+    return grad.addcmul_(strength, rho_grad(d))
 
 
 class Regularizer:
@@ -84,6 +105,7 @@ class Regularizer:
         if bool((strength < 0).any()):
             raise ValueError(f"{type(self).__name__}: strength must be >= 0, got {strength.tolist()}")
         self.strength = strength
+        self._differences: list[torch.Tensor | None] | None = None  # add_grad_'s kept θ − target
 
     # --- what a subclass defines -------------------------------------------------------------
     def targets(self) -> Sequence[torch.Tensor | None]:
@@ -126,23 +148,35 @@ class Regularizer:
 
     @torch.no_grad()
     def add_grad_(self) -> None:
-        """Add the penalty's gradient λ·ρ'(θ − target) to each parameter's ``.grad``."""
-        for p, d in self._diffs():
-            s, r = self.strength_for(p), self.rho_grad(d)
+        """Add the penalty's gradient λ·ρ'(θ − target) to each parameter's ``.grad``
+        (:func:`add_penalty_gradient_`, the difference θ − target in a buffer kept across
+        steps)."""
+        targets = self.targets()
+        if self._differences is None:
+            self._differences = [None if t is None else torch.empty_like(p)
+                                 for p, t in zip(self.params, targets, strict=True)]
+        for p, t, difference in zip(self.params, targets, self._differences, strict=True):
+            s = self.strength_for(p)
             if p.grad is None:
-                p.grad = (s * r).expand_as(p).clone()
+                p.grad = (s * self.rho_grad(p if t is None else p - t)).expand_as(p).clone()
             else:
-                p.grad.addcmul_(s, r)  # one pass, no temporary for λ·ρ'(d)
+                add_penalty_gradient_(p.grad, p, t, s, self.rho_grad, difference)
 
 
-class L2(Regularizer):
+class TargetPenalty(Regularizer):
+    """A penalty λ·Σ ρ(θ − target) toward targets fixed when it is built (0, or θ₀): its
+    gradient needs no draw and no state of its own, so every form of the training step —
+    the compiled one too — computes it (L2, L2 Init, L1 Init, Huber Init)."""
+
+
+class L2(TargetPenalty):
     """L2 regularization toward the origin: (λ/2)‖θ‖²; gradient λθ (ρ(d) = ½d², the base's)."""
 
     def targets(self):
         return [None] * len(self.params)
 
 
-class _InitTarget(Regularizer):
+class _InitTarget(TargetPenalty):
     """Pulls toward θ₀, a detached copy of the parameters taken at construction."""
 
     def __init__(self, params, strength, *, member_dim: bool = False, initial=None):
@@ -158,8 +192,7 @@ class L2Init(_InitTarget):
     """L2 Init (regenerative regularization): (λ/2)‖θ − θ₀‖²; gradient λ(θ − θ₀).
 
     With SGD one step is θ ← (1 − αλ)θ + αλθ₀ − α∇L: a constant pull back to the initial
-    weights that keeps the network plastic. (The engine adds this gradient through a fast path
-    with the same value, :mod:`plasticlab.fast.quadratic_penalty`.)
+    weights that keeps the network plastic.
     """
 
     def rho(self, d):
@@ -349,4 +382,4 @@ def _module_sampler(module: nn.Module) -> Callable[[], list[torch.Tensor]]:
 
 
 __all__ = ["EWC", "L1Init", "L2", "L2Init", "L2InitResample", "HuberInit", "Regularizer",
-           "regularized_parameters"]
+           "TargetPenalty", "add_penalty_gradient_", "regularized_parameters"]

@@ -1,10 +1,11 @@
 """Plasticity methods: one file each, one registry (SPEC §1–2, names of SPEC §8).
 
 Adding a method: write ``methods/my_method.py`` with a :class:`Method` subclass (``name``,
-``description``, ``hyperparameters`` and the hooks it needs) and add it to ``METHODS`` below.
+``description``, ``hyperparameters``, the hooks it needs and :meth:`Method.needs` declaring
+them) and add it to ``METHODS`` below.
 """
 
-from .base import Method, MethodContext, PenaltyMethod
+from .base import Method, MethodContext, Needs, PenaltyMethod
 from .baseline import Baseline
 from .cbp import ContinualBackprop
 from .concat_relu import ConcatReLU
@@ -36,11 +37,11 @@ METHODS: dict[str, type[Method]] = {
 
 
 def boundary_oracle(method: str | type[Method]) -> bool:
-    """Whether ``method`` (a name or class) is told where tasks end — it overrides
-    :meth:`Method.on_task_end` (EWC, full/head reset, FIRE). That is privileged information no
-    agent of the paper's protocol has; reports and ``plasticlab list`` mark such methods."""
+    """Whether ``method`` (a name or class) is told where tasks end — it declares
+    ``Needs.task_end`` (EWC, full/head reset, FIRE). That is privileged information no agent of
+    the paper's protocol has; reports and ``plasticlab list`` mark such methods."""
     cls = get_method(method) if isinstance(method, str) else method
-    return cls.on_task_end is not Method.on_task_end
+    return cls.needs(cls.default_params()).task_end
 
 
 BOUNDARY_ORACLE_NOTE = "uses privileged task-boundary information (told where tasks end)"
@@ -54,5 +55,5 @@ def get_method(name: str) -> type[Method]:
         raise ValueError(f"unknown method {name!r}; valid: {', '.join(METHODS)}") from None
 
 
-__all__ = ["BOUNDARY_ORACLE_NOTE", "METHODS", "Method", "MethodContext", "PenaltyMethod", "boundary_oracle",
-           "get_method"]
+__all__ = ["BOUNDARY_ORACLE_NOTE", "METHODS", "Method", "MethodContext", "Needs", "PenaltyMethod",
+           "boundary_oracle", "get_method"]

@@ -1,13 +1,19 @@
 """The method interface: how a plasticity method hooks into a training step.
 
-A method is a small object with explicit state (like an optax transformation) that the engine
-calls at fixed points of every step:
+A method is a small object with explicit state (like an optax transformation). The training
+step (:mod:`plasticlab.step`) is one chain — task gradient → the method's gradient transforms →
+the optimizer's update → the method's post-step hook — and a method declares once, in
+:meth:`Method.needs`, which links it adds; every form of the step (eager, hand-written backward,
+compiled) reads that declaration and nothing else:
 
 1. ``architecture()`` (class level) — changes to the network builder (Concat ReLU, LayerNorm);
-2. ``add_penalty_grad()`` — after backprop of the task loss, add a regularizer's gradient;
+2. ``penalties()`` — regularizers whose gradient is added to the task gradient
+   (:class:`plasticlab.regularizers.Regularizer`: L2 Init and its relatives, EWC);
+   ``add_penalty_grad()`` — a gradient transform of the method's own (Parseval);
 3. ``after_step(features, x, step)`` — after the optimizer step (Shrink & Perturb, CBP, ReDo);
    ``before_step(step)`` — before a step's forward pass (ReDo's ``schedule=reference``);
-4. ``on_task_end(stream)`` — at a task boundary; only EWC may use it (SPEC §1).
+4. ``on_task_end(stream)`` — at a task boundary: a boundary oracle; only EWC may use it in the
+   paper's protocol (SPEC §1).
 
 Per-member numeric hyper-parameters arrive as ``[K]`` tensors, so one ensemble can hold a
 grid of λ values; everything is written with stacked tensors and masks, never per-member
@@ -23,23 +29,51 @@ from typing import ClassVar
 import torch
 
 from ..checkpoint import Excluded, capture, restore
-from ..fast.quadratic_penalty import penalty_gradient
 from ..nets import EnsembleNet
 from ..params import Param
+from ..regularizers import Regularizer
 from ..rng import torch_generator
 
 
 @dataclass
 class MethodContext:
-    """What a method may know about its ensemble: the members' seeds and the device."""
+    """What a method may know about its ensemble: the members' seeds, the device, and each
+    member's method (several in one ensemble: :mod:`plasticlab.methods.penalty_members`)."""
 
     seeds: Sequence[int]
     device: torch.device
+    methods: tuple[str, ...] = ()
 
     def generators(self, *keys: object) -> list[torch.Generator]:
         """One generator per member for the method's own random draws, seeded from
         ``(seed_k, "method", *keys)`` so member k draws the same numbers in any ensemble."""
         return [torch_generator(s, "method", *keys) for s in self.seeds]
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a method adds to the training step, declared in one place (:meth:`Method.needs`)
+    that every form of the step reads.
+
+    ``penalties``: regularizers' gradients join the task gradient (:meth:`Method.penalties`);
+    ``gradient_hook``: a gradient transform of its own (:meth:`Method.add_penalty_grad`);
+    ``before_step`` / ``after_step``: the per-step hooks; ``features``: ``after_step`` reads the
+    step's hidden features; ``task_end``: told where tasks end (:meth:`Method.on_task_end`, a
+    boundary oracle); ``member_lr``: members may each have their own step size in one ensemble
+    (not when the method replaces the optimizer with one that has a single step size)."""
+
+    penalties: bool = False
+    gradient_hook: bool = False
+    before_step: bool = False
+    after_step: bool = False
+    features: bool = False
+    task_end: bool = False
+    member_lr: bool = True
+
+    @property
+    def per_step_hooks(self) -> bool:
+        """Whether the method runs code of its own before or after every step."""
+        return self.before_step or self.after_step
 
 
 class Method:
@@ -48,7 +82,6 @@ class Method:
     name: ClassVar[str]
     description: ClassVar[str]
     hyperparameters: ClassVar[tuple[Param, ...]] = ()
-    needs_features: ClassVar[bool] = False  # after_step wants this step's hidden features
 
     @classmethod
     def architecture(cls, hp: dict, net: dict) -> dict:
@@ -58,27 +91,34 @@ class Method:
         return {}
 
     @classmethod
-    def takes_member_lr(cls, params: dict) -> bool:
-        """Whether members with these (shared) parameters can each have their own step size in
-        one ensemble: yes, unless the method replaces the optimizer with one that has a
-        single step size (Continual Backprop's ``adam_variant=reference``)."""
-        return True
+    def needs(cls, params: dict) -> Needs:
+        """What this method adds to the training step with these parameters (:class:`Needs`):
+        nothing, for the Baseline. A test holds every method's declaration to the hooks it
+        overrides."""
+        return Needs()
+
+    @classmethod
+    def default_params(cls) -> dict:
+        """Every hyper-parameter at its default."""
+        return {p.name: p.default for p in cls.hyperparameters}
 
     def __init__(self, net: EnsembleNet, optimizer, hp: dict, context: MethodContext):
         self.net, self.optimizer, self.hp, self.context = net, optimizer, hp, context
 
-    def add_penalty_grad(self) -> None:
-        """Add the method's regularization gradient to ``.grad`` (after the task loss's).
+    def penalties(self) -> list[Regularizer]:
+        """The regularizers whose gradient the training step adds to the task gradient, in
+        order (declared by ``Needs.penalties``); none by default."""
+        return []
 
-        A quadratic penalty may leave its decay term λθ to the optimizer's weight decay
-        (:mod:`plasticlab.fast.quadratic_penalty`): the update is the same, ``.grad`` then
-        lacks λθ."""
+    def add_penalty_grad(self) -> None:
+        """A gradient transform of the method's own, after the penalties' (declared by
+        ``Needs.gradient_hook``): add to ``.grad``."""
 
     def after_step(self, features: list[torch.Tensor], x: torch.Tensor, step: int) -> None:
         """Update after the optimizer step.
 
         ``features``: each hidden block's post-activation features from this step's forward
-        pass (only when ``needs_features``; else empty); ``x``: this step's inputs
+        pass (only when ``Needs.features``; else empty); ``x``: this step's inputs
         ``[K, B, …]``; ``step``: the number of optimizer steps taken so far (1 after the first).
         """
 
@@ -133,17 +173,20 @@ class Method:
 class PenaltyMethod(Method):
     """A method that is one regularizer from :mod:`plasticlab.regularizers` in the loss."""
 
+    @classmethod
+    def needs(cls, params):
+        return Needs(penalties=True)
+
     def __init__(self, net, optimizer, hp, context):
         super().__init__(net, optimizer, hp, context)
         self.regularizer = self.make_regularizer(net, hp, context)
-        # the gradient λ·ρ'(θ − target), through a fast path where one applies
-        self.gradient = penalty_gradient(self.regularizer, optimizer)
 
     def make_regularizer(self, net, hp, context):
+        """The method's regularizer over ``net`` with the stacked hyper-parameters ``hp``."""
         raise NotImplementedError
 
-    def add_penalty_grad(self) -> None:
-        self.gradient.add_()
+    def penalties(self):
+        return [self.regularizer]
 
     def penalty(self):
         with torch.no_grad():

@@ -83,7 +83,7 @@ from ..optim import Adam
 from ..optim.adam_gnt import AdamGnT
 from ..optim.unit_reset import unit_reset_state
 from ..params import Param
-from .base import Method, MethodContext
+from .base import Method, MethodContext, Needs
 
 UTILITIES = ("adaptable_contribution", "contribution")
 ADAM_VARIANTS = ("standard", "reference")
@@ -368,8 +368,6 @@ class ContinualBackprop(Method):
               "new units' incoming weights: network: the network's init distribution; kaiming: "
               "U(±√(6/fan_in)) as the public code", choices=REPLACEMENT_INITS),
     )
-    needs_features = True
-
     def __init__(self, net: EnsembleNet, optimizer, hp: dict, context: MethodContext):
         super().__init__(net, optimizer, hp, context)
         self.adam_variant = hp.get("adam_variant", "standard")
@@ -394,9 +392,10 @@ class ContinualBackprop(Method):
             generators=[context.generators(self.name, i) for i in range(len(layers))])
 
     @classmethod
-    def takes_member_lr(cls, params: dict) -> bool:
-        """Not with ``adam_variant=reference``: AdamGnT has one step size."""
-        return params.get("adam_variant", "standard") != "reference"
+    def needs(cls, params):
+        # AdamGnT (adam_variant=reference) has one step size for all members
+        return Needs(after_step=True, features=True,
+                     member_lr=params.get("adam_variant", "standard") != "reference")
 
     def after_step(self, features: list[torch.Tensor], x: torch.Tensor, step: int) -> None:
         """Generate-and-test on this step's hidden features."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 from .. import regularizers
 from ..fisher import FISHER_KINDS, diagonal_fisher
 from ..params import Param
-from .base import Method
+from .base import Method, Needs
 
 EWC_STRENGTH = Param("ewc_strength", 10.0, float, "β: strength of the EWC penalty", per_member=True,
                      low=0)
@@ -45,6 +45,10 @@ class EWCMethod(Method):
     description = "Elastic Weight Consolidation (diagonal Fisher at a task end)"
     hyperparameters = (EWC_STRENGTH, ANCHOR, FISHER, FISHER_DATA, FISHER_SAMPLES)
 
+    @classmethod
+    def needs(cls, params):
+        return Needs(penalties=True, task_end=True)
+
     def __init__(self, net, optimizer, hp, context):
         super().__init__(net, optimizer, hp, context)
         if hp["fisher_samples"] < 1:
@@ -53,8 +57,8 @@ class EWCMethod(Method):
         self.generators = context.generators("ewc_fisher")
         self.fisher_data_used: str | None = None
 
-    def add_penalty_grad(self):
-        self.ewc.add_grad_()
+    def penalties(self):
+        return [self.ewc]
 
     def penalty(self):
         return self.ewc.value().detach()

@@ -26,7 +26,7 @@ import math
 import torch
 
 from ..params import Param
-from .base import Method
+from .base import Method, Needs
 from .full_reset import fresh_optimizer_state
 
 
@@ -70,6 +70,10 @@ class FIRE(Method):
     name = "fire"
     description = "FIRE: weights re-orthogonalised (Newton–Schulz) at each task end"
     hyperparameters = (ITERS,)
+
+    @classmethod
+    def needs(cls, params):
+        return Needs(task_end=True)
 
     def __init__(self, net, optimizer, hp, context):
         super().__init__(net, optimizer, hp, context)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from ..params import Param
-from .base import Method
+from .base import Method, Needs
 
 REINIT_CHOICES = ("initial", "fresh")
 REINIT = Param("reinit", "initial", str, "initial: copy θ₀ back; fresh: a new draw from the init "
@@ -42,6 +42,10 @@ class BoundaryReset(Method):
     """Copy θ₀ (or a fresh draw) into :meth:`reset_layers` at every task end."""
 
     hyperparameters = (REINIT, RESET_OPTIMIZER)
+
+    @classmethod
+    def needs(cls, params):
+        return Needs(task_end=True)
 
     def __init__(self, net, optimizer, hp, context):
         super().__init__(net, optimizer, hp, context)

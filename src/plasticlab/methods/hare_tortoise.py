@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import torch
 
 from ..params import Param
-from .base import Method
+from .base import Method, Needs
 from .schedule import due_members, host_periods, member_mask
 
 MOMENTUM = Param("momentum", 0.999, float, "m: the tortoise's EMA coefficient", per_member=True,
@@ -56,6 +56,10 @@ class HareTortoiseMethod(Method):
     name = "hare_tortoise"
     description = "Hare & Tortoise: a slow EMA copy; the trained net is reset to it periodically"
     hyperparameters = (MOMENTUM, RESET_PERIOD)
+
+    @classmethod
+    def needs(cls, params):
+        return Needs(after_step=True)
 
     def __init__(self, net, optimizer, hp, context):
         super().__init__(net, optimizer, hp, context)

@@ -2,7 +2,6 @@
 EWC's Fisher-weighted anchors at each task end limit forgetting (SPEC §7, forgetting study)."""
 
 from .. import regularizers
-from ..fast.quadratic_penalty import penalty_gradient
 from .base import STRENGTH
 from .ewc import EWCMethod
 
@@ -17,12 +16,9 @@ class L2InitEWC(EWCMethod):
     def __init__(self, net, optimizer, hp, context):
         super().__init__(net, optimizer, hp, context)
         self.l2_init = regularizers.L2Init(net, hp["strength"], member_dim=True)
-        # λ(θ − θ₀) through the split-decay fast path (EWC's penalty is added after it)
-        self.l2_init_gradient = penalty_gradient(self.l2_init)
 
-    def add_penalty_grad(self):
-        self.l2_init_gradient.add_()
-        super().add_penalty_grad()
+    def penalties(self):
+        return [self.l2_init, *super().penalties()]  # λ(θ − θ₀) first, then EWC's
 
     def penalty(self):
         return self.l2_init.value().detach() + super().penalty()

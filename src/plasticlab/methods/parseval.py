@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import torch
 
 from ..params import Param
-from .base import Method
+from .base import Method, Needs
 
 
 def as_matrices(weight: torch.Tensor) -> torch.Tensor:
@@ -65,6 +65,10 @@ class ParsevalMethod(Method):
     name = "parseval"
     description = "Parseval regularization: λ‖W Wᵀ − s·I‖² on hidden weight matrices"
     hyperparameters = (STRENGTH, SCALE)
+
+    @classmethod
+    def needs(cls, params):
+        return Needs(gradient_hook=True)
 
     def __init__(self, net, optimizer, hp, context):
         super().__init__(net, optimizer, hp, context)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import STRENGTH, Method
+from .base import STRENGTH, Method, Needs
 from .baseline import Baseline
 from .huber_init import HuberInitMethod
 from .l1_init import L1InitMethod
@@ -28,7 +28,7 @@ MEMBER_METHODS = (Baseline.name, *PENALTY_METHODS)
 
 
 class PenaltyMembers(Method):
-    """Each member runs the method ``hp["member_methods"][k]`` (one of :data:`MEMBER_METHODS`)
+    """Each member runs its own method (``context.methods[k]``, one of :data:`MEMBER_METHODS`)
     with its own parameters (``hp``'s ``[K]`` tensors: λ, and δ for Huber Init)."""
 
     name = "penalty_members"
@@ -37,7 +37,7 @@ class PenaltyMembers(Method):
 
     def __init__(self, net, optimizer, hp, context):
         super().__init__(net, optimizer, hp, context)
-        methods = list(hp["member_methods"])
+        methods = list(context.methods)
         unknown = sorted(set(methods) - set(MEMBER_METHODS))
         if unknown:
             raise ValueError(f"methods {', '.join(unknown)} cannot share an ensemble with others; "
@@ -53,9 +53,12 @@ class PenaltyMembers(Method):
                    for p in cls.hyperparameters}
             self.parts.append(cls(net, optimizer, own, context))
 
-    def add_penalty_grad(self) -> None:
-        for part in self.parts:
-            part.add_penalty_grad()
+    @classmethod
+    def needs(cls, params):
+        return Needs(penalties=True)
+
+    def penalties(self):
+        return [reg for part in self.parts for reg in part.penalties()]
 
     def penalty(self):
         values = [part.penalty() for part in self.parts]

@@ -60,7 +60,7 @@ from ..nets.units import (
 )
 from ..optim.unit_reset import unit_reset_state
 from ..params import Param
-from .base import Method, MethodContext
+from .base import Method, MethodContext, Needs
 
 REINIT_CHOICES = ("fresh", "initial")
 SCHEDULES = ("after_step", "reference")
@@ -196,6 +196,13 @@ class ReDo(Method):
     description = "ReDo: recycle dormant units every period steps"
     hyperparameters = (PERIOD, THRESHOLD, REINIT, SCHEDULE, RESET_OPTIMIZER, LAYER_ORDER)
 
+    @classmethod
+    def needs(cls, params):
+        # schedule=reference scores a step's own forward pass (its features) and recycles
+        # before the next step
+        reference = params.get("schedule", "after_step") == "reference"
+        return Needs(after_step=True, before_step=reference, features=reference)
+
     def __init__(self, net: EnsembleNet, optimizer, hp: dict, context: MethodContext):
         super().__init__(net, optimizer, hp, context)
         self.period = int(hp["period"])
@@ -209,8 +216,6 @@ class ReDo(Method):
         if self.schedule not in SCHEDULES:
             raise ValueError(f"method redo: schedule must be one of {', '.join(SCHEDULES)}, "
                              f"got {self.schedule!r}")
-        if self.schedule == "reference":
-            self.needs_features = True  # the engine then hands after_step the step's features
         layers = hidden_layers(net, "ReDo")
         generators = [context.generators(self.name, i) for i in range(len(layers))]
         self.recycler = UnitRecycler(layers, optimizer, hp["reinit"], net.init, generators,

@@ -10,7 +10,7 @@ from functools import partial
 
 from .. import perturb
 from ..params import Param
-from .base import Method
+from .base import Method, Needs
 
 
 class ShrinkPerturbMethod(Method):
@@ -25,6 +25,10 @@ class ShrinkPerturbMethod(Method):
         Param("noise", 1e-2, float, "σ: scale of the fresh init-distribution noise",
               per_member=True, low=0),
     )
+
+    @classmethod
+    def needs(cls, params):
+        return Needs(after_step=True)
 
     def __init__(self, net, optimizer, hp, context):
         super().__init__(net, optimizer, hp, context)

@@ -34,7 +34,7 @@ import torch
 
 from ..nets.units import HiddenLayer, hidden_layers
 from ..params import Param
-from .base import Method
+from .base import Method, Needs
 from .schedule import due_members, host_periods
 
 PERCENTILE_SLACK = 1e-6
@@ -156,7 +156,10 @@ class SelfNormalizedResets(Method):
     name = "snr"
     description = "Self-Normalized Resets: reset units silent longer than their own firing-age percentile"
     hyperparameters = (PERCENTILE, GROWTH, MAX_THRESHOLD, INITIAL_THRESHOLD, ADAPT_PERIOD)
-    needs_features = True
+
+    @classmethod
+    def needs(cls, params):
+        return Needs(after_step=True, features=True)
 
     def __init__(self, net, optimizer, hp, context):
         super().__init__(net, optimizer, hp, context)

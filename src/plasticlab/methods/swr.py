@@ -25,7 +25,7 @@ import torch
 
 from ..nets.init import draw_members
 from ..params import Param
-from .base import Method
+from .base import Method, Needs
 from .schedule import due_members, host_periods, member_mask
 
 
@@ -59,6 +59,10 @@ class SelectiveWeightReinit(Method):
     name = "swr"
     description = "Selective Weight Reinitialization: reinit weights with |g⊙w| ≤ ρ·mean"
     hyperparameters = (PERIOD, THRESHOLD)
+
+    @classmethod
+    def needs(cls, params):
+        return Needs(after_step=True)
 
     def __init__(self, net, optimizer, hp, context):
         super().__init__(net, optimizer, hp, context)

@@ -12,6 +12,10 @@ cheaper and gives the same numbers.
 
 The step size α is one for all members, or one per member (``lr=[α_1, …, α_K]``): the
 members of a step-size grid then train in one ensemble, each updated as it is alone.
+
+The rule is written once, in :func:`adam_update_` (the plain form, which the compiled training
+step compiles too); by default :class:`Adam` hands it to torch's fused kernel instead
+(:mod:`plasticlab.optim.fused_adam`, a named fast path).
 """
 
 from __future__ import annotations
@@ -21,44 +25,31 @@ from collections.abc import Sequence
 
 import torch
 
-from .stacked import StackedOptimizer, lr_groups, members_of, same_tensors, step_sizes
-
-MEMBER_ALIGNMENT_BYTES = 64
-"""Bytes per member slab that keep torch's fused Adam kernel on the CPU from depending on K.
-
-The CPU kernel runs a vector loop (16 floats a step with AVX-512) over a tensor's flattened
-elements, split between threads in 64-byte units, and finishes the last ``numel % 16`` in a
-scalar loop that rounds the second moment differently. Over a whole ``[K, …]`` tensor, which
-of member k's elements land in that tail depends on K and k; a member slab of a multiple of 64
-bytes (AVX-512's vector, the widest torch uses) starts and ends on a loop boundary in any
-ensemble, as when run alone."""
+from . import fused_adam
+from .stacked import StackedOptimizer, lr_groups, per_member, step_sizes
 
 
-def member_aligned(t: torch.Tensor) -> list[torch.Tensor]:
-    """A stacked ``[K, …]`` tensor as operands for the fused kernel whose per-member results do
-    not depend on K: the tensor itself when each member's slab is a multiple of
-    :data:`MEMBER_ALIGNMENT_BYTES`, else its K members as separate tensors (so each member's
-    vector loop starts at its own first element and ends in its own tail, as when alone)."""
-    if (t.numel() // t.shape[0]) * t.element_size() % MEMBER_ALIGNMENT_BYTES == 0:
-        return [t]
-    return list(t.unbind(0))
+def adam_update_(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],
+                 ms: Sequence[torch.Tensor], vs: Sequence[torch.Tensor], *, lr, bc1, bc2_sqrt,
+                 betas: tuple[float, float], eps: float, weight_decay: float = 0.0) -> None:
+    """One Adam update of every θ in ``params``, in place (with its moments ``ms``, ``vs``)::
 
+        g ← g + wd·θ,   m ← β₁m + (1−β₁)g,   v ← β₂v + (1−β₂)g²,
+        θ ← θ − (α / (1−β₁ᵗ)) · m / (√v / √(1−β₂ᵗ) + ε)
 
-def _addcdiv_members(p: torch.Tensor, m: torch.Tensor, denom: torch.Tensor, rate: float,
-                     members: list[int] | None) -> None:
-    """θ ← θ − rate · m / denom, on the whole tensor (members None) or on ``members``' slabs."""
-    if members is None:
-        p.addcdiv_(m, denom, value=-rate)
-    else:
-        torch._foreach_addcdiv_([p[k] for k in members], [m[k] for k in members],
-                                [denom[k] for k in members], value=-rate)
-
-
-def _still_valid(last: tuple | None, indices: list[int], grads: list, steps: list) -> bool:
-    """Whether operands cut last step, ``last = (indices, grads, steps, operands)``, serve
-    again: the same tensors stepped, the same gradient buffers and step-count tensors."""
-    return (last is not None and last[0] == indices and same_tensors(last[1], grads)
-            and same_tensors(last[2], steps))
+    ``lr``: α, a number or a ``[K]`` tensor (member k's α_k); ``bc1`` = 1 − β₁ᵗ and
+    ``bc2_sqrt`` = √(1 − β₂ᵗ): numbers, 0-d tensors, or tensors that broadcast against θ
+    (per-element step counts after restarts). ``weight_decay``: ``torch.optim.Adam``'s (an L2
+    term in the gradient, not AdamW's). The plain form of :class:`Adam`'s update, and what the
+    compiled training step compiles."""
+    beta1, beta2 = betas
+    for p, g, m, v in zip(params, grads, ms, vs, strict=True):
+        if weight_decay:
+            g = g.add(p, alpha=weight_decay)  # torch.optim.Adam's form: one multiply-add
+        m.lerp_(g, 1 - beta1)
+        v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+        denom = v.sqrt() / bc2_sqrt + eps
+        p.sub_(per_member(lr, p) / bc1 * m / denom)
 
 
 class Adam(StackedOptimizer):
@@ -66,7 +57,9 @@ class Adam(StackedOptimizer):
 
     ``member_dim``: the tensors are stacked ensemble members ``[K, …]`` (the engine's);
     member k's update is then the same to the bit as in an ensemble of its own
-    (:func:`member_aligned`).
+    (:func:`plasticlab.optim.fused_adam.member_aligned`). ``fused``: through torch's fused
+    kernel where torch has it (:mod:`plasticlab.optim.fused_adam`); False: the plain form,
+    :func:`adam_update_` per tensor.
     """
 
     def __init__(self, params: Sequence[torch.Tensor], lr: float,
@@ -75,8 +68,7 @@ class Adam(StackedOptimizer):
         if not weight_decay >= 0:
             raise ValueError(f"Adam weight_decay must be >= 0, got {weight_decay}")
         self.params = list(params)
-        # α: a float, or member k's α_k in lr[k]; then each update runs once per distinct α,
-        # on the slabs of the members that have it (members_of)
+        # α: a float, or member k's α_k in lr[k]
         self.lr = step_sizes(lr, member_dim, "Adam")
         self.betas, self.eps = betas, eps
         # g ← g + wd·θ before the moments, as torch.optim.Adam's weight_decay (L2, not AdamW).
@@ -91,57 +83,55 @@ class Adam(StackedOptimizer):
         # units' incoming weights, a column of outgoing weights …); an element's count is the
         # minimum over them (the steps since the latest restart that covered it).
         self.restart_counts: list[list[torch.Tensor] | None] = [None] * len(self.params)
-        self.fused = fused and hasattr(torch, "_fused_adam_")
-        # Stacked ensemble parameters [K, …]: the fused kernel then runs on member-aligned
-        # pieces (member_aligned), so that a member's update does not depend on K.
+        self.fused = fused and fused_adam.available()
         self.member_dim = bool(member_dim)
-        self._member_parts: list[tuple[list, list, list]] | None = None  # (θ, m, v) pieces, from first use
-        self._last_operands: tuple | None = None
-        self._member_lr_last: tuple | None = None  # _member_lr_operands' last answer
-        self._steps_by_count: dict[int, torch.Tensor] = {}
-        # The step count handed to the α = 0 moment update after restarts (its value is unused).
-        self._unit_step = torch.ones((), device=self.params[0].device) if self.params else None
+        self.kernel = fused_adam.FusedAdam(self) if fused_adam.available() and self.params else None
+        self._lr_tensor: torch.Tensor | None = None  # the plain form's per-member α, from first use
 
     @torch.no_grad()
-    def step(self) -> None:
-        """One Adam update of every parameter from its ``.grad``."""
+    def step(self, decay: float = 0.0) -> None:
+        """One Adam update of every parameter from its ``.grad``. ``decay``: λ of a quadratic
+        penalty λθ that the training step leaves to this update (g + (wd + λ)·θ before the
+        moments, one pass fewer than adding it to ``.grad`` first, and the same numbers)."""
         active = [i for i, p in enumerate(self.params) if p.grad is not None]
+        weight_decay = self.weight_decay + decay
         if not self.fused:
             for i in active:
-                self._single_step(i, self.params[i])
+                self._plain_step(i, weight_decay)
             return
         fused = [i for i in active if self.restart_counts[i] is None]
         restarted = [i for i in active if self.restart_counts[i] is not None]
         if fused:
-            self._fused_step(fused)
+            for i in fused:
+                self.step_counts[i] += 1
+            self.kernel.step(fused, weight_decay)
         if restarted:
-            self._restarted_step(restarted)
+            self.kernel.restarted_step(restarted, weight_decay)
 
-    def _restarted_step(self, indices: list[int]) -> None:
-        # The tensors with restarted elements, all at once: the moments in one fused call (with
-        # α = 0 it leaves θ as it is; its bias correction multiplies α, so the step count it
-        # reads does not matter), then the per-element bias-corrected update as foreach ops.
-        beta1, beta2 = self.betas
-        params, grads, ms, vs, steps = self._kernel_operands(indices, [self._unit_step] * len(indices))
-        torch._fused_adam_(params, grads, ms, vs, [], steps, lr=0.0, beta1=beta1, beta2=beta2,
-                           weight_decay=self.weight_decay, eps=self.eps, amsgrad=False,
-                           maximize=False)
-        params = [self.params[i] for i in indices]
-        ms, vs = [self.exp_avg[i] for i in indices], [self.exp_avg_sq[i] for i in indices]
-        bc1, bc2_sqrt = zip(*(self._corrections(i) for i in indices), strict=True)
-        # θ ← θ − α · m / (bc1 · (√v / √bc2 + ε))
-        denom = torch._foreach_sqrt(vs)
-        torch._foreach_div_(denom, list(bc2_sqrt))
-        torch._foreach_add_(denom, self.eps)
-        torch._foreach_mul_(denom, list(bc1))
-        for rate, members in self._rates():
-            if members is None:
-                torch._foreach_addcdiv_(params, ms, denom, value=-rate)
-            else:
-                torch._foreach_addcdiv_(members_of(params, members), members_of(ms, members),
-                                        members_of(denom, members), value=-rate)
+    def _plain_step(self, i: int, weight_decay: float) -> None:
+        # The plain form, one tensor at a time: the bias corrections of its shared count, or its
+        # per-element ones after a restart.
+        if self.restart_counts[i] is None:
+            self.step_counts[i] += 1
+            t = self.step_counts[i]
+            bc1, bc2_sqrt = 1 - self.betas[0] ** t, (1 - self.betas[1] ** t) ** 0.5
+        else:
+            bc1, bc2_sqrt = self.corrections(i)
+        p = self.params[i]
+        adam_update_([p], [p.grad], [self.exp_avg[i]], [self.exp_avg_sq[i]], lr=self._rate_tensor(),
+                     bc1=bc1, bc2_sqrt=bc2_sqrt, betas=self.betas, eps=self.eps,
+                     weight_decay=weight_decay)
 
-    def _corrections(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _rate_tensor(self) -> float | torch.Tensor:
+        """α as :func:`adam_update_` takes it: the float, or the members' rates as a ``[K]`` tensor."""
+        if isinstance(self.lr, float):
+            return self.lr
+        if self._lr_tensor is None:
+            self._lr_tensor = torch.tensor(self.lr, dtype=self.params[0].dtype,
+                                           device=self.params[0].device)
+        return self._lr_tensor
+
+    def corrections(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Advance tensor i's step counts by one and return its per-element bias corrections
         (1 − β₁ᵗ, √(1 − β₂ᵗ)), broadcastable to the parameter.
 
@@ -160,115 +150,22 @@ class Adam(StackedOptimizer):
             bc2_sqrt = b2 if bc2_sqrt is None else torch.minimum(bc2_sqrt, b2)
         return bc1, bc2_sqrt
 
-    def _fused_step(self, indices: list[int]) -> None:
-        # torch's fused Adam kernel: one pass over each tensor instead of ~7 (docs/performance.md).
-        # Same update, checked against torch.optim.Adam in the tests.
-        for i in indices:
-            self.step_counts[i] += 1
-        beta1, beta2 = self.betas
-        if not isinstance(self.lr, float):
-            self._fused_member_lr_step(indices)
-            return
-        params, grads, ms, vs, steps = self._kernel_operands(indices, self._step_tensors(indices))
-        torch._fused_adam_(params, grads, ms, vs, [], steps, lr=self.lr, beta1=beta1, beta2=beta2,
-                           weight_decay=self.weight_decay, eps=self.eps, amsgrad=False,
-                           maximize=False)
+    def count_shared_step(self) -> int:
+        """Advance every tensor's step count by one for an update computed elsewhere from this
+        optimizer's state (the compiled step, :mod:`plasticlab.step.compiled`) and return the
+        new count t. The tensors must share one count and have no restarted element."""
+        if any(c is not None for c in self.restart_counts):
+            raise RuntimeError("Adam with restarted elements has per-element step counts; an "
+                               "update computed elsewhere needs one count for every tensor")
+        counts = set(self.step_counts)
+        if len(counts) != 1:
+            raise RuntimeError(f"an update computed elsewhere needs one Adam step count for every "
+                               f"tensor, got {sorted(counts)}")
+        t = counts.pop() + 1
+        self.step_counts = [t] * len(self.step_counts)
+        return t
 
-    def _fused_member_lr_step(self, indices: list[int]) -> None:
-        # One fused call per distinct α over its members' slabs: a slab is exactly the tensor
-        # the member has alone, so the kernel's vector loop and tail fall as they do there.
-        beta1, beta2 = self.betas
-        for rate, params, grads, ms, vs, steps in self._member_lr_operands(indices):
-            torch._fused_adam_(params, grads, ms, vs, [], steps, lr=rate, beta1=beta1,
-                               beta2=beta2, weight_decay=self.weight_decay, eps=self.eps,
-                               amsgrad=False, maximize=False)
-
-    def _member_lr_operands(self, indices: list[int]) -> list[tuple]:
-        """Per distinct α: (α, and the slabs of its members' θ, g, m, v and step counts)."""
-        grads = [self.params[i].grad for i in indices]
-        steps = self._step_tensors(indices)
-        last = self._member_lr_last
-        # As in _kernel_operands: the same gradient buffers and step tensors as last step
-        # (the hand-written backward's) let last step's slabs serve again.
-        if _still_valid(last, indices, grads, steps):
-            return last[3]
-        params = [self.params[i] for i in indices]
-        ms, vs = [self.exp_avg[i] for i in indices], [self.exp_avg_sq[i] for i in indices]
-        operands = [(rate, members_of(params, members), members_of(grads, members),
-                     members_of(ms, members), members_of(vs, members),
-                     [t for t in steps for _ in members]) for rate, members in lr_groups(self.lr)]
-        self._member_lr_last = (list(indices), grads, list(steps), operands)
-        return operands
-
-    def _kernel_operands(self, indices: list[int], steps: list[torch.Tensor]) -> tuple[list, ...]:
-        """The fused kernel's operand lists (θ, g, m, v, t) for tensors ``indices``, each
-        tensor cut by :func:`member_aligned` when the parameters are stacked members on the
-        CPU (the CUDA kernel computes every element alike: it has no scalar tail)."""
-        if not (self.member_dim and self.params[indices[0]].is_cpu):
-            return ([self.params[i] for i in indices], [self.params[i].grad for i in indices],
-                    [self.exp_avg[i] for i in indices], [self.exp_avg_sq[i] for i in indices], steps)
-        grads = [self.params[i].grad for i in indices]
-        last = self._last_operands
-        # The hand-written backward writes into the same gradient buffers at every step, and the
-        # step-count tensors advance in place: then last step's lists serve again as they are.
-        if _still_valid(last, indices, grads, steps):
-            return last[3]
-        if self._member_parts is None:
-            # θ, m and v live as long as the optimizer (updated in place): cut once.
-            self._member_parts = [tuple(map(member_aligned, tensors)) for tensors in
-                                  zip(self.params, self.exp_avg, self.exp_avg_sq, strict=True)]
-        params, grad_parts, ms, vs, ts = [], [], [], [], []
-        for i, g, t in zip(indices, grads, steps, strict=True):
-            p_parts, m_parts, v_parts = self._member_parts[i]
-            params += p_parts
-            grad_parts += member_aligned(g)
-            ms += m_parts
-            vs += v_parts
-            ts += [t] * len(p_parts)
-        operands = (params, grad_parts, ms, vs, ts)
-        self._last_operands = (list(indices), grads, list(steps), operands)
-        return operands
-
-    def __getstate__(self) -> dict:
-        # The pieces are views into θ, m, v and g: cut again after unpickling (a checkpoint).
-        return {**self.__dict__, "_member_parts": None, "_last_operands": None,
-                "_member_lr_last": None}
-
-    def _step_tensors(self, indices: list[int]) -> list[torch.Tensor]:
-        # The kernel reads each tensor's t from a device tensor. One tensor per distinct count
-        # (usually one for all), advanced in place from the previous step's, so a step costs
-        # one add and no host→device copy; the host counts stay the truth.
-        previous, current = self._steps_by_count, {}
-        for t in sorted({self.step_counts[i] for i in indices}):
-            tensor = previous.pop(t - 1, None)
-            current[t] = (torch.tensor(float(t), device=self.params[indices[0]].device)
-                          if tensor is None else tensor.add_(1))
-        self._steps_by_count = current
-        return [current[self.step_counts[i]] for i in indices]
-
-    def _single_step(self, i: int, p: torch.Tensor) -> None:
-        # The simple form (fused=False), one tensor at a time.
-        beta1, beta2 = self.betas
-        # g + wd·θ in one fused multiply-add, rounded as the fused kernel and addcmul_ round it
-        g = p.grad if not self.weight_decay else p.grad.add(p, alpha=self.weight_decay)
-        m, v = self.exp_avg[i], self.exp_avg_sq[i]
-        m.lerp_(g, 1 - beta1)
-        v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-        if self.restart_counts[i] is None:
-            self.step_counts[i] += 1
-            t = self.step_counts[i]
-            bc1 = 1 - beta1 ** t
-            bc2_sqrt = (1 - beta2 ** t) ** 0.5
-            denom = (v.sqrt() / bc2_sqrt).add_(self.eps)
-            for rate, members in self._rates():
-                _addcdiv_members(p, m, denom, rate / bc1, members)
-        else:
-            bc1, bc2_sqrt = self._corrections(i)
-            denom = (v.sqrt() / bc2_sqrt).add_(self.eps)
-            for rate, members in self._rates():
-                _addcdiv_members(p, m / bc1, denom, rate, members)
-
-    def _rates(self) -> list[tuple[float, list[int] | None]]:
+    def rates(self) -> list[tuple[float, list[int] | None]]:
         """(α, members) pairs: one pair (α, None = all members) for a shared step size."""
         return [(self.lr, None)] if isinstance(self.lr, float) else lr_groups(self.lr)
 
@@ -285,18 +182,6 @@ class Adam(StackedOptimizer):
                 full = torch.minimum(full, c)
             out.append(full.clone())
         return out
-
-    @torch.no_grad()
-    def take_weight_decay(self, strength: float) -> None:
-        """From now on add ``strength``·θ to every gradient inside this optimizer's own pass
-        (g + wd·θ before the moments, ``torch.optim.Adam``'s weight decay): how a quadratic
-        penalty's decay λθ rides along (:mod:`plasticlab.fast.quadratic_penalty`)."""
-        if self.weight_decay:
-            raise ValueError(f"Adam already has a weight decay ({self.weight_decay}); a penalty's "
-                             "decay cannot be added to it")
-        if not strength >= 0:
-            raise ValueError(f"weight decay must be >= 0, got {strength}")
-        self.weight_decay = float(strength)
 
     def reset(self, index: int, mask: torch.Tensor, restart_count: bool = True) -> None:
         """Restart Adam for the elements of parameter ``index`` where ``mask`` is true.
@@ -347,5 +232,6 @@ class Adam(StackedOptimizer):
             dst.copy_(src)
         self.restart_counts = [None if c is None else [t.clone() for t in c]
                                for c in state["restart_counts"]]
-        self._steps_by_count = {}
-        self._member_lr_last = None
+        self._lr_tensor = None
+        if self.kernel is not None:
+            self.kernel.forget()

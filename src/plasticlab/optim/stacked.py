@@ -38,6 +38,14 @@ def lr_groups(lr: float | list[float]) -> list[tuple[float, list[int]]]:
     return list(groups.items())
 
 
+def per_member(values, like: torch.Tensor):
+    """``values`` shaped to broadcast against a stacked ``[K, …]`` tensor ``like``: a ``[K]``
+    tensor (one value per member) as ``[K, 1, …]``; a number or 0-d tensor as it is."""
+    if isinstance(values, torch.Tensor) and values.dim() == 1:
+        return values.view(-1, *([1] * (like.dim() - 1)))
+    return values
+
+
 def members_of(tensors: Sequence[torch.Tensor], members: Sequence[int]) -> list[torch.Tensor]:
     """Member ``k``'s slab ``t[k]`` of every stacked tensor, for every k in ``members``: views
     that an in-place update writes through. A member's slab is what its tensors are when it runs
@@ -46,9 +54,18 @@ def members_of(tensors: Sequence[torch.Tensor], members: Sequence[int]) -> list[
 
 
 class StackedOptimizer:
-    """Base of plasticlab's optimizers: ``params`` is the list of tensors they update."""
+    """Base of plasticlab's optimizers: ``params`` is the list of tensors they update, ``lr``
+    their step size (a float, or one per member)."""
 
     params: list[torch.Tensor]
+    lr: float | list[float]
+
+    def member_rates(self) -> torch.Tensor:
+        """Each member's step size α_k as a ``[K]`` tensor on the parameters' device (stacked
+        members; a shared α repeated)."""
+        first = self.params[0]
+        rates = [self.lr] * first.shape[0] if isinstance(self.lr, float) else self.lr
+        return torch.tensor(rates, dtype=first.dtype, device=first.device)
 
     def zero_grad(self) -> None:
         """Drop every parameter's gradient."""

@@ -1,0 +1,181 @@
+"""Fast path: the whole training step as one function under ``torch.compile``.
+
+One step of the paper's MLP whose method adds nothing but penalties toward fixed targets (the
+Baseline, L2, L2 Init, L1 Init, Huber Init, or members of those in one ensemble) is, per
+member k::
+
+    z = MLP_θ(x);  g = ∇_θ mean_b CE(z, y)        (:func:`plasticlab.step.mlp_backprop.mlp_gradients`)
+    g ← g + λ_k ρ'(θ − target)                       (:func:`plasticlab.regularizers.add_penalty_gradient_`)
+    the update                                       (:func:`plasticlab.optim.adam.adam_update_`,
+                                                      :func:`plasticlab.optim.sgd.sgd_update_`)
+
+:class:`CompiledStep` calls those same functions — the ones the eager step and the
+optimizers' plain forms call — in one function and hands it to ``torch.compile``: on the CPU,
+inductor fuses the penalty, Adam and the elementwise work of the backward into a few loops; on
+CUDA it runs with ``mode="reduce-overhead"`` (the step replayed as a CUDA graph: one launch
+instead of dozens of small kernels). It updates the very tensors the eager step updates — the
+network's parameters, :class:`plasticlab.optim.Adam`'s moments and step counts — so eager and
+compiled steps can alternate (the engine takes the eager step where a measurement needs the
+task gradient) and checkpoints are the same.
+
+Plain form: the eager step (:class:`~plasticlab.step.mlp_backprop.ManualBackprop`, the
+penalties' ``add_grad_``, the optimizer's ``step``, whose default forms are torch's fused
+kernels). Compilation reorders and fuses floating-point work, so the two agree up to rounding,
+not to the bit; member k of a compiled ensemble is still seed k compiled alone
+(``tests/test_compiled_step.py`` states both tolerances).
+
+Applies (:func:`applies`): asked for (the engine's ``compile=True``, ``--compile``), outside
+:func:`plasticlab.fast.plain_forms`, with the hand-written MLP backward, a method that declares
+no hook and no gradient transform of its own and whose penalties are all
+:class:`~plasticlab.regularizers.TargetPenalty` (:meth:`plasticlab.methods.Method.needs`), and
+:class:`plasticlab.optim.Adam` with no restarted elements or :class:`plasticlab.optim.SGD`.
+Elsewhere the engine takes the eager step and the run's manifest says so.
+
+Compile time is paid once per ensemble shape and process; inductor's on-disk cache
+(``TORCHINDUCTOR_CACHE_DIR``, by default under the system's temporary directory) serves later
+processes — the tasks of a run, the runs of a sweep and its workers — with the compiled code
+(``benchmarks/compiled_step.py`` measures both). Whether it is faster is measured, not
+assumed: docs/performance.md gives the figures, and ``compile`` is off by default.
+Test: ``tests/test_compiled_step.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from ..fast import enabled
+from ..optim import SGD, Adam
+from ..optim.adam import adam_update_
+from ..optim.sgd import sgd_update_
+from ..regularizers import HuberInit, TargetPenalty, add_penalty_gradient_
+from .chain import Chain
+from .mlp_backprop import ManualBackprop, minus_ones, mlp_gradients
+
+RECOMPILE_LIMIT = 64
+"""The most ensemble shapes and method structures one process compiles the step for."""
+
+
+def applies(hand: ManualBackprop | None, chain: Chain) -> bool:
+    """Whether :class:`CompiledStep` computes this step: the hand-written MLP backward (``hand``
+    not None), a method whose declared needs (``chain.needs``) are penalties toward fixed targets
+    alone, and :class:`plasticlab.optim.Adam` (no restarted elements) or
+    :class:`plasticlab.optim.SGD`; outside :func:`plasticlab.fast.plain_forms`."""
+    needs, optimizer = chain.needs, chain.optimizer
+    if (not enabled() or hand is None or needs.per_step_hooks or needs.features
+            or needs.gradient_hook or needs.task_end
+            or not all(isinstance(reg, TargetPenalty) for reg in chain.penalties)):
+        return False
+    if type(optimizer) is Adam:
+        return all(c is None for c in optimizer.restart_counts)
+    return type(optimizer) is SGD
+
+
+class CompiledStep:
+    """The compiled training step of one ensemble: ``step(x, y, correct)`` trains every member
+    on its batch (``x`` ``[K, B, in]``, ``y`` ``[K, B]``) and adds each member's number of
+    correct predictions to ``correct`` ``[K]``, as the eager step does."""
+
+    def __init__(self, net, chain: Chain, device: torch.device):
+        if not applies(ManualBackprop(net), chain):
+            raise ValueError(f"the compiled step does not compute method {chain.method.name!r} "
+                             f"with {type(chain.optimizer).__name__} (plasticlab.step.compiled.applies)")
+        layers = [b.affine for b in net.blocks]
+        self.params = [p for layer in layers for p in (layer.weight, layer.bias)]
+        self.optimizer = optimizer = chain.optimizer
+        self.adam = type(optimizer) is Adam
+        if [id(p) for p in optimizer.params] != [id(p) for p in self.params]:
+            raise ValueError("the compiled step needs the optimizer to hold exactly the MLP's "
+                             "weights and biases, in order")
+        self.lr = optimizer.member_rates()
+        # per penalty: the regularizer (λ per member, ρ') and each parameter's target (None: 0,
+        # False: not regularized)
+        self.penalties = []
+        for reg in chain.penalties:
+            targets = dict(zip(map(id, reg.params), reg.targets(), strict=True))
+            self.penalties.append((reg, [targets.get(id(p), False) for p in self.params]))
+        self.weight_decay = getattr(optimizer, "weight_decay", 0.0) + chain.decay
+        self.device = torch.device(device)
+        # Adam's step count t as a device scalar (float32, like torch.optim.Adam's step tensors:
+        # inductor in torch 2.13 loses the in-place update of a float64 0-d input), kept equal
+        # to the optimizer's count; _t_value: its value, on the host
+        self.t = torch.zeros((), dtype=torch.float32, device=self.device)
+        self._t_value = 0
+        self._minus_one: torch.Tensor | None = None
+        self._step = self._build()
+        self._compiled = False  # the first call compiles
+
+    def _build(self) -> Callable:
+        penalties, adam, weight_decay = self.penalties, self.adam, self.weight_decay
+        betas = getattr(self.optimizer, "betas", None)
+        eps = getattr(self.optimizer, "eps", None)
+
+        def step(x, y, minus_one, params, ms, vs, lr, t):
+            logits, _, grads = mlp_gradients(x, y, params[0::2], params[1::2], minus_one)
+            hits = (logits.argmax(-1) == y).sum(1)
+            for reg, targets in penalties:
+                for g, p, target in zip(grads, params, targets, strict=True):
+                    if target is not False:
+                        add_penalty_gradient_(g, p, target, reg.strength_for(p), reg.rho_grad)
+            if adam:
+                # the step count t on the device, so its value does not change the graph; the
+                # bias corrections 1 − βᵗ in double, as torch's fused kernel computes them
+                t.add_(1)
+                t64 = t.to(torch.float64)
+                adam_update_(params, grads, ms, vs, lr=lr, bc1=1 - betas[0] ** t64,
+                             bc2_sqrt=torch.sqrt(1 - betas[1] ** t64), betas=betas, eps=eps,
+                             weight_decay=weight_decay)
+            else:
+                sgd_update_(params, grads, lr)
+            return hits
+
+        if self.device.type == "cuda":
+            # CUDA graphs replay the step on fixed addresses: the state it updates or reads
+            # must stay where it is (a mutated input that is not static would make inductor
+            # skip the graph); the batch is copied into the graph's own input buffers
+            for tensor in [*self.params, *self._state(), self.lr, self.t,
+                           *(r.strength for r, _ in penalties),
+                           *(r.delta for r, _ in penalties if isinstance(r, HuberInit)),
+                           *(t for _, ts in penalties for t in ts if isinstance(t, torch.Tensor))]:
+                torch._dynamo.mark_static_address(tensor)
+            return torch.compile(step, dynamic=False, mode="reduce-overhead")
+        return torch.compile(step, dynamic=False)
+
+    def _state(self) -> list[torch.Tensor]:
+        opt = self.optimizer
+        return [*opt.exp_avg, *opt.exp_avg_sq] if self.adam else []
+
+    @torch.no_grad()
+    def __call__(self, x: torch.Tensor, y: torch.Tensor, correct: torch.Tensor) -> None:
+        if self._compiled:
+            self._call(x, y, correct)
+            return
+        # The first call compiles. Every CompiledStep shares one function, whose graphs dynamo
+        # keeps together (so a process compiles each ensemble shape once and reuses it), up to
+        # a recompile limit (8) past which it would silently run the function eagerly: raise
+        # the limit for this compile, and fail rather than fall back.
+        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT,
+                                        fail_on_recompile_limit_hit=True):
+            self._call(x, y, correct)
+        self._compiled = True
+
+    def _call(self, x: torch.Tensor, y: torch.Tensor, correct: torch.Tensor) -> None:
+        if self._minus_one is None or self._minus_one.shape[:2] != y.shape:
+            self._minus_one = minus_ones(y, self.params[0].dtype)
+            if self.device.type == "cuda":
+                torch._dynamo.mark_static_address(self._minus_one)
+        if self.adam:
+            count = self.optimizer.count_shared_step()  # the update below is its step t + 1
+            if count - 1 != self._t_value:  # eager steps ran in between, or a resume
+                self.t.fill_(count - 1)
+            self._t_value = count
+            hits = self._step(x, y, self._minus_one, self.params, self.optimizer.exp_avg,
+                              self.optimizer.exp_avg_sq, self.lr, self.t)
+        else:
+            hits = self._step(x, y, self._minus_one, self.params, [], [], self.lr, self.t)
+        # read before the next call: a CUDA graph's outputs live in buffers the next replay reuses
+        correct.add_(hits)
+
+
+__all__ = ["CompiledStep", "applies"]
