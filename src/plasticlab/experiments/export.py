@@ -18,12 +18,10 @@ store.
 
 from __future__ import annotations
 
-import csv
 import gzip
 import io
 import json
-import os
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from pathlib import Path
 
 from .orchestrate import SELECTION_FILE
@@ -202,33 +200,3 @@ def read_results(directory: str | Path, run_ids: Collection[str] | None = None
                      "give the --out directory of a `plasticlab run` or `plasticlab sweep`, or a "
                      "study's folder under docs/reproduction")
 
-
-def _cell(value) -> object:
-    """A CSV cell: lists and dicts as JSON text, so the file parses back unambiguously."""
-    return json.dumps(value) if isinstance(value, list | dict) else value
-
-
-def write_runs_csv(runs: Sequence[dict], path: str | Path) -> Path:
-    """One row per run — ``run_id``, ``status``, ``seed``, the config flattened (``params`` as
-    ``param.<name>``, other nested dicts dotted), the summary metrics, ``code`` — written with
-    the standard library's csv module (no pandas needed), atomically."""
-    from .store import _flatten_config
-
-    records, columns = [], {"run_id": None, "status": None, "seed": None}
-    for run in runs:
-        row = {"run_id": run["run_id"], "status": run["status"], "seed": run["seed"]}
-        row |= _flatten_config(run["config"])
-        for key, value in (run.get("summary") or {}).items():
-            row[key if key not in row else f"summary.{key}"] = value
-        row["code"] = run.get("code")
-        columns.update(dict.fromkeys(row))
-        records.append(row)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=list(columns))
-        writer.writeheader()
-        writer.writerows({k: _cell(v) for k, v in r.items()} for r in records)
-    os.replace(tmp, path)
-    return path

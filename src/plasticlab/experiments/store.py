@@ -4,6 +4,10 @@
 manifest, status, summary and per-task metrics. There is no server; the standard library's
 ``sqlite3`` is the only dependency (pandas only for the DataFrame/CSV exports).
 
+This module holds the store's lifecycle of runs and its queries; the tables, their version and
+migration live in :mod:`~plasticlab.experiments.schema`, and how runs become DataFrame and CSV
+rows in :mod:`~plasticlab.experiments.run_tables`.
+
 Guarantees, and why they hold:
 
 - **Nothing half-recorded.** A run's metrics, its summary and its status ``'finished'`` are
@@ -43,7 +47,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from plasticlab.experiments.manifest import utc_now
+from .manifest import utc_now
+from .run_tables import import_pandas, runs_frame, tasks_frame, write_frame_csv
+from .schema import SCHEMA_VERSION, STATUSES, dumps, json_default, loads, prepare
 
 if TYPE_CHECKING:  # pandas is optional: imported lazily where it is needed.
     import pandas
@@ -53,85 +59,6 @@ __all__ = ["DB_NAME", "SCHEMA_VERSION", "ResultStore", "SchemaVersionError", "St
 #: File name of the database inside an output directory.
 DB_NAME = "results.sqlite"
 
-#: Version of the schema this code writes. Bump it (and add a migration in
-#: ``ResultStore._init_schema``) whenever a table or column changes meaning.
-SCHEMA_VERSION = 2
-
-#: The states an attempt (and so a run) can be in. 'interrupted': stopped by a signal or a
-#: kill; its checkpoint (if any) resumes it.
-STATUSES = ("running", "finished", "failed", "interrupted")
-
-# Executed one by one inside a single transaction (not with executescript, which commits
-# first), so a store is either fully initialised or not at all.
-_SCHEMA = (
-    """
-    CREATE TABLE IF NOT EXISTS schema_version (
-        version INTEGER NOT NULL
-    )
-    """,
-    # One row per run: its identity. Its results live in its attempts.
-    """
-    CREATE TABLE IF NOT EXISTS runs (
-        run_id TEXT PRIMARY KEY,
-        config TEXT NOT NULL,  -- JSON
-        seed   INTEGER
-    )
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS attempts (
-        attempt  INTEGER PRIMARY KEY AUTOINCREMENT,
-        run_id   TEXT NOT NULL REFERENCES runs (run_id),
-        status   TEXT NOT NULL
-                 CHECK (status IN ('running', 'finished', 'failed', 'interrupted')),
-        code     TEXT,           -- what trained it: git commit or plasticlab version
-        manifest TEXT NOT NULL,  -- JSON
-        summary  TEXT,           -- JSON, set by finish_run
-        error    TEXT            -- traceback or reason, set by fail_run / interrupt_run
-    )
-    """,
-    "CREATE INDEX IF NOT EXISTS attempts_by_run ON attempts (run_id, status)",
-    # value is JSON text so a metric can be a float or a list of floats (srank per layer).
-    """
-    CREATE TABLE IF NOT EXISTS task_metrics (
-        attempt INTEGER NOT NULL REFERENCES attempts (attempt) ON DELETE CASCADE,
-        task    INTEGER NOT NULL CHECK (task >= 0),
-        metric  TEXT NOT NULL,
-        value   TEXT NOT NULL,
-        PRIMARY KEY (attempt, metric, task)
-    ) WITHOUT ROWID
-    """,
-    # The attempt that counts for each run: its newest finished one, else its newest.
-    """
-    CREATE VIEW IF NOT EXISTS counting AS
-    SELECT r.rowid AS run_order, r.run_id, r.config, r.seed, a.attempt, a.status, a.code,
-           a.manifest, a.summary, a.error,
-           (SELECT COUNT(*) FROM attempts WHERE run_id = r.run_id) AS attempts
-    FROM runs AS r JOIN attempts AS a ON a.attempt = COALESCE(
-        (SELECT MAX(attempt) FROM attempts WHERE run_id = r.run_id AND status = 'finished'),
-        (SELECT MAX(attempt) FROM attempts WHERE run_id = r.run_id))
-    """,
-)
-
-# Schema 1 kept one row per run (status, manifest, summary, error in it) and metrics by run.
-_MIGRATE_1_TO_2 = (
-    "ALTER TABLE runs RENAME TO runs_v1",
-    "ALTER TABLE task_metrics RENAME TO task_metrics_v1",
-    "DROP INDEX IF EXISTS runs_by_status",
-    *_SCHEMA[1:],
-    "INSERT INTO runs (rowid, run_id, config, seed) SELECT rowid, run_id, config, seed FROM runs_v1",
-    """
-    INSERT INTO attempts (attempt, run_id, status, code, manifest, summary, error)
-    SELECT rowid, run_id, status, NULL, manifest, summary, error FROM runs_v1
-    """,
-    """
-    INSERT INTO task_metrics (attempt, task, metric, value)
-    SELECT r.rowid, m.task, m.metric, m.value FROM task_metrics_v1 AS m JOIN runs_v1 AS r USING (run_id)
-    """,
-    "DROP TABLE task_metrics_v1",
-    "DROP TABLE runs_v1",
-    "UPDATE schema_version SET version = 2",
-)
-
 
 class StoreError(ValueError):
     """A results store that cannot be used; the message names the file and what to do."""
@@ -139,26 +66,6 @@ class StoreError(ValueError):
 
 class SchemaVersionError(StoreError):
     """The database was written with a schema this version of plasticlab does not know."""
-
-
-def _json_default(obj: Any) -> Any:
-    """Encode numpy scalars/arrays and torch tensors as plain numbers and lists.
-
-    Metrics computed on tensors come back as numpy or torch values; accepting them here spares
-    every caller a conversion, and ``tolist()`` is exact (float32 -> Python float is exact).
-    """
-    tolist = getattr(obj, "tolist", None)
-    if callable(tolist):
-        return tolist()
-    raise TypeError(
-        f"object of type {type(obj).__name__} is not JSON serializable "
-        "(results, configs and manifests must be plain numbers, strings, lists and dicts)"
-    )
-
-
-def _dumps(obj: Any) -> str:
-    """JSON text for storage. NaN/inf are allowed: a diverged run's loss is a real result."""
-    return json.dumps(obj, default=_json_default, allow_nan=True)
 
 
 def _canonical_json(obj: Any) -> str:
@@ -173,46 +80,8 @@ def _canonical_json(obj: Any) -> str:
         separators=(",", ":"),
         ensure_ascii=True,
         allow_nan=True,
-        default=_json_default,
+        default=json_default,
     )
-
-
-def _loads(text: str | None) -> Any:
-    """Decode stored JSON text; None stays None."""
-    return None if text is None else json.loads(text)
-
-
-def _flatten_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Config keys as flat DataFrame columns: ``params`` -> ``param.<name>``, dicts dotted.
-
-    ``seed`` is dropped: the store's own seed column is authoritative.
-    """
-    flat: dict[str, Any] = {}
-
-    def walk(prefix: str, value: Any) -> None:
-        if isinstance(value, Mapping):
-            for key, sub in value.items():
-                walk(f"{prefix}.{key}", sub)
-        else:
-            flat[prefix] = value
-
-    for key, value in config.items():
-        if key == "seed":
-            continue
-        walk("param" if key == "params" else str(key), value)
-    return flat
-
-
-def _import_pandas() -> Any:
-    """Import pandas, or fail with a message saying what needs it and how to get it."""
-    try:
-        import pandas
-    except ImportError as exc:  # pragma: no cover - pandas is installed in the test env
-        raise ImportError(
-            "pandas is required to export results (ResultStore.to_dataframe / export_csv); "
-            "install it with `pip install pandas`"
-        ) from exc
-    return pandas
 
 
 class ResultStore:
@@ -304,18 +173,8 @@ class ResultStore:
         """Create the schema on a new database; check the version of an existing one and
         migrate an older one in place (one transaction: all of it or none)."""
         with self._transaction() as db:
-            exists = db.execute("SELECT name FROM sqlite_master WHERE name = 'schema_version'").fetchone()
-            version = db.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] if exists else None
-            if version is None:
-                for statement in _SCHEMA:
-                    db.execute(statement)
-                db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
-                return
-            if version == 1:
-                for statement in _MIGRATE_1_TO_2:
-                    db.execute(statement)
-                return
-        if version > SCHEMA_VERSION:
+            version = prepare(db)
+        if version is not None and version > SCHEMA_VERSION:
             raise SchemaVersionError(
                 f"{self.path} was written by a newer plasticlab (schema version {version}; "
                 f"this plasticlab reads up to version {SCHEMA_VERSION}). Upgrade plasticlab "
@@ -374,12 +233,12 @@ class ResultStore:
         seed = manifest.get("seed", config.get("seed"))
         with self._transaction() as db:
             db.execute("INSERT INTO runs (run_id, config, seed) VALUES (?, ?, ?) ON CONFLICT (run_id) "
-                       "DO NOTHING", (run_id, _dumps(config), None if seed is None else int(seed)))
+                       "DO NOTHING", (run_id, dumps(config), None if seed is None else int(seed)))
             db.execute("UPDATE attempts SET status = 'interrupted', error = ? WHERE run_id = ? AND "
                        "status = 'running'", ("the process training it stopped (killed?) before it "
                                               "finished; a later attempt took over", run_id))
             cursor = db.execute("INSERT INTO attempts (run_id, status, code, manifest) VALUES "
-                                "(?, 'running', ?, ?)", (run_id, code, _dumps(manifest)))
+                                "(?, 'running', ?, ?)", (run_id, code, dumps(manifest)))
             return int(cursor.lastrowid)
 
     def _attempt(self, db: sqlite3.Connection, run_id: str, attempt: int | None) -> tuple[int, dict]:
@@ -421,8 +280,8 @@ class ResultStore:
                     f"not {type(values).__name__}"
                 )
             values = values.tolist() if hasattr(values, "tolist") else values
-            rows.extend((task, str(metric), _dumps(v)) for task, v in enumerate(values))
-        summary_text = _dumps(summary)
+            rows.extend((task, str(metric), dumps(v)) for task, v in enumerate(values))
+        summary_text = dumps(summary)
         update = dict(manifest_update or {})
 
         with self._transaction() as db:
@@ -439,7 +298,7 @@ class ResultStore:
             db.execute(
                 "UPDATE attempts SET status = 'finished', summary = ?, manifest = ?, error = NULL "
                 "WHERE attempt = ?",
-                (summary_text, _dumps(manifest), number),
+                (summary_text, dumps(manifest), number),
             )
 
     def fail_run(self, run_id: str, error: str, attempt: int | None = None) -> None:
@@ -464,7 +323,7 @@ class ResultStore:
             manifest["end_time"] = utc_now()
             db.execute("DELETE FROM task_metrics WHERE attempt = ?", (number,))
             db.execute("UPDATE attempts SET status = ?, error = ?, summary = NULL, manifest = ? "
-                       "WHERE attempt = ?", (status, str(error), _dumps(manifest), number))
+                       "WHERE attempt = ?", (status, str(error), dumps(manifest), number))
 
     # -- reading -------------------------------------------------------------------------
 
@@ -561,68 +420,25 @@ class ResultStore:
         ``run_id, seed, problem, method, task, metric, value``; ``value`` is a float or,
         for a list-valued metric such as srank per layer, a list.
         """
-        pd = _import_pandas()
+        pd = import_pandas()
         if kind == "runs":
-            return self._runs_frame(pd)
+            return runs_frame(pd, self.runs())
         if kind == "tasks":
-            return self._tasks_frame(pd)
+            return tasks_frame(pd, self._task_metric_rows())
         raise ValueError(f"kind must be 'runs' or 'tasks', not {kind!r}")
 
-    def _runs_frame(self, pd: Any) -> pandas.DataFrame:
-        """One row per run; see :meth:`to_dataframe`."""
-        head = ["run_id", "status", "seed"]
-        tail = ["start_time", "end_time", "error"]
-        records: list[dict[str, Any]] = []
-        config_cols: dict[str, None] = {}  # ordered sets: first-seen column order
-        summary_cols: dict[str, None] = {}
-        runs = self.runs()
-        for run in runs:
-            config_cols.update(dict.fromkeys(_flatten_config(run["config"])))
-        taken = set(head) | set(tail) | set(config_cols)
-        for run in runs:
-            record: dict[str, Any] = {"run_id": run["run_id"], "status": run["status"]}
-            record["seed"] = run["seed"]
-            record.update(_flatten_config(run["config"]))
-            for key, value in (run["summary"] or {}).items():
-                col = f"summary.{key}" if key in taken else str(key)
-                summary_cols[col] = None
-                record[col] = value
-            record["start_time"] = run["manifest"].get("start_time")
-            record["end_time"] = run["manifest"].get("end_time")
-            record["error"] = run["error"]
-            records.append(record)
-        columns = head + list(config_cols) + list(summary_cols) + tail
-        return pd.DataFrame.from_records(records, columns=columns)
-
-    def _tasks_frame(self, pd: Any) -> pandas.DataFrame:
-        """Long format per-task metrics; see :meth:`to_dataframe`."""
-        columns = ["run_id", "seed", "problem", "method", "task", "metric", "value"]
+    def _task_metric_rows(self) -> list[tuple]:
+        """Every metric of every run's counting attempt as ``(run_id, seed, config, task,
+        metric, value)`` (config and value as JSON text), in run order, then by metric and
+        task."""
         # One query, so the frame is one consistent snapshot even while a writer commits.
-        rows = self._db.execute(
+        return self._db.execute(
             """
             SELECT c.run_id, c.seed, c.config, m.task, m.metric, m.value
             FROM task_metrics AS m JOIN counting AS c USING (attempt)
             ORDER BY c.run_order, m.metric, m.task
             """
         ).fetchall()
-        configs: dict[str, dict] = {}
-        records = []
-        for run_id, seed, config_text, task, metric, value in rows:
-            config = configs.get(run_id)
-            if config is None:
-                config = configs[run_id] = json.loads(config_text)
-            records.append(
-                (
-                    run_id,
-                    seed,
-                    config.get("problem"),
-                    config.get("method"),
-                    task,
-                    metric,
-                    json.loads(value),
-                )
-            )
-        return pd.DataFrame.from_records(records, columns=columns)
 
     def export_csv(self, path: str | os.PathLike, kind: str = "runs") -> Path:
         """Write :meth:`to_dataframe` (``kind``) to a CSV file; returns its path.
@@ -631,28 +447,12 @@ class ResultStore:
         unambiguously. The file is written to a temporary name and renamed, so a reader
         never sees a half-written CSV.
         """
-        frame = self.to_dataframe(kind)
-        for col in frame.columns:
-            if frame[col].dtype == object:
-                frame[col] = frame[col].map(_csv_cell)
-        out = Path(path)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp")
-        frame.to_csv(tmp, index=False)
-        os.replace(tmp, out)
-        return out
+        return write_frame_csv(self.to_dataframe(kind), path)
 
 
 def _run_row(row: tuple) -> dict:
     """A run (or attempt) row of the database as the dict :meth:`ResultStore.runs` returns."""
     run_id, status, config, seed, manifest, summary, error, attempt, attempts, code = row
     return {"run_id": run_id, "status": status, "config": json.loads(config), "seed": seed,
-            "manifest": json.loads(manifest), "summary": _loads(summary), "error": error,
+            "manifest": json.loads(manifest), "summary": loads(summary), "error": error,
             "attempt": attempt, "attempts": attempts, "code": code}
-
-
-def _csv_cell(value: Any) -> Any:
-    """A DataFrame cell as CSV wants it: containers as JSON text, everything else as is."""
-    if isinstance(value, (list, tuple, dict)):
-        return _dumps(value)
-    return value

@@ -98,7 +98,8 @@ def build_report(directory: str | Path, out: str | Path | None = None, *,
 def _export_runs(directory, path: Path) -> str:
     """Write every run as CSV (from the store, or from a compact export); the header line
     saying so."""
-    from ..experiments.export import EXPORT_NAME, read_export, write_runs_csv
+    from ..experiments.export import EXPORT_NAME, read_export
+    from ..experiments.run_tables import write_runs_csv
     from ..experiments.store import DB_NAME, ResultStore
 
     if (Path(directory) / DB_NAME).is_file():
