@@ -349,12 +349,12 @@ def test_an_interrupted_run_keeps_the_earlier_results_and_resumes_from_its_check
 
 def test_a_corrupt_checkpoint_is_a_one_line_error_naming_the_file(data_dir, tmp_path, capsys):
     from plasticlab.experiments.config import resolve_config
-    from plasticlab.experiments.runner import checkpoint_path
+    from plasticlab.experiments.recording import checkpoint_path
     from plasticlab.run_config import Members
 
     config = resolve_config({"problem": "permuted_mnist", "method": "baseline", "tasks": 2,
                              "steps_per_task": 10, "problem_params": {"examples_per_task": 160}})
-    path = checkpoint_path(tmp_path, Members(config, [0]))
+    path = checkpoint_path(tmp_path, Members.from_config(config, [0]))
     path.parent.mkdir(parents=True)
     path.write_bytes(b"\x80\x04garbage")
     assert main(["run", *TINY, "--method", "baseline", "--data-dir", str(data_dir),

@@ -15,7 +15,8 @@ from plasticlab.experiments.manifest import (
     trained_by,
     trained_by_text,
 )
-from plasticlab.experiments.runner import fill_unrecorded_code
+from plasticlab.experiments.recording import fill_unrecorded_code
+from plasticlab.run_config import Members
 
 SMALL = {"problem": "permuted_mnist", "method": "l2_init", "tasks": 3, "steps_per_task": 20,
          "problem_params": {"examples_per_task": 320}}
@@ -37,23 +38,25 @@ def interrupted(data_dir, tmp_path):
     cfg = resolve_config(SMALL)
     path = tmp_path / "run.ckpt"
     with pytest.raises(Crash):
-        train_ensemble(cfg, [0, 1], data_dir=data_dir, checkpoint=path, measure=False,
+        train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, checkpoint=path, measure=False,
                        sitting={"code": OLD}, on_task_end=crash_after_first_task)
     return cfg, path
 
 
 def test_an_ensemble_trained_in_one_go_has_one_sitting(data_dir):
-    result = train_ensemble(resolve_config(SMALL), [0], data_dir=data_dir, measure=False,
+    result = train_ensemble(Members.from_config(resolve_config(SMALL), [0]), data_dir=data_dir, measure=False,
                             sitting={"code": NEW, "device": "cpu"})
     assert result.extra["sittings"] == [{"from_task": 0, "code": NEW, "device": "cpu"}]
 
 
 def test_a_resumed_ensemble_lists_each_sitting_with_the_first_task_it_trained(data_dir, interrupted):
     cfg, path = interrupted
-    resumed = train_ensemble(cfg, [0, 1], data_dir=data_dir, checkpoint=path, measure=False,
+    resumed = train_ensemble(Members.from_config(cfg, [0, 1]),
+                             data_dir=data_dir, checkpoint=path, measure=False,
                              sitting={"code": NEW})
     assert resumed.extra["sittings"] == [{"from_task": 0, "code": OLD}, {"from_task": 1, "code": NEW}]
-    whole = train_ensemble(cfg, [0, 1], data_dir=data_dir, measure=False, sitting={"code": NEW})
+    whole = train_ensemble(Members.from_config(cfg, [0, 1]),
+                           data_dir=data_dir, measure=False, sitting={"code": NEW})
     for a, b in zip(whole.members, resumed.members, strict=True):  # the record changes nothing else
         assert a.task_online_accuracy == b.task_online_accuracy
 
@@ -62,7 +65,7 @@ def test_a_sitting_that_a_checkpoint_could_not_load_back_is_refused_before_train
     import torch
 
     with pytest.raises(TypeError, match=r"sitting\['torch'\].*str\(torch.__version__\)"):
-        train_ensemble(resolve_config(SMALL), [0], data_dir=data_dir,
+        train_ensemble(Members.from_config(resolve_config(SMALL), [0]), data_dir=data_dir,
                        sitting={"torch": torch.__version__})
 
 
@@ -73,7 +76,8 @@ def test_a_checkpoint_from_before_sittings_were_recorded_leaves_its_tasks_unattr
     state = ckpt.load(path, fingerprint, "cpu")
     del state["sittings"]  # as the checkpoints written before them
     ckpt.save(path, fingerprint, state)
-    resumed = train_ensemble(cfg, [0, 1], data_dir=data_dir, checkpoint=path, measure=False,
+    resumed = train_ensemble(Members.from_config(cfg, [0, 1]),
+                             data_dir=data_dir, checkpoint=path, measure=False,
                              sitting={"code": NEW})
     assert resumed.extra["sittings"] == [{"from_task": 0}, {"from_task": 1, "code": NEW}]
 
@@ -158,7 +162,7 @@ SMALL_SWEEP = ('name = "two-codes"\nproblem = "permuted_mnist"\nmethod = "l2_ini
 
 def sweep_plan(out):
     """The plan a sweep of SMALL_SWEEP makes in ``out``: one ensemble."""
-    from plasticlab.cli_sweep import tomllib
+    from plasticlab.cli.common import tomllib
     from plasticlab.experiments.orchestrate import plan
     from plasticlab.experiments.sweep import expand
 
@@ -170,21 +174,21 @@ def sweep_plan(out):
 def checkpoint_first_task_as_old_code(p, out, data_dir):
     """Train the first task of ``p``'s ensemble as a sitting of code OLD, leaving the checkpoint
     a sweep resumes; return its path."""
-    from plasticlab.experiments.runner import checkpoint_path
+    from plasticlab.experiments.recording import checkpoint_path
 
     (ensemble,) = p.ensembles
     m = ensemble.members
     path = checkpoint_path(out, m, kind="ensemble")
     with pytest.raises(Crash):
-        train_ensemble(m.config, m.seeds, m.params, member_lr=m.lr, member_methods=m.methods,
+        train_ensemble(Members.from_config(m.config, m.seeds, params=m.params, lr=m.lr, methods=m.methods),
                        data_dir=data_dir, sitting={"code": OLD}, checkpoint=path,
                        on_task_end=crash_after_first_task)
     return path
 
 
 def test_a_sweep_and_status_name_an_ensemble_whose_checkpoint_other_code_trained(data_dir, tmp_path):
-    from plasticlab.cli_sweep import ensemble_progress
     from plasticlab.experiments.orchestrate import resumed_by_other_code
+    from plasticlab.experiments.progress import ensemble_progress
 
     p = sweep_plan(tmp_path)
     assert resumed_by_other_code(tmp_path, p) == []  # nothing to resume

@@ -45,7 +45,7 @@ from ..engine import EnsembleResult, train_ensemble
 from ..run_config import Members, OfMembers
 from .lifecycle import StopRequested, check_stop, signal_name, worker_init
 from .manifest import code_identity, utc_now
-from .runner import checkpoint_path, progress_bar, record_result, record_start
+from .recording import checkpoint_path, progress_bar, record_result, record_start
 from .store import ResultStore
 
 EXECUTORS = ("inline", "local", "ray")
@@ -88,7 +88,7 @@ def train_job(job: Job, data_dir=None, device: str = "cpu", position: int = 0,
 
     try:
         m = job.members
-        return train_ensemble(m.config, m.seeds, m.params, member_lr=m.lr, member_methods=m.methods,
+        return train_ensemble(m,
                               data_dir=data_dir,
                               device=device, on_task_end=on_task_end, on_steps=bar.update,
                               sitting=this_sitting(device), **job.options)

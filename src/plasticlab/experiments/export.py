@@ -25,7 +25,7 @@ from collections.abc import Collection
 from pathlib import Path
 
 from .orchestrate import SELECTION_FILE
-from .runner import STEP_PREFIX
+from .recording import STEP_PREFIX
 from .store import DB_NAME, ResultStore
 from .sweep import consecutive_pieces
 

@@ -119,7 +119,7 @@ def planned_ensembles(stored_plan: dict, entries: Sequence[dict]) -> list[Ensemb
 
 def ensemble_entry(e: Ensemble, phase: str) -> dict:
     """How ``plan.json`` records an ensemble."""
-    from .runner import checkpoint_path
+    from .recording import checkpoint_path
 
     ids = [ResultStore.run_id(c, s) for c, s in zip(e.members.configs(), e.seeds, strict=True)]
     return {"phase": phase, "run_ids": ids,
@@ -163,7 +163,7 @@ def resumed_by_other_code(out, p: Plan) -> list[str]:
     runs will list each sitting's code."""
     from .. import checkpoint as ckpt
     from .manifest import resumed_code_note
-    from .runner import checkpoint_path
+    from .recording import checkpoint_path
 
     notes = []
     for e in p.ensembles:

@@ -25,7 +25,7 @@ import numpy as np
 from ..experiments.export import read_results
 from ..experiments.orchestrate import SELECTION_FILE, planned_runs
 from ..experiments.protocol import config_key
-from ..experiments.runner import STEP_PREFIX
+from ..experiments.recording import STEP_PREFIX
 
 #: Per-task metrics drawn as "internals" figures, in this order, with their axis labels (the
 #: export keeps the same names: :data:`plasticlab.experiments.export.REPORTED_MEASUREMENTS`).
