@@ -221,6 +221,29 @@ def check_page(path: str | os.PathLike, *, timeout: float = 30, settle: float = 
     url = page.as_uri()
     result = PageCheck(url=url)
     profile = tempfile.mkdtemp(prefix="plasticlab-chromium-")
+    conn = _launch(exe, profile)
+    try:
+        left = lambda: max(0.5, deadline - time.monotonic())  # noqa: E731
+        session = _open(conn, url, left)
+        requests = _watch_loading(conn, result, deadline, settle, timeout)
+        for where in requests.values():
+            scheme = where.split(":", 1)[0].lower()
+            if scheme not in ("file", "data", "blob", "about") and where not in result.external_requests:
+                result.external_requests.append(where)
+        _inspect(conn, session, result, left)
+        try:
+            conn.send("Browser.close")
+        except OSError:
+            pass
+    finally:
+        _shut_down(conn, profile)
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _launch(exe: str, profile: str) -> _Pipe:
+    """Start headless Chromium ``exe`` with the user data folder ``profile``, speaking the
+    DevTools Protocol over a pipe (its fds 3 and 4); the connection to it."""
     # Our ends: we write commands to to_browser_w and read replies from from_browser_r.
     to_browser_r, to_browser_w = os.pipe()
     from_browser_r, from_browser_w = os.pipe()
@@ -241,92 +264,110 @@ def check_page(path: str | os.PathLike, *, timeout: float = 30, settle: float = 
                             start_new_session=True)
     os.close(to_browser_r)
     os.close(from_browser_w)
-    conn = _Pipe(proc, to_browser_w, from_browser_r)
-    try:
-        left = lambda: max(0.5, deadline - time.monotonic())  # noqa: E731
-        target = conn.call("Target.createTarget", {"url": "about:blank"}, timeout=left())["targetId"]
-        session = conn.call("Target.attachToTarget", {"targetId": target, "flatten": True},
-                            timeout=left())["sessionId"]
-        for domain in ("Runtime", "Log", "Network", "Page"):
-            conn.call(f"{domain}.enable", session=session, timeout=left())
-        conn.events.clear()  # anything from about:blank
-        conn.call("Page.navigate", {"url": url}, session=session, timeout=left())
-        requests: dict[str, str] = {}
-        pending: set[str] = set()
-        loaded = False
-        quiet_since = time.monotonic()
-        seen = 0
-        while time.monotonic() < deadline:
-            now = time.monotonic()
-            if loaded and not pending and now - quiet_since >= settle:
-                break
-            wait_until = min(deadline, now + settle) if loaded else deadline
-            conn.pump(wait_until)
-            for event in conn.events[seen:]:
-                method, params = event["method"], event.get("params", {})
-                if method == "Page.loadEventFired":
-                    loaded = True
-                elif method == "Network.requestWillBeSent":
-                    requests[params["requestId"]] = params["request"]["url"]
-                    pending.add(params["requestId"])
-                elif method in ("Network.loadingFinished", "Network.loadingFailed"):
-                    pending.discard(params["requestId"])
-                    quiet_since = time.monotonic()
-                    if method == "Network.loadingFailed" and not params.get("canceled"):
-                        where = requests.get(params["requestId"], "?")
-                        result.failed_requests.append(f"{where} ({params.get('errorText', 'failed')})")
-                elif method == "Runtime.exceptionThrown":
-                    result.exceptions.append(_exception_text(params.get("exceptionDetails", {})))
-                elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
-                    result.console_errors.append(" ".join(_remote_object_text(a)
-                                                          for a in params.get("args", [])))
-                elif method == "Log.entryAdded":
-                    entry = params.get("entry", {})
-                    if entry.get("level") == "error":
-                        text = entry.get("text", "")
-                        if entry.get("url"):
-                            text += f" ({entry['url']})"
-                        result.console_errors.append(text)
-            seen = len(conn.events)
-        else:
-            if not loaded:
-                raise BrowserError(f"{url} did not finish loading within {timeout:.0f} s")
-            result.failed_requests += [f"{requests[r]} (still pending after {timeout:.0f} s)"
-                                       for r in pending]
-        for where in requests.values():
-            scheme = where.split(":", 1)[0].lower()
-            if scheme not in ("file", "data", "blob", "about") and where not in result.external_requests:
-                result.external_requests.append(where)
-        evaluated = conn.call("Runtime.evaluate", {"expression": _IMAGES_JS, "returnByValue": True},
-                              session=session, timeout=left())
-        images = evaluated.get("result", {}).get("value") or []
-        result.images = len(images)
-        for img in images:
-            if img.get("complete") and (img.get("width") or 0) > 0:
-                result.images_loaded += 1
+    return _Pipe(proc, to_browser_w, from_browser_r)
+
+
+def _open(conn: _Pipe, url: str, left) -> str:
+    """Open a tab, listen to its console, log, network and page events, and navigate it to
+    ``url``; the tab's session id. ``left()``: the seconds each call may wait."""
+    target = conn.call("Target.createTarget", {"url": "about:blank"}, timeout=left())["targetId"]
+    session = conn.call("Target.attachToTarget", {"targetId": target, "flatten": True},
+                        timeout=left())["sessionId"]
+    for domain in ("Runtime", "Log", "Network", "Page"):
+        conn.call(f"{domain}.enable", session=session, timeout=left())
+    conn.events.clear()  # anything from about:blank
+    conn.call("Page.navigate", {"url": url}, session=session, timeout=left())
+    return session
+
+
+def _watch_loading(conn: _Pipe, result: PageCheck, deadline: float, settle: float,
+                   timeout: float) -> dict[str, str]:
+    """Follow the page's events until it has loaded and the network has been quiet for
+    ``settle`` seconds (or ``deadline`` passes), noting failed requests and console errors in
+    ``result``; every request made (id → URL)."""
+    requests: dict[str, str] = {}
+    pending: set[str] = set()
+    loaded = False
+    quiet_since = time.monotonic()
+    seen = 0
+    while time.monotonic() < deadline:
+        now = time.monotonic()
+        if loaded and not pending and now - quiet_since >= settle:
+            break
+        wait_until = min(deadline, now + settle) if loaded else deadline
+        conn.pump(wait_until)
+        for event in conn.events[seen:]:
+            method, params = event["method"], event.get("params", {})
+            if method == "Page.loadEventFired":
+                loaded = True
+            elif method == "Network.requestWillBeSent":
+                requests[params["requestId"]] = params["request"]["url"]
+                pending.add(params["requestId"])
+            elif method in ("Network.loadingFinished", "Network.loadingFailed"):
+                pending.discard(params["requestId"])
+                quiet_since = time.monotonic()
+                if method == "Network.loadingFailed" and not params.get("canceled"):
+                    where = requests.get(params["requestId"], "?")
+                    result.failed_requests.append(f"{where} ({params.get('errorText', 'failed')})")
             else:
-                result.broken_images.append(img.get("src") or "(no src)")
-        title = conn.call("Runtime.evaluate", {"expression": "document.title", "returnByValue": True},
+                _note_console(method, params, result)
+        seen = len(conn.events)
+    else:
+        if not loaded:
+            raise BrowserError(f"{result.url} did not finish loading within {timeout:.0f} s")
+        result.failed_requests += [f"{requests[r]} (still pending after {timeout:.0f} s)"
+                                   for r in pending]
+    return requests
+
+
+def _note_console(method: str, params: dict, result: PageCheck) -> None:
+    """Note in ``result`` what the event ``method`` shows in a reader's console: an uncaught
+    exception, a ``console.error``/``console.assert``, a browser log entry of level error."""
+    if method == "Runtime.exceptionThrown":
+        result.exceptions.append(_exception_text(params.get("exceptionDetails", {})))
+    elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
+        result.console_errors.append(" ".join(_remote_object_text(a)
+                                              for a in params.get("args", [])))
+    elif method == "Log.entryAdded":
+        entry = params.get("entry", {})
+        if entry.get("level") == "error":
+            text = entry.get("text", "")
+            if entry.get("url"):
+                text += f" ({entry['url']})"
+            result.console_errors.append(text)
+
+
+def _inspect(conn: _Pipe, session: str, result: PageCheck, left) -> None:
+    """Note in ``result`` the loaded page's images (how many, which did not load) and its
+    title. ``left()``: the seconds each call may wait."""
+    evaluated = conn.call("Runtime.evaluate", {"expression": _IMAGES_JS, "returnByValue": True},
                           session=session, timeout=left())
-        result.title = str(title.get("result", {}).get("value", ""))
-        try:
-            conn.send("Browser.close")
-        except OSError:
+    images = evaluated.get("result", {}).get("value") or []
+    result.images = len(images)
+    for img in images:
+        if img.get("complete") and (img.get("width") or 0) > 0:
+            result.images_loaded += 1
+        else:
+            result.broken_images.append(img.get("src") or "(no src)")
+    title = conn.call("Runtime.evaluate", {"expression": "document.title", "returnByValue": True},
+                      session=session, timeout=left())
+    result.title = str(title.get("result", {}).get("value", ""))
+
+
+def _shut_down(conn: _Pipe, profile: str) -> None:
+    """Wait briefly for the browser to exit, else kill it with its helpers; close our pipe
+    ends and remove its user data folder."""
+    try:
+        conn.proc.wait(timeout=3)
+    except subprocess.TimeoutExpired:
+        try:  # the browser runs in its own session: stop it and its helper processes
+            os.killpg(conn.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
             pass
-    finally:
-        try:
-            proc.wait(timeout=3)
-        except subprocess.TimeoutExpired:
-            try:  # the browser runs in its own session: stop it and its helper processes
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait(timeout=5)
-        os.close(to_browser_w)
-        os.close(from_browser_r)
-        shutil.rmtree(profile, ignore_errors=True)
-    result.seconds = time.monotonic() - started
-    return result
+        conn.proc.wait(timeout=5)
+    os.close(conn.wfd)
+    os.close(conn.rfd)
+    shutil.rmtree(profile, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

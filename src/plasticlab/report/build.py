@@ -144,6 +144,8 @@ def _pct(i: stats.Interval, digits: int = 2) -> str:
 
 
 def _study_section(results: Results, problem: str, optimizer: str, ctx: _Context) -> Section:
+    """The section of one study (problem × optimizer): its parts 1–6 of the module docstring,
+    in that order."""
     study = results.studies()[(problem, optimizer)]
     headline, how = results.headline(problem, optimizer)
     headline.sort(key=lambda c: method_order(c.method))
@@ -153,8 +155,21 @@ def _study_section(results: Results, problem: str, optimizer: str, ctx: _Context
             f"{len(study)} configuration(s), {sum(c.n for c in study)} finished run(s). "
             f"Each method (each form of it) is shown by one configuration" + (f" ({how})." if how else "."))
     section = Section(_study_title(problem, optimizer), text)
+    _add_online_accuracy(section, headline, stem, ctx)
+    _add_total_accuracy(section, headline, stem, ctx)
+    # 2b. plasticity over the run: the first, best and last windows of tasks
+    plasticity = _plasticity_table(headline, ctx)
+    if plasticity is not None:
+        section.tables.append(plasticity)
+    _add_improvement(section, headline, stem, ctx)
+    _add_internals(section, headline, stem, ctx)
+    _add_forgetting(section, headline, stem, ctx)
+    _sweep_views(results, study, headline, section, stem, ctx)
+    return section
 
-    # 1. online accuracy vs task
+
+def _add_online_accuracy(section: Section, headline: list[ConfigRuns], stem: str, ctx: _Context) -> None:
+    """Part 1: the figure of online accuracy vs task, one band per method."""
     reported = headline[0].reported
     bands, notes = zip(*(_band(c, c.online, np.arange(c.online.shape[1]), ctx, c.reported)
                          for c in headline), strict=True)
@@ -162,18 +177,21 @@ def _study_section(results: Results, problem: str, optimizer: str, ctx: _Context
     hard = " (hard tasks only)" if len(reported) < headline[0].online.shape[1] else ""
     section.figures.append(ctx.save(
         F.line_figure(bands, xlabel="task", ylabel="average online task accuracy",
-                      title=f"{_study_title(problem, optimizer)}: online accuracy{hard}",
+                      title=f"{section.title}: online accuracy{hard}",
                       note=note), f"{stem}-online_accuracy",
         f"Average online task accuracy vs task{hard}; line = mean over seeds, band = 95 % "
         f"bootstrap interval. {note}".strip()))
 
-    # 2. total accuracy: mean and IQM
+
+def _add_total_accuracy(section: Section, headline: list[ConfigRuns], stem: str, ctx: _Context) -> None:
+    """Part 2: total accuracy per method, mean and IQM with their intervals: a figure and a
+    table (with the last task's test accuracy where it was measured)."""
     totals = [(c, ctx.interval(c.total), stats.stratified_bootstrap_ci(
         c.total, statistic=stats.iqm, reps=ctx.reps, seed=ctx.seed)) for c in headline]
     section.figures.append(ctx.save(
         F.interval_figure([F.Estimate(c.label, c.method, i.point, i.lo, i.hi, c.n) for c, i, _ in totals],
                           xlabel="total average online accuracy",
-                          title=f"{_study_title(problem, optimizer)}: total online accuracy"),
+                          title=f"{section.title}: total online accuracy"),
         f"{stem}-total_accuracy",
         "Total average online accuracy per method: mean over seeds with a 95 % bootstrap interval."))
     rows = []
@@ -192,24 +210,24 @@ def _study_section(results: Results, problem: str, optimizer: str, ctx: _Context
         "stratified-bootstrap interval; test accuracy on the last reported task's held-out set."
         + _oracle_note(c.method for c in headline)))
 
-    # 2b. plasticity over the run: the first, best and last windows of tasks
-    plasticity = _plasticity_table(headline, ctx)
-    if plasticity is not None:
-        section.tables.append(plasticity)
 
-    # 3. probability of improvement
+def _add_improvement(section: Section, headline: list[ConfigRuns], stem: str, ctx: _Context) -> None:
+    """Part 3: the probability of improvement, a figure and a table (none with one method)."""
     poi = _improvement(headline, ctx)
-    if poi is not None:
-        estimates, table = poi
-        section.figures.append(ctx.save(
-            F.poi_figure(estimates, title=f"{_study_title(problem, optimizer)}: probability of "
-                                          "improvement"),
-            f"{stem}-improvement", "Probability that a run of the first method has a higher total "
-            "online accuracy than a run of the second, P(X > Y) + ½P(X = Y), with a 95 % "
-            "stratified-bootstrap interval; 0.5 = no difference."))
-        section.tables.append(table)
+    if poi is None:
+        return
+    estimates, table = poi
+    section.figures.append(ctx.save(
+        F.poi_figure(estimates, title=f"{section.title}: probability of improvement"),
+        f"{stem}-improvement", "Probability that a run of the first method has a higher total "
+        "online accuracy than a run of the second, P(X > Y) + ½P(X = Y), with a 95 % "
+        "stratified-bootstrap interval; 0.5 = no difference."))
+    section.tables.append(table)
 
-    # 4. internals at every task end and, with --measure-every, against the global step
+
+def _add_internals(section: Section, headline: list[ConfigRuns], stem: str, ctx: _Context) -> None:
+    """Part 4: each internal measurement (:data:`INTERNALS`) at every task end, when every
+    method has it, and against the global step for the methods measured every N steps."""
     for name, ylabel in INTERNALS.items():
         percent = name in PERCENT_METRICS
         if all(name in c.metrics for c in headline):
@@ -217,7 +235,7 @@ def _study_section(results: Results, problem: str, optimizer: str, ctx: _Context
                                 for c in headline), strict=True)
             section.figures.append(ctx.save(
                 F.line_figure(bands, xlabel="task", ylabel=ylabel, percent=percent, note=note[0],
-                              title=f"{_study_title(problem, optimizer)}: {ylabel}"),
+                              title=f"{section.title}: {ylabel}"),
                 f"{stem}-{name}", f"{ylabel[0].upper() + ylabel[1:]} at the end of each task; mean "
                 f"and 95 % bootstrap band across seeds. {note[0]}".strip()))
         stepped = [c for c in headline if name in c.step_metrics]
@@ -227,33 +245,33 @@ def _study_section(results: Results, problem: str, optimizer: str, ctx: _Context
             steps_note = note[0].replace("tasks", "measurements")
             section.figures.append(ctx.save(
                 F.line_figure(bands, xlabel="step", ylabel=ylabel, percent=percent, note=steps_note,
-                              title=f"{_study_title(problem, optimizer)}: {ylabel}, every N steps"),
+                              title=f"{section.title}: {ylabel}, every N steps"),
                 f"{stem}-steps-{name}", f"{ylabel[0].upper() + ylabel[1:]} measured every N steps "
                 f"(`--measure-every`); mean and 95 % bootstrap band across seeds. {steps_note}".strip()))
 
-    # 5. forgetting
-    forgetting = [c for c in headline if c.accuracy_matrix is not None]
-    if forgetting:
-        section.tables.append(Table(
-            "Forgetting", ["method", "n", "total online acc. (%)", "BWT (pp)", "one-step BWT (pp)"],
-            [[c.label, str(c.n), _pct(ctx.interval(c.total)), _pct(ctx.interval(c.bwt)),
-              _pct(ctx.interval(c.one_step_bwt))] for c in forgetting],
-            "BWT = mean over m < T of A[T, m] − A[m, m]; one-step BWT = mean of A[m+1, m] − A[m, m] "
-            "(A[j, m]: test accuracy on task m after task j); mean [95 % bootstrap CI] in "
-            "percentage points."))
-        for c in forgetting:
-            with warnings.catch_warnings():  # above the diagonal every seed is NaN: stays NaN
-                warnings.simplefilter("ignore", RuntimeWarning)
-                matrix = np.nanmean(c.accuracy_matrix, axis=0)
-            section.figures.append(ctx.save(
-                F.heatmap_figure(matrix, title=f"{c.label}: accuracy matrix (n={c.n})"),
-                f"{stem}-accuracy_matrix-{_slug(c.label)}",
-                f"{c.label}: test accuracy (%) on task m after training on task j, mean over "
-                f"{c.n} seed(s)."))
 
-    # 6. sweep views and the selection
-    _sweep_views(results, study, headline, section, stem, ctx)
-    return section
+def _add_forgetting(section: Section, headline: list[ConfigRuns], stem: str, ctx: _Context) -> None:
+    """Part 5, for the methods whose forgetting was measured: a table of BWT and one-step BWT,
+    and each one's accuracy matrix."""
+    forgetting = [c for c in headline if c.accuracy_matrix is not None]
+    if not forgetting:
+        return
+    section.tables.append(Table(
+        "Forgetting", ["method", "n", "total online acc. (%)", "BWT (pp)", "one-step BWT (pp)"],
+        [[c.label, str(c.n), _pct(ctx.interval(c.total)), _pct(ctx.interval(c.bwt)),
+          _pct(ctx.interval(c.one_step_bwt))] for c in forgetting],
+        "BWT = mean over m < T of A[T, m] − A[m, m]; one-step BWT = mean of A[m+1, m] − A[m, m] "
+        "(A[j, m]: test accuracy on task m after task j); mean [95 % bootstrap CI] in "
+        "percentage points."))
+    for c in forgetting:
+        with warnings.catch_warnings():  # above the diagonal every seed is NaN: stays NaN
+            warnings.simplefilter("ignore", RuntimeWarning)
+            matrix = np.nanmean(c.accuracy_matrix, axis=0)
+        section.figures.append(ctx.save(
+            F.heatmap_figure(matrix, title=f"{c.label}: accuracy matrix (n={c.n})"),
+            f"{stem}-accuracy_matrix-{_slug(c.label)}",
+            f"{c.label}: test accuracy (%) on task m after training on task j, mean over "
+            f"{c.n} seed(s)."))
 
 
 PLASTICITY_MIN_TASKS = 20
