@@ -75,7 +75,7 @@ def test_reproduce_sweeps_exports_reports_and_resumes(data_dir, tmp_path, capsys
     sittings = json.loads((docs / "run.json").read_text())["sittings"]
     assert len(sittings) == 2 and "--no-progress" not in sittings[1]["command"]
     # a retrain of some runs (after a fix) is a sitting of the same study, said so in its command
-    from plasticlab.cli_reproduce import same_results
+    from plasticlab.experiments.study import same_results
 
     study_command = json.loads((docs / "run.json").read_text())["command"]
     assert main([*argv, "--rerun", "--only", "seed=0", "--only", "lr=1e-3"]) == 0
@@ -126,7 +126,7 @@ def test_a_sweeps_runs_are_its_grid_and_the_evaluation_of_what_it_selected_from_
 
 
 def test_commands_that_differ_only_in_how_they_run_make_the_same_results():
-    from plasticlab.cli_reproduce import same_results
+    from plasticlab.experiments.study import same_results
 
     command = "plasticlab sweep --preset ablation --out r/ablation --tasks 100"
     assert same_results(command, f"{command} --data-dir d --workers 2 --device cpu --compile --no-progress")
@@ -156,9 +156,9 @@ def test_a_dry_run_prints_each_studys_plan_and_writes_nothing(tmp_path, capsys):
 
 
 def test_tasks_sets_every_runs_tasks_and_keeps_steps_per_task():
-    from plasticlab.cli_sweep import with_tasks
     from plasticlab.experiments.presets import get_preset
     from plasticlab.experiments.sweep import expand
+    from plasticlab.experiments.workflow import with_tasks
 
     runs = expand(with_tasks(get_preset("forgetting"), 3))
     assert {r.config.tasks for r in runs} == {3} and {r.config.steps_per_task for r in runs} == {625}
@@ -272,8 +272,8 @@ def test_a_killed_sitting_is_closed_at_its_sweeps_last_progress(tmp_path):
     import time
     from datetime import datetime, timezone
 
-    from plasticlab.cli_reproduce import close_killed_sittings
     from plasticlab.experiments.store import DB_NAME, ResultStore
+    from plasticlab.experiments.study import close_killed_sittings
 
     out = tmp_path / "results"
     (out / "checkpoints").mkdir(parents=True)

@@ -160,7 +160,7 @@ def test_reproduce_without_flags_runs_a_study_at_the_scale_the_page_shows(study)
     here at a shortened scale has that scale as its default (``STUDY_SCALES``), unless the page
     ran it shortened by ``--tasks``, which its row says. A study also run at another scale has
     a folder of its own, ``PARENT/STUDY``, and the page gives the command that fills it."""
-    from plasticlab.cli_reproduce import STUDY_SCALES
+    from plasticlab.experiments.study import STUDY_SCALES
 
     record = json.loads((PAGE / study / "run.json").read_text())
     parent, name = study.rpartition("/")[::2]

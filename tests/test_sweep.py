@@ -319,11 +319,11 @@ def test_dry_run_prints_how_the_runs_are_packed_into_ensembles(tmp_path, capsys)
 
 
 def test_on_a_gpu_ensembles_are_not_halved_to_give_every_worker_one(tmp_path, capsys, monkeypatch):
-    import plasticlab.cli
+    import plasticlab.cli.sweep
     from plasticlab.cli import main
 
     # No GPU here: the device check is told there is one; a dry run trains nothing.
-    monkeypatch.setattr(plasticlab.cli, "check_device", lambda device: device)
+    monkeypatch.setattr(plasticlab.cli.sweep, "check_device", lambda device: device)
     args = ["sweep", "--preset", "best-permuted_mnist-adam", "--dry-run", "--out", str(tmp_path / "x")]
     # 8 methods × 10 seeds: 6 ensembles (Baseline, L2 and L2 Init share one of 30) ...
     assert main([*args, "--workers", "8", "--max-members", "256"]) == 0

@@ -34,7 +34,7 @@ listed with its own (``fast``'s):
    and what the engine guarantees;
 10. ``experiments`` — configs, presets, sweeps, the protocol, the results store, executors;
 11. ``report``, ``integrations`` — figures, tables and pages; framework callbacks;
-12. ``cli``, ``cli_sweep``, ``cli_reproduce``, ``demo`` — the ``plasticlab`` command.
+12. ``cli``, ``demo`` — the ``plasticlab`` command.
 """
 
 from importlib.metadata import PackageNotFoundError, version

@@ -1,4 +1,5 @@
-"""The ``plasticlab`` command: ``run``, ``demo``, ``list``."""
+"""``plasticlab run``, ``list`` and ``demo``: train one ensemble, list what can be trained,
+and the README's comparison."""
 
 from __future__ import annotations
 
@@ -7,29 +8,9 @@ import json
 import sys
 from pathlib import Path
 
-from .experiments.config import RUN_PARAMETERS, apply_setting, parse_seeds, resolve_config
-from .optim import OPTIMIZERS
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
-
-
-class CLIError(Exception):
-    """A user error: printed as one line, exit code 2."""
-
-
-def _load_toml(path: str) -> dict:
-    p = Path(path)
-    if not p.is_file():
-        raise CLIError(f"config file {p} does not exist")
-    try:
-        with p.open("rb") as f:
-            return tomllib.load(f)
-    except tomllib.TOMLDecodeError as e:
-        raise CLIError(f"config file {p} is not valid TOML: {e}") from None
-
+from ..experiments.config import RUN_PARAMETERS, apply_setting, parse_seeds, resolve_config
+from ..optim import OPTIMIZERS
+from .common import CLIError, add_logging_options, check_device, check_threads, load_toml
 
 # Keys a TOML run file may hold besides the config keys of SPEC §8.
 RUN_FILE_KEYS = ("seeds", "data_dir", "out", "device", "threads", "forgetting", "measure_every")
@@ -37,7 +18,7 @@ RUN_FILE_KEYS = ("seeds", "data_dir", "out", "device", "threads", "forgetting", 
 
 def build_run_request(args: argparse.Namespace) -> tuple[dict, dict]:
     """(raw config, execution options) from a TOML file overridden by command-line options."""
-    raw = _load_toml(args.config) if args.config else {}
+    raw = load_toml(args.config) if args.config else {}
     execution = {k: raw.pop(k) for k in RUN_FILE_KEYS if k in raw}
     for key in ("problem", "method", "optimizer", "lr", "tasks", "steps_per_task", "batch_size"):
         value = getattr(args, key)
@@ -61,11 +42,9 @@ def build_run_request(args: argparse.Namespace) -> tuple[dict, dict]:
 def cmd_run(args: argparse.Namespace) -> int:
     """``plasticlab run``: train one ensemble (one configuration, K seeds), print its per-task
     table and save its results; return the exit code."""
-    from .experiments.loggers import make_loggers
-    from .experiments.runner import run_ensemble, strict_json
-    from .problems import get_problem
-    from .report import task_table
-    from .report.tables import internals_summary
+    from ..experiments.runner import run_ensemble, strict_json
+    from ..loggers import make_loggers
+    from ..problems import get_problem
 
     raw, ex = build_run_request(args)
     config = resolve_config(raw)
@@ -88,22 +67,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"runs": []}))
         return 0
-
-    def on_resume(path, header):
-        from .experiments.manifest import resumed_code_note
-
-        print(f"plasticlab: resuming from {path} at task {header.get('next_task', 0)} (--no-resume "
-              "starts over)", file=sys.stderr)
-        if note := resumed_code_note(header):
-            print(f"plasticlab: note: {note}", file=sys.stderr)
-
     records = run_ensemble(config, seeds, out=out, data_dir=ex.get("data_dir"),
                            device=device, threads=threads,
                            progress=not args.no_progress, measure=not args.no_measure,
                            measure_every=args.measure_every, forgetting=args.forgetting,
                            backprop=args.backprop, compile=args.compile,
                            loggers=make_loggers(args.tensorboard, args.wandb),
-                           resume=not args.no_resume, on_resume=on_resume)
+                           resume=not args.no_resume, on_resume=_say_resumed)
     for r in records:
         if "diverged_at_task" in r:
             print(f"plasticlab: warning: seed {r['seed']} diverged (non-finite weights at the end of "
@@ -114,6 +84,26 @@ def cmd_run(args: argparse.Namespace) -> int:
         json.dump(strict_json({"runs": records}), sys.stdout, indent=None, allow_nan=False)
         sys.stdout.write("\n")
         return 0
+    _print_results(config, seeds, records, out)
+    return 0
+
+
+def _say_resumed(path, header) -> None:
+    """Tell on stderr that a run resumes from checkpoint ``path``, and by which code it was
+    trained so far when that is not this code."""
+    from ..experiments.manifest import resumed_code_note
+
+    print(f"plasticlab: resuming from {path} at task {header.get('next_task', 0)} (--no-resume "
+          "starts over)", file=sys.stderr)
+    if note := resumed_code_note(header):
+        print(f"plasticlab: note: {note}", file=sys.stderr)
+
+
+def _print_results(config, seeds: list[int], records: list[dict], out: Path) -> None:
+    """The per-task table of a run, its internals' summary and its speed."""
+    from ..report import task_table
+    from ..report.tables import internals_summary
+
     curves = {config.method: [r["task_online_accuracy"] for r in records]}
     print(f"{config.problem} · {config.method} {config.params or ''} · {config.optimizer} "
           f"lr={config.lr} · {config.tasks} tasks × {config.steps_per_task} steps, "
@@ -125,54 +115,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     r = records[0]
     print(f"{r['wall_time_s']:.1f} s, {r['steps_per_second']:.0f} ensemble steps/s "
           f"(K={len(seeds)}, {r['threads']} thread(s)); results in {out}/")
-    return 0
-
-
-def check_threads(value) -> int | None:
-    """``--threads`` as a positive int (None: the default), or a CLIError."""
-    if value is None:
-        return None
-    try:
-        threads = int(value)
-    except (TypeError, ValueError):
-        raise CLIError(f"--threads must be a whole number >= 1, got {value!r}") from None
-    if threads < 1:
-        raise CLIError(f"--threads must be >= 1, got {threads}")
-    return threads
-
-
-def check_device(device: str) -> str:
-    """``device`` if this machine has it (cpu, cuda, cuda:N), else a CLIError saying why."""
-    import torch
-
-    try:
-        parsed = torch.device(str(device))
-    except (RuntimeError, ValueError):
-        raise CLIError(f"--device {device!r} is not a device; use cpu, cuda or cuda:N") from None
-    if parsed.type == "cpu":
-        return str(device)
-    if parsed.type != "cuda":
-        raise CLIError(f"--device {device}: plasticlab trains on cpu or cuda, not {parsed.type}")
-    if not torch.cuda.is_available():
-        why = ("this torch was built without CUDA" if torch.version.cuda is None
-               else "torch sees no GPU")
-        raise CLIError(f"--device {device}: no CUDA device here ({why}); use --device cpu")
-    if parsed.index is not None and parsed.index >= torch.cuda.device_count():
-        raise CLIError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA "
-                       f"device(s), cuda:0..cuda:{torch.cuda.device_count() - 1}")
-    return str(device)
 
 
 def _unfinished_seeds(config, seeds: list[int], out: Path, rerun: bool) -> list[int]:
     """The seeds whose runs of ``config`` have not finished in ``out`` (all with ``rerun``);
     says on stderr which are skipped. Reads the store only if it exists (creates nothing)."""
-    from .experiments.store import DB_NAME, ResultStore
-    from .run_config import Members
+    from ..experiments.store import DB_NAME, ResultStore
+    from ..run_config import Members
 
     if rerun or not (out / DB_NAME).is_file():
         return seeds
     with ResultStore(out) as store:
-        done = [s for c, s in zip(Members(config, seeds).configs(), seeds, strict=True)
+        done = [s for c, s in zip(Members.from_config(config, seeds).configs(), seeds, strict=True)
                 if store.is_finished(ResultStore.run_id(c, s))]
     if done:
         left = [s for s in seeds if s not in done]
@@ -185,9 +139,9 @@ def _unfinished_seeds(config, seeds: list[int], out: Path, rerun: bool) -> list[
 def cmd_list(args: argparse.Namespace) -> int:
     """``plasticlab list``: print the registered methods, problems and optimizers with their
     hyper-parameters and defaults."""
-    from .methods import BOUNDARY_ORACLE_NOTE, METHODS, boundary_oracle
-    from .optim import OPTIMIZERS, optimizer_hyperparameters
-    from .problems import PROBLEMS
+    from ..methods import BOUNDARY_ORACLE_NOTE, METHODS, boundary_oracle
+    from ..optim import optimizer_hyperparameters
+    from ..problems import PROBLEMS
 
     print("problems:")
     for name, cls in PROBLEMS.items():
@@ -219,7 +173,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     """``plasticlab demo``: the README's L2 Init vs Baseline comparison on Permuted MNIST (a
     printed table and a saved figure)."""
-    from .demo import run_demo
+    from ..demo import run_demo
 
     run_demo(tasks=args.tasks, steps_per_task=args.steps_per_task, seeds=parse_seeds(args.seeds),
              data_dir=args.data_dir, out=Path(args.out), workers=args.workers,
@@ -227,13 +181,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``plasticlab`` command."""
-    parser = argparse.ArgumentParser(
-        prog="plasticlab",
-        description="Maintaining plasticity in continual learning: L2 Init, baselines, problems.")
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def register(sub) -> None:
+    """Add ``run``, ``list`` and ``demo`` to the ``plasticlab`` parser."""
     run = sub.add_parser("run", help="train one configuration on one or more seeds (one ensemble)")
     run.add_argument("config", nargs="?", help="TOML config file (options below override it)")
     run.add_argument("--problem", help="problem name (see `plasticlab list`)")
@@ -268,8 +217,6 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print only JSON results on stdout (strict "
                                                          "JSON: NaN and infinities as null)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    from .cli_sweep import add_logging_options
-
     add_logging_options(run)
     run.add_argument("--forgetting", action="store_true",
                      help="at each task end also test every earlier task: accuracy matrix, BWT, "
@@ -293,32 +240,3 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--workers", type=int, default=2, help="processes (one per core)")
     demo.add_argument("--no-progress", action="store_true")
     demo.set_defaults(func=cmd_demo)
-
-    from .cli_reproduce import register as register_reproduce
-    from .cli_sweep import register
-
-    register(sub)
-    register_reproduce(sub)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``plasticlab`` command; returns the exit code."""
-    from .data import DataError
-    from .experiments.lifecycle import exit_code, handle_sigterm, signal_name
-
-    args = build_parser().parse_args(argv)
-    handle_sigterm()  # SIGTERM takes SIGINT's path: runs recorded as interrupted, exit 143
-    try:
-        return args.func(args)
-    except (CLIError, ValueError, DataError) as e:
-        print(f"plasticlab: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt as e:
-        print(f"plasticlab: stopped by {signal_name(e)}; unfinished runs are recorded as "
-              "interrupted: the same command resumes them from their last task end", file=sys.stderr)
-        return exit_code(e)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,91 @@
+"""What the ``plasticlab`` commands share: the user error (:class:`CLIError`), the checks of
+``--threads`` and ``--device``, TOML files, the logging options, and how a command's errors
+become its exit code (:func:`run_guarded`)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+
+class CLIError(Exception):
+    """A user error: printed as one line, exit code 2."""
+
+
+def load_toml(path: str) -> dict:
+    """The TOML file ``path`` as a dict; a CLIError when it is missing or not valid TOML."""
+    p = Path(path)
+    if not p.is_file():
+        raise CLIError(f"config file {p} does not exist")
+    try:
+        with p.open("rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise CLIError(f"config file {p} is not valid TOML: {e}") from None
+
+
+def check_threads(value) -> int | None:
+    """``--threads`` as a positive int (None: the default), or a CLIError."""
+    if value is None:
+        return None
+    try:
+        threads = int(value)
+    except (TypeError, ValueError):
+        raise CLIError(f"--threads must be a whole number >= 1, got {value!r}") from None
+    if threads < 1:
+        raise CLIError(f"--threads must be >= 1, got {threads}")
+    return threads
+
+
+def check_device(device: str) -> str:
+    """``device`` if this machine has it (cpu, cuda, cuda:N), else a CLIError saying why."""
+    import torch
+
+    try:
+        parsed = torch.device(str(device))
+    except (RuntimeError, ValueError):
+        raise CLIError(f"--device {device!r} is not a device; use cpu, cuda or cuda:N") from None
+    if parsed.type == "cpu":
+        return str(device)
+    if parsed.type != "cuda":
+        raise CLIError(f"--device {device}: plasticlab trains on cpu or cuda, not {parsed.type}")
+    if not torch.cuda.is_available():
+        why = ("this torch was built without CUDA" if torch.version.cuda is None
+               else "torch sees no GPU")
+        raise CLIError(f"--device {device}: no CUDA device here ({why}); use --device cpu")
+    if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+        raise CLIError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA "
+                       f"device(s), cuda:0..cuda:{torch.cuda.device_count() - 1}")
+    return str(device)
+
+
+def add_logging_options(parser) -> None:
+    """``--tensorboard DIR`` and ``--wandb PROJECT``: optional mirrors of the results store."""
+    parser.add_argument("--tensorboard", metavar="DIR",
+                        help="also log every run to TensorBoard in DIR (needs tensorboard)")
+    parser.add_argument("--wandb", metavar="PROJECT",
+                        help="also log every run to Weights & Biases PROJECT (needs wandb)")
+
+
+def run_guarded(command: Callable[..., int], *args) -> int:
+    """``command(*args)``'s exit code, as the ``plasticlab`` command ends: a user error
+    (CLIError, ValueError, DataError) printed as one line, 2; a stop by SIGINT or SIGTERM said
+    so, with its exit code (130, 143)."""
+    from ..data import DataError
+    from ..experiments.lifecycle import exit_code, signal_name
+
+    try:
+        return command(*args)
+    except (CLIError, ValueError, DataError) as e:
+        print(f"plasticlab: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as e:
+        print(f"plasticlab: stopped by {signal_name(e)}; unfinished runs are recorded as "
+              "interrupted: the same command resumes them from their last task end", file=sys.stderr)
+        return exit_code(e)

@@ -1,0 +1,81 @@
+"""``plasticlab report``: the report (tables, figures, statistics) of a results directory or an
+export, and its check in a headless browser."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """``plasticlab report``: build the report (tables, figures, statistics) of a results
+    directory or an export."""
+    return write_report(args.dir, args.out, args.formats, max_bins=args.max_bins, reps=args.reps,
+                        check=args.check)
+
+
+def write_report(directory: str, out: str | None = None, formats: str = "png,svg,pdf", *,
+                 max_bins: int = 50, reps: int = 2000, check: bool = False) -> int:
+    """Build the report of ``directory`` into ``out`` (None: ``directory/report``) with figure
+    files of ``formats`` (comma-separated; png plus any of svg, pdf), print its warnings and
+    where it is; with ``check``, load it in headless Chromium. The exit code: 1 when the
+    check saw a problem, else 0."""
+    from ..experiments.manifest import code_identity, from_other_code
+    from ..experiments.progress import code_summary
+    from ..report.build import build_report
+    from ..report.data import load_results
+
+    names = tuple(f.strip() for f in formats.split(",") if f.strip())
+    unknown = sorted(set(names) - {"png", "svg", "pdf"})
+    if unknown or "png" not in names:
+        raise ValueError(f"--formats {formats!r}: give png plus any of svg, pdf "
+                         "(the HTML page embeds the PNGs)")
+    results = load_results(directory)
+    other_code = from_other_code(results.finished)
+    if other_code:
+        results.warnings.append(f"{len(other_code)} finished run(s) were trained by other code than "
+                                f"this plasticlab ({code_identity()}): {code_summary(other_code)} "
+                                f"(`plasticlab verify {directory}` checks whether this code gives "
+                                "their numbers)")
+    page = build_report(directory, out, formats=names, max_bins=max_bins, reps=reps, results=results)
+    for warning in results.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"report: {page}")
+    print(f"        {page.parent / 'report.md'} (Markdown tables), {page.parent / 'figures'}/ "
+          f"({', '.join(names)})")
+    if check:
+        return _check_in_browser(page)
+    return 0
+
+
+def _check_in_browser(page: Path) -> int:
+    """Load ``page`` in headless Chromium (:mod:`plasticlab.report.browser`) and print what it
+    saw: 0 when it loaded cleanly, 1 on any problem."""
+    from ..report.browser import INSTALL_HINT, BrowserError, check_page, find_chromium
+
+    if find_chromium() is None:
+        raise ValueError(f"--check needs Chromium: {INSTALL_HINT}")
+    try:
+        result = check_page(page)
+    except BrowserError as e:
+        raise ValueError(f"--check: {e}") from None
+    print(result)
+    return 0 if result.ok else 1
+
+
+def register(sub) -> None:
+    """Add ``report`` to the ``plasticlab`` parser."""
+    rp = sub.add_parser("report", help="figures, tables, an HTML page and Markdown from a results "
+                                       "directory (works on partial results)")
+    rp.add_argument("dir", help="a results directory (--out of run or sweep)")
+    rp.add_argument("--out", help="where to write the report (default DIR/report)")
+    rp.add_argument("--formats", default="png,svg,pdf", help="figure files to write (default png,svg,pdf)")
+    rp.add_argument("--max-bins", dest="max_bins", type=int, default=50,
+                    help="curves with more tasks are averaged in this many bins (default 50)")
+    rp.add_argument("--reps", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    rp.add_argument("--check", action="store_true",
+                    help="then load the page in headless Chromium: console errors, uncaught "
+                         "exceptions, failed or external requests, images that did not load "
+                         "(exit 1 on any)")
+    rp.set_defaults(func=cmd_report)

@@ -1,0 +1,153 @@
+"""``plasticlab verify`` and ``compare``: whether this code gives a results directory's
+recorded numbers, and whether two results directories agree — run by run, bit for bit, or
+method by method within the spread of their seeds."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """``plasticlab verify``: train the recorded ensembles of a results directory or export
+    again for their first tasks (:mod:`plasticlab.experiments.verify`) and say, run by run,
+    whether this code gives the recorded online accuracies; 1 when any differs."""
+    import torch
+
+    from ..experiments.verify import choose, ensembles, recorded_runs, verify_ensemble
+
+    if args.tasks < 1:
+        raise ValueError(f"--tasks must be >= 1, got {args.tasks}")
+    if args.members is not None and args.members < 1:
+        raise ValueError(f"--members must be >= 1, got {args.members}")
+    runs, accuracy = recorded_runs(args.dir)
+    if not runs:
+        raise ValueError(f"{args.dir} holds no finished run to verify")
+    chosen = choose(ensembles(runs), every=args.all)
+    print(f"verify {args.dir}: {len(chosen)} ensemble(s) of {len(runs)} finished runs trained again "
+          f"for {args.tasks} task(s) each (device {args.device}, torch {torch.__version__})")
+    differ = 0
+    for members in chosen:
+        check = verify_ensemble(members, accuracy, args.tasks, data_dir=args.data_dir, device=args.device,
+                                limit=args.members)
+        trained = f" ({check.trained} member(s) trained again)" if args.members else ""
+        if check.same:
+            print(f"  same       {check.label}: {check.compared} run(s), {check.tasks} task(s), "
+                  f"recorded by {check.code} on {check.device}{trained}")
+            continue
+        differ += len(check.mismatches)
+        print(f"  DIFFERENT  {check.label}: {len(check.mismatches)} of {check.compared} run(s), "
+              f"recorded by {check.code} on {check.device}{trained}")
+        for m in check.mismatches:
+            print(f"    run {m.run_id} ({m.method}, seed {m.seed}): task {m.task} recorded {m.recorded!r}, "
+                  f"now {m.now!r}")
+    return _conclude(differ, f"{differ} run(s) differ: this code does not give their recorded numbers (a "
+                             "run recorded by other code, another device or more threads may; "
+                             "docs/member-independence.md)",
+                     "every run checked gives its recorded online accuracy, bit for bit")
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """``plasticlab compare A B``: the runs both directories hold (same config but for the number of
+    tasks, same seed; :mod:`plasticlab.experiments.compare`) and whether each has the same online
+    accuracy on every task both ran, bit for bit; 1 when any differs. With ``--statistical``,
+    each method is judged by its paired difference instead (:func:`_statistical_verdicts`)."""
+    from ..experiments.compare import shared_runs
+
+    pairs, only_a, only_b = shared_runs(args.a, args.b)
+    if not pairs:
+        raise ValueError(f"{args.a} and {args.b} hold no run in common (the same config but for the "
+                         f"number of tasks, and the same seed; {only_a} and {only_b} finished runs): "
+                         "compare two runs of one study, or studies that share a configuration")
+    print(f"compare {args.a} (A) and {args.b} (B): {len(pairs)} run(s) in both, {only_a} only in A, "
+          f"{only_b} only in B")
+    groups: dict[str, list] = {}
+    for pair in pairs:
+        groups.setdefault(pair.label, []).append(pair)
+    if args.statistical:
+        return _statistical_verdicts(groups)
+    for label, group in groups.items():
+        parted = [p for p in group if not p.same]
+        if not parted:
+            print(f"  same       {label}: {len(group)} run(s), {_task_span(group)} task(s)")
+            continue
+        print(f"  DIFFERENT  {label}: {len(parted)} of {len(group)} run(s)")
+        for p in parted:
+            print(f"    seed {p.seed} (run {p.run_a} in A, {p.run_b} in B): task {p.task}: {p.a!r} in A, "
+                  f"{p.b!r} in B")
+    differ = sum(not p.same for p in pairs)
+    return _conclude(differ, f"{differ} run(s) differ (`plasticlab verify DIR` says which one this code "
+                             "gives)",
+                     "every run in both has the same online accuracy on every task both ran, bit for bit")
+
+
+def _conclude(differ: int, differ_line: str, same_line: str) -> int:
+    """Print a checking command's last line, and return its exit code: 1 when something differs."""
+    print(differ_line if differ else same_line)
+    return 1 if differ else 0
+
+
+def _task_span(group) -> str:
+    tasks = sorted({p.tasks for p in group})
+    return f"{tasks[0]}" if len(tasks) == 1 else f"{tasks[0]}–{tasks[-1]}"
+
+
+def _statistical_verdicts(groups: dict[str, list]) -> int:
+    """Per method: dₛ = total online accuracy in A − in B over the tasks both ran, for each seed
+    s both hold; the mean of dₛ with a percentile-bootstrap interval over seeds, at 95 % for all
+    methods together (each at 1 − 0.05/methods, Bonferroni). A method whose interval excludes 0
+    differs; 1 when one does. Pairs with a diverged task are left out, and said so; a method
+    with fewer than two seeds left gets no verdict."""
+    from ..report.stats import bootstrap_ci
+
+    confidence = 1 - 0.05 / len(groups)
+    differ = 0
+    for label, group in groups.items():
+        kept = [p for p in group if math.isfinite(p.total_a) and math.isfinite(p.total_b)]
+        left = f"; {len(group) - len(kept)} with a diverged task left out" if len(kept) < len(group) else ""
+        if len(kept) < 2:
+            print(f"  —          {label}: {len(kept)} run(s) without a diverged task{left}: too few "
+                  "seeds for an interval")
+            continue
+        d = bootstrap_ci([100 * (p.total_a - p.total_b) for p in kept], confidence=confidence)
+        mean_a = 100 * math.fsum(p.total_a for p in kept) / len(kept)
+        mean_b = 100 * math.fsum(p.total_b for p in kept) / len(kept)
+        consistent = d.lo <= 0 <= d.hi
+        differ += not consistent
+        print(f"  {'consistent' if consistent else 'DIFFERENT ':10s} {label}: {len(kept)} run(s), "
+              f"{_task_span(kept)} task(s): A − B = {d.point:+.2f} points [{d.lo:+.2f}, {d.hi:+.2f}] "
+              f"(A {mean_a:.2f} %, B {mean_b:.2f} %); {sum(p.same for p in kept)} the same bit for "
+              f"bit{left}")
+    print(f"intervals: percentile bootstrap over seeds, {100 * confidence:.4g} % each, 95 % for the "
+          f"{len(groups)} method(s) together")
+    return _conclude(differ, f"{differ} method(s) differ: their interval excludes 0",
+                     "every method's interval holds 0: A and B agree within the spread of their seeds")
+
+
+def register(sub) -> None:
+    """Add ``verify`` and ``compare`` to the ``plasticlab`` parser."""
+    ve = sub.add_parser("verify", help="train recorded runs again for their first tasks and check "
+                                       "that this code gives their online accuracies, bit for bit")
+    ve.add_argument("dir", help="a results directory or a study's folder under docs/reproduction")
+    ve.add_argument("--tasks", type=int, default=1, help="tasks to train and compare (default 1)")
+    ve.add_argument("--all", action="store_true",
+                    help="every ensemble (default: the first of each method and optimizer)")
+    ve.add_argument("--members", type=int,
+                    help="check only the first N runs of each ensemble, trained again on their own, "
+                         "where member k of an ensemble is seed k alone to the bit (CPU, one thread, "
+                         "Adam, SGD or UPGD); elsewhere the whole ensemble is trained (default: all runs)")
+    ve.add_argument("--data-dir", dest="data_dir")
+    ve.add_argument("--device", default="cpu", help="where to train (default cpu: the recorded "
+                                                   "numbers are exact there)")
+    ve.set_defaults(func=cmd_verify)
+
+    co = sub.add_parser("compare", help="the runs two results directories both hold (same config "
+                                        "and seed): the same online accuracy on every task both ran?")
+    co.add_argument("a", metavar="A", help="a results directory or a study's folder under docs/reproduction")
+    co.add_argument("b", metavar="B", help="another")
+    co.add_argument("--statistical", action="store_true",
+                    help="judge each method by the paired difference of its runs' total online "
+                         "accuracy (A − B per seed) and its bootstrap interval, not bit for bit: for "
+                         "runs from another device, thread count or torch; exit 1 when an interval "
+                         "excludes 0")
+    co.set_defaults(func=cmd_compare)
