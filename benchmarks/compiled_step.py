@@ -2,7 +2,7 @@
 
 The engine's eager step for the paper's MLP on Permuted MNIST with L2 Init (λ 1e-2) and Adam
 (the hand-written backward, the penalty λ(θ − θ₀), torch's fused Adam) against the same step
-through :class:`plasticlab.fast.compiled_step.CompiledStep` — what ``plasticlab run --compile``
+through :class:`plasticlab.step.compiled.CompiledStep` — what ``plasticlab run --compile``
 runs (inductor on the CPU; CUDA graphs, ``mode="reduce-overhead"``, on CUDA). Both start from the
 same network and take the same batches. Printed per K: each path's steady-state rate (best of
 ``--rounds``), their ratio, the first compiled call (compilation: with ``--fresh-cache`` from an

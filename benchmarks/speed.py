@@ -11,8 +11,8 @@ members):
   (b) plasticlab's engine at K = 1, 4, 8, 16, 32 members per process, for Baseline, L2 Init,
       Continual Backprop and ReDo (task-end measurements off: training speed only); for the
       MLP also L2 Init with autograd's backward instead of the hand-written one (the engine's
-      default for the MLP, :mod:`plasticlab.fast.mlp_backprop`), the plain form it replaces,
-      and L2 Init with the compiled step (``--compile``, :mod:`plasticlab.fast.compiled_step`,
+      default for the MLP, :mod:`plasticlab.step.mlp_backprop`), the plain form it replaces,
+      and L2 Init with the compiled step (``--compile``, :mod:`plasticlab.step.compiled`,
       steady state);
   (c) the single-core sgemm peak, which bounds each network's forward+backward throughput;
   (d) end to end, start-up included: ``plasticlab run`` of L2 Init with 8 members for 8 full

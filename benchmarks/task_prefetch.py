@@ -1,4 +1,4 @@
-"""Does preparing the next task in the background (``plasticlab.fast.task_prefetch``) pay?
+"""Does preparing the next task in the background (``plasticlab.problems.task_prefetch``) pay?
 
 Whole ``train_ensemble`` runs of L2 Init on Permuted MNIST, with the next task prepared while
 the current one trains and without, interleaved, best of ``--rounds``; task-end measurements on

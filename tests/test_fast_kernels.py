@@ -10,18 +10,19 @@ import torch
 import torch.nn.functional as F
 
 from plasticlab import fast
-from plasticlab.fast import (
+from plasticlab.fast import plain_forms
+from plasticlab.measure import folded_permutation, held_out_accuracy
+from plasticlab.nets import (
+    EnsembleConv2d,
+    EnsembleLinear,
+    build_network,
     ensemble_conv,
-    folded_permutation,
     linear_backward,
-    plain_forms,
+    max_pool,
     pool_before_relu,
-    task_examples,
 )
-from plasticlab.fast import max_pool as fast_max_pool
-from plasticlab.measure import held_out_accuracy
-from plasticlab.nets import EnsembleConv2d, EnsembleLinear, build_network, max_pool
-from plasticlab.problems import PermutedMNIST, RandomLabelCIFAR
+from plasticlab.nets import max_pool_corners as fast_max_pool
+from plasticlab.problems import PermutedMNIST, RandomLabelCIFAR, task_examples
 from plasticlab.rng import torch_generator
 from plasticlab.run_config import Members
 
@@ -233,7 +234,7 @@ def test_a_run_that_prepares_each_next_task_in_the_background_equals_one_that_do
 
 
 def test_the_background_preparation_applies_on_cuda_only_and_not_in_plain_forms():
-    from plasticlab.fast import task_prefetch
+    from plasticlab.problems import task_prefetch
 
     assert task_prefetch.applies(torch.device("cuda")) and not task_prefetch.applies(torch.device("cpu"))
     with plain_forms():

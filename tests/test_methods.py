@@ -7,11 +7,12 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import add_gradient_transforms
 from plasticlab import EWC, ShrinkPerturb
 from plasticlab.engine import train_ensemble
 from plasticlab.experiments.config import resolve_config
 from plasticlab.fisher import diagonal_fisher
-from plasticlab.methods import METHODS, MethodContext
+from plasticlab.methods import METHODS, Method, MethodContext, boundary_oracle
 from plasticlab.nets import build_network, concat_relu_scale, layer_plan, plan_parameter_count
 from plasticlab.optim import Adam
 from plasticlab.rng import torch_generator
@@ -167,8 +168,9 @@ def test_l2_init_ewc_adds_both_penalties_gradients():
         for p, q in zip(net.parameters(), l2_only.net.parameters(), strict=True):
             p.add_(0.1)
             q.add_(0.1)
-    method.add_penalty_grad()
-    l2_only.regularizer.add_grad_()  # its whole gradient (the method leaves λθ to Adam)
+    assert method.penalties() == [method.l2_init, method.ewc]  # λ(θ − θ₀) first, then EWC's
+    add_gradient_transforms(method)
+    l2_only.regularizer.add_grad_()
     w, w2 = net.blocks[0].affine.weight, l2_only.net.blocks[0].affine.weight
     torch.testing.assert_close(w.grad, w2.grad + 3.0 * 0.1 * torch.ones_like(w))
 
@@ -227,3 +229,29 @@ def test_member_k_equals_seed_k_alone_for_the_baselines(data_dir, method, params
     alone = train_ensemble(Members.from_config(cfg, [2]), data_dir=data_dir)
     assert together.members[2].task_online_accuracy == pytest.approx(
         alone.members[0].task_online_accuracy, abs=1e-5)
+
+
+HOOKS = {"before_step": "before_step", "after_step": "after_step", "task_end": "on_task_end",
+         "gradient_hook": "add_penalty_grad", "penalties": "penalties"}
+
+
+def _declarations(cls) -> list:
+    """The method's declared needs at its defaults and at every choice of each parameter."""
+    defaults = cls.default_params()
+    settings = [defaults] + [dict(defaults, **{p.name: c}) for p in cls.hyperparameters
+                             for c in (p.choices or ())]
+    return [cls.needs(params) for params in settings]
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_every_method_declares_exactly_the_links_it_adds_to_the_step(name):
+    # the step's forms read only the declaration: a hook the method overrides but does not
+    # declare would never run, a declared one it does not override would cost for nothing
+    cls = METHODS[name]
+    declared = _declarations(cls)
+    for flag, hook in HOOKS.items():
+        overrides = getattr(cls, hook) is not getattr(Method, hook)
+        assert any(getattr(n, flag) for n in declared) == overrides, (name, flag)
+    if any(n.features for n in declared):
+        assert all(n.after_step for n in declared if n.features), name  # features go to after_step
+    assert boundary_oracle(name) == any(n.task_end for n in declared)

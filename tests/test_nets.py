@@ -9,8 +9,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plasticlab.fast import max_pool as fast_max_pool
-from plasticlab.fast.max_pool import MaxPool2x2Function, max_pool2x2
 from plasticlab.nets import (
     INIT_SCHEMES,
     EnsembleConv2d,
@@ -22,6 +20,8 @@ from plasticlab.nets import (
     max_pool,
 )
 from plasticlab.nets import init as init_schemes
+from plasticlab.nets import max_pool_corners as fast_max_pool
+from plasticlab.nets.max_pool_corners import MaxPool2x2Function, max_pool2x2
 from plasticlab.rng import torch_generator
 
 torch.set_num_threads(1)

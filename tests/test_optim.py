@@ -332,6 +332,55 @@ def test_fused_adam_kernel_matches_the_simple_loop_for_1000_steps():
         torch.testing.assert_close(x, y, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("weight_decay", [0.0, 1e-2])
+def test_the_fused_kernel_with_a_step_size_per_member_matches_the_plain_rule(weight_decay):
+    # adam_update_ with α_k as a [K] tensor against the kernel's one call per distinct α
+    gen = torch.Generator().manual_seed(5)
+    rates = [1e-3, 3e-4, 1e-3, 1e-2]
+    a = [torch.randn(4, 30, 7, generator=gen), torch.randn(4, 30, generator=gen)]
+    b = [p.clone() for p in a]
+    fast = Adam(a, lr=rates, member_dim=True, weight_decay=weight_decay)
+    plain = Adam(b, lr=rates, member_dim=True, weight_decay=weight_decay, fused=False)
+    for _ in range(300):
+        g = [torch.randn(p.shape, generator=gen) for p in a]
+        step_with(fast, a, g)
+        step_with(plain, b, g)
+    for x, y in zip(a, b, strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6)
+
+
+def test_the_plain_adam_rule_is_torch_optim_adams_update():
+    gen = torch.Generator().manual_seed(6)
+    ours = [torch.randn(30, 7, generator=gen, dtype=torch.float64)]
+    theirs = [ours[0].clone().requires_grad_()]
+    mine = Adam(ours, lr=1e-2, weight_decay=1e-3, fused=False)
+    torch_adam = torch.optim.Adam(theirs, lr=1e-2, weight_decay=1e-3, foreach=False)
+    for _ in range(200):
+        g = torch.randn(30, 7, generator=gen, dtype=torch.float64)
+        step_with(mine, ours, [g])
+        theirs[0].grad = g.clone()
+        torch_adam.step()
+    torch.testing.assert_close(ours[0], theirs[0].detach(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("rates", [1e-2, [1e-2, 3e-3, 1e-2]])
+def test_sgds_fused_multiply_add_is_the_plain_rule_up_to_rounding(rates):
+    gen = torch.Generator().manual_seed(7)
+    a = [torch.randn(3, 20, 5, generator=gen)]
+    b = [a[0].clone()]
+    fast, plain = SGD(a, lr=rates, member_dim=True), SGD(b, lr=rates, member_dim=True, fused=False)
+    for _ in range(300):
+        g = [torch.randn(3, 20, 5, generator=gen)]
+        step_with(fast, a, g)
+        step_with(plain, b, g)
+    torch.testing.assert_close(a[0], b[0], rtol=1e-6, atol=1e-6)
+    expected = b[0].clone()  # the rule itself, θ − α_k g, one more step
+    g = torch.randn(3, 20, 5, generator=gen)
+    alpha = torch.tensor([rates] * 3 if isinstance(rates, float) else rates).view(3, 1, 1)
+    step_with(plain, b, [g])
+    assert torch.equal(b[0], expected - alpha * g)
+
+
 def _dense_count_adam_step(p, g, m, v, steps, lr, betas=(0.9, 0.999), eps=1e-8):
     """The simple form: Adam with one step count per element, bias-corrected per element."""
     b1, b2 = betas

@@ -20,7 +20,6 @@ import torch
 
 from conftest import CIFAR100_TEST_PER_CLASS, CIFAR100_TRAIN_PER_CLASS, needs_data
 from plasticlab.data import load_cifar10, load_mnist
-from plasticlab.fast.task_examples import TaskExamples
 from plasticlab.problems import (
     PROBLEMS,
     ContinualImageNet,
@@ -32,6 +31,7 @@ from plasticlab.problems import (
     TaskData,
     get_problem,
 )
+from plasticlab.problems.task_examples import TaskExamples
 
 torch.set_num_threads(1)
 
@@ -289,7 +289,7 @@ def test_ensemble_member_k_streams_exactly_what_its_seed_streams_alone(request, 
 def test_a_task_gathered_on_the_device_is_the_task_staged_on_the_host(request, name):
     # On a GPU a task's examples are taken from a resident copy of the data set; on the CPU they
     # are staged in a reused host buffer. The gather itself runs on any device: here, the CPU.
-    # Both are fast forms (plasticlab.fast.task_examples) of the plain stack of each member's
+    # Both are fast forms (plasticlab.problems.task_examples) of the plain stack of each member's
     # permuted examples, and equal it to the bit.
     problem = make(request, name, [11, 22, 33])
     examples = TaskExamples(torch.device("cpu"))

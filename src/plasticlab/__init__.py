@@ -8,33 +8,30 @@ ensemble engine that trains K runs at once.
     reg = L2Init(model, strength=1e-2)
     loss = task_loss + reg()
 
-The package's layers, lowest first; a module imports only from its own layer or below
-(``tests/test_layers.py`` checks it). A module is in its top-level module's layer unless it is
-listed with its own (``fast``'s):
+The package's layers, lowest first; a module imports only from its own layer or below, and no
+modules import one another in a circle (``tests/test_layers.py`` checks both). A module is in
+its top-level module's layer:
 
 0. ``params``, ``rng``, ``device``, ``run_config``, ``checkpoint``, ``fisher``, ``fast``,
-   ``loggers`` — typed parameters, seeded streams, devices, the resolved run configuration, safe
-   checkpoints, the Fisher information; the fast paths that read tensors alone (the layers'
-   kernels, a task's examples gathered) and the switch to their plain forms, so the layers above
-   can call them; the optional TensorBoard and W&B mirrors, shared by runs and the Monitor;
+   ``loggers`` — typed parameters, seeded streams, devices, the resolved run configuration and
+   an ensemble's members, safe checkpoints, the Fisher information, the switch to the fast
+   paths' plain forms, the TensorBoard/W&B mirrors;
 1. ``data`` — datasets in their official formats, checked;
-2. ``problems`` — the continual streams (SPEC §3) for K seeded members;
-3. ``nets`` — ensemble layers, the MLP and CNN, and their units;
+2. ``problems`` — the continual streams (SPEC §3) for K seeded members, and a task's examples
+   gathered and prepared ahead;
+3. ``nets`` — ensemble layers and their kernels, the MLP and CNN, and their units;
 4. ``metrics``, ``regularizers``, ``perturb``, ``optim`` — measurements of a network, the
    drop-in penalties and Shrink & Perturb, optimizers with per-element state;
-5. ``fast.quadratic_penalty``, ``fast.mlp_backprop``, ``fast.folded_permutation`` — the fast
-   paths that read the regularizers, networks and problems below; every fast path is tested
-   against its plain form;
-6. ``methods``, ``measure`` — one file per plasticity method; the measurements of an
+5. ``methods``, ``measure`` — one file per plasticity method; the measurements of an
    ensemble at a task end;
-7. ``fast.compiled_step`` — the whole training step of a penalty method under
-   ``torch.compile``, which reads the methods and optimizers below;
-8. ``engine`` — the training loop over an ensemble;
-9. ``monitor``, ``dropin_field``, ``member_independence`` — the drop-ins for anyone's model
+6. ``step`` — one training step, written once: task gradient → the method's gradient
+   transforms → the update → the method's hooks, eager or compiled;
+7. ``engine`` — the training loop over an ensemble;
+8. ``monitor``, ``dropin_field``, ``member_independence`` — the drop-ins for anyone's model
    and what the engine guarantees;
-10. ``experiments`` — configs, presets, sweeps, the protocol, the results store, executors;
-11. ``report``, ``integrations`` — figures, tables and pages; framework callbacks;
-12. ``cli``, ``demo`` — the ``plasticlab`` command.
+9. ``experiments`` — configs, presets, sweeps, the protocol, the results store, executors;
+10. ``report``, ``integrations`` — figures, tables and pages; framework callbacks;
+11. ``cli``, ``demo`` — the ``plasticlab`` command.
 """
 
 from importlib.metadata import PackageNotFoundError, version

@@ -26,13 +26,12 @@ import torch
 
 from . import checkpoint as ckpt
 from . import metrics
-from .fast import task_prefetch
 from .measure import Measurer, test_example_count, to_host
 from .methods import MethodContext, get_method
 from .methods.penalty_members import PenaltyMembers
 from .nets import build_network
 from .optim import MEMBER_LR_OPTIMIZERS, make_optimizer, optimizer_options
-from .problems import get_problem
+from .problems import get_problem, task_prefetch
 from .rng import torch_generator
 from .run_config import Member, Members, RunConfig
 from .step import BACKPROPS, Step
@@ -182,7 +181,7 @@ def train_ensemble(
     ``"auto"`` (manual wherever the network allows it).
 
     ``prefetch``: prepare each next task in a background thread while the current one trains
-    (:mod:`plasticlab.fast.task_prefetch`; the same numbers); None: where it applies (CUDA).
+    (:mod:`plasticlab.problems.task_prefetch`; the same numbers); None: where it applies (CUDA).
 
     ``compile``: take each step through ``torch.compile`` where
     :mod:`plasticlab.step.compiled` computes it (the MLP with the Baseline, L2, L2 Init,
@@ -265,8 +264,9 @@ class EnsembleTraining:
             members=K, init=config.init, generators=[torch_generator(s, "init") for s in seeds],
             **plain, **method_cls.architecture(hp, plain),
         ).to(device)
-        optimizer = make_optimizer(config.optimizer, list(net.parameters()), members.rates(),
-                                   member_dim=True,
+        rates = members.rates()  # one α for all, or one per member (Adam, SGD)
+        optimizer = make_optimizer(config.optimizer, list(net.parameters()),
+                                   rates[0] if len(set(rates)) == 1 else rates, member_dim=True,
                                    **optimizer_options(config.optimizer, seeds, device,
                                                        config.optimizer_params))
         self.method = method_cls(net, optimizer, hp, MethodContext(seeds, device, tuple(names)))

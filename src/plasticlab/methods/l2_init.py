@@ -3,7 +3,7 @@
 θ₀ is the network's own initial draw, copied before the first update; every weight and bias is
 pulled back toward it at every step — the gradient λ(θ − θ₀) is added to the task loss's
 (:class:`plasticlab.regularizers.L2Init`; the engine adds it through
-:mod:`plasticlab.fast.quadratic_penalty`) — so parameters that recent losses do not need drift
+:mod:`plasticlab.step`) — so parameters that recent losses do not need drift
 home and stay ready to learn the next task.
 """
 

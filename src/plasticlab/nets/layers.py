@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..fast import ensemble_conv, linear_backward
-from ..fast import max_pool as fast_max_pool
+from . import ensemble_conv, linear_backward
+from . import max_pool_corners as fast_max_pool
 
 
 class EnsembleLinear(nn.Module):
@@ -46,7 +46,7 @@ class EnsembleLinear(nn.Module):
 class EnsembleConv2d(nn.Module):
     """K independent ``nn.Conv2d`` layers (stride 1, no padding): y_k = conv2d(x_k, W_k) + b_k.
 
-    ``kernel`` names the fast form the K convolutions run in (:mod:`plasticlab.fast.ensemble_conv`):
+    ``kernel`` names the fast form the K convolutions run in (:mod:`plasticlab.nets.ensemble_conv`):
     ``"loop"`` (one conv per member, the faster on CPU for the paper's small CNN), ``"grouped"``
     (one grouped conv with groups=K, the faster on a GPU), or ``"auto"`` (grouped on CUDA, loop
     elsewhere); the measurements: ``benchmarks/conv_kernels.py``, docs/performance.md.

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from ..fast import pool_before_relu
 from . import init as init_schemes
+from . import pool_before_relu
 from .layers import ACTIVATIONS, EnsembleConv2d, EnsembleLayerNorm, EnsembleLinear, max_pool
 
 
@@ -43,7 +43,7 @@ class Block(nn.Module):
 
     def output(self, h: torch.Tensor) -> torch.Tensor:
         """What the next block gets, without the features: ``self(h)[1]``, or with ReLU and
-        pooling, pooling then ReLU (:mod:`plasticlab.fast.pool_before_relu`, where it applies)."""
+        pooling, pooling then ReLU (:mod:`plasticlab.nets.pool_before_relu`, where it applies)."""
         if not pool_before_relu.applies(self.activation, self.pool):
             return self(h)[1]
         out = pool_before_relu.pooled_relu(self.pre_activation(h), max_pool)

@@ -8,7 +8,7 @@ labels) and, where SPEC has one, the task's held-out test set. This base class d
 the batch plan (each epoch a fresh shuffle of the task's examples, a last partial batch
 dropped), and the per-step gather, vectorised over members on the training device. The task's
 data is materialised once per task and replaced at the next one, so memory stays flat over
-hundreds of tasks; permutations and label maps are index arrays. (:mod:`plasticlab.fast.task_examples`
+hundreds of tasks; permutations and label maps are index arrays. (:mod:`plasticlab.problems.task_examples`
 gathers a task's examples faster than :meth:`Problem.start_task`'s plain form, where it applies.)
 """
 
@@ -21,9 +21,9 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from ..fast import task_examples
 from ..params import Param, resolve
 from ..rng import np_rng
+from . import task_examples
 
 
 @dataclass
@@ -155,7 +155,7 @@ class Problem:
     def prepare_task(self, task: int, out: torch.Tensor | None = None) -> PreparedTask:
         """Materialise ``task`` for every member — examples (written into ``out`` where it fits),
         labels, batch plan — without touching the current task: it may run in another thread
-        while the current task trains (:mod:`plasticlab.fast.task_prefetch`)."""
+        while the current task trains (:mod:`plasticlab.problems.task_prefetch`)."""
         if not 0 <= task < self.tasks:
             raise ValueError(f"{self.name}: task {task} out of range 0..{self.tasks - 1}")
         parts = [self.member_task(k, seed, task) for k, seed in enumerate(self.seeds)]

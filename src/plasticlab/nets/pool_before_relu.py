@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import torch
 
-from . import enabled
+from ..fast import enabled
 
 
 def applies(activation: str | None, pool: bool) -> bool:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from . import enabled
+from ..fast import enabled
 
 
 class LoopConvFunction(torch.autograd.Function):

@@ -27,7 +27,7 @@ What is measured, per member (definitions in :mod:`plasticlab.metrics`):
 - **test accuracy** ``task_test_accuracy`` on the finished task's whole held-out test set
   (problems with test sets only), evaluated in chunks without gradients; where all members
   share one image set under their own input permutations (Permuted MNIST) the permutation is
-  moved into the first layer's weights (:mod:`plasticlab.fast.folded_permutation`), so no
+  moved into the first layer's weights (:mod:`plasticlab.measure.folded_permutation`), so no
   permuted copy of the test set is ever made. At K = 8 on one CPU thread this forward pass
   over 8 × 10,000 images is most of a task end's cost (``benchmarks/measurement_overhead.py``).
 - **forgetting** (opt-in): the row A[j, 0..j] of the accuracy matrix — every task's test set
@@ -42,12 +42,12 @@ from collections.abc import Iterator
 
 import torch
 
-from . import metrics
-from .fast import folded_permutation
-from .nets import EnsembleNet
-from .nets.layers import EnsembleLinear
-from .nets.units import dormant_mask, unit_activity
-from .problems.base import Problem, TaskData
+from .. import metrics
+from ..nets import EnsembleNet
+from ..nets.layers import EnsembleLinear
+from ..nets.units import dormant_mask, unit_activity
+from ..problems.base import Problem, TaskData
+from . import folded_permutation
 
 DEFAULT_SAMPLES = 500
 """Inputs of the current task per member on which the feature measurements are made."""
@@ -183,7 +183,7 @@ def held_out_accuracy(net: EnsembleNet, problem: Problem, task: int, chunk: int 
 
     Evaluates exactly ``problem.test_set(task)``, chunk by chunk (:func:`held_out_batches`);
     when the members share one stored image set under per-member permutations and the network
-    starts with a linear layer, :mod:`plasticlab.fast.folded_permutation` moves the permutation
+    starts with a linear layer, :mod:`plasticlab.measure.folded_permutation` moves the permutation
     into that layer's weights instead (one matmul for the ensemble, no permuted copies) — the
     same function, computed faster. ``examples``: as in :func:`held_out_batches`.
     """

@@ -20,7 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
-from . import enabled
+from ..fast import enabled
 
 
 def applies(device: torch.device) -> bool:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from . import enabled
+from ..fast import enabled
 
 
 def applies(x: torch.Tensor) -> bool:

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from . import enabled
+from ..fast import enabled
 
 
 def applies() -> bool:

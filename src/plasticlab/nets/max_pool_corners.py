@@ -17,7 +17,7 @@ import functools
 
 import torch
 
-from . import enabled
+from ..fast import enabled
 
 
 def applies(h: torch.Tensor) -> bool:

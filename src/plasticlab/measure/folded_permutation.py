@@ -24,11 +24,11 @@ import torch
 from torch import nn
 
 from .. import metrics
+from ..fast import enabled
 from ..nets import EnsembleNet
 from ..nets.layers import EnsembleLinear
 from ..nets.network import Block
 from ..problems.base import Problem, TaskData
-from . import enabled
 
 
 def applies(net: EnsembleNet, parts: Sequence[TaskData]) -> bool:
