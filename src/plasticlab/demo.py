@@ -30,7 +30,7 @@ def run_demo(*, tasks: int = 20, steps_per_task: int = 625, seeds=(0, 1, 2, 3), 
                                  "optimizer": "adam", "lr": DEMO_LR, "tasks": tasks,
                                  "steps_per_task": steps_per_task})
         label = method + (f" λ={params['strength']:g}" if "strength" in params else "")
-        jobs.append(Job(Members(config, seeds), label=label))
+        jobs.append(Job(Members.from_config(config, seeds), label=label))
     print(f"plasticlab demo: L2 Init vs Baseline on Permuted MNIST — {tasks} tasks × "
           f"{steps_per_task} steps, batch 16, Adam α={DEMO_LR}, seeds {seeds}, "
           f"{workers} worker process(es), 1 torch thread each", flush=True)

@@ -21,6 +21,7 @@ from ..engine import train_ensemble
 from ..methods import METHODS
 from ..optim import OPTIMIZERS
 from ..problems import get_problem
+from ..run_config import Members
 from .config import resolve_config
 
 CALIBRATION_PROBLEMS = {"mlp": "permuted_mnist", "cnn": "random_label_cifar"}
@@ -54,7 +55,8 @@ def samples_per_second(config, members: int, data_dir=None, **engine_options) ->
     """Member-samples/s of training ``config`` as one ensemble of seeds 0…``members``−1:
     training speed only, so the task-end measurements (a few % of a full-length task) are
     left out; ``engine_options`` go to :func:`~plasticlab.engine.train_ensemble`."""
-    result = train_ensemble(config, list(range(members)), data_dir=data_dir, measure=False,
+    result = train_ensemble(Members.from_config(config, list(range(members))),
+                            data_dir=data_dir, measure=False,
                             **engine_options)
     return result.steps_per_second * members * config.batch_size
 
@@ -86,9 +88,10 @@ def _task_overhead(problem: str, members: int, data_dir, tasks: int = 3) -> floa
 
     config = _short_config(problem, "baseline", tasks, 5)
     seeds = list(range(members))
-    plain = train_ensemble(config, seeds, data_dir=data_dir, measure=False)
+    plain = train_ensemble(Members.from_config(config, seeds), data_dir=data_dir, measure=False)
     with tempfile.TemporaryDirectory() as tmp:
-        full = train_ensemble(config, seeds, data_dir=data_dir, checkpoint=Path(tmp) / "c.ckpt")
+        full = train_ensemble(Members.from_config(config, seeds),
+                              data_dir=data_dir, checkpoint=Path(tmp) / "c.ckpt")
     return max(0.0, (full.wall_time - plain.wall_time) / tasks)
 
 

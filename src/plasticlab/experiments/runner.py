@@ -45,7 +45,7 @@ def run_ensemble(
     :func:`~plasticlab.engine.train_ensemble` (task-end measurements, every-N-steps
     measurements, the accuracy matrix); they change what is recorded, never the training.
     ``backprop`` (``auto`` | ``autograd`` | ``manual``) and ``compile`` (the compiled step,
-    :mod:`plasticlab.fast.compiled_step`) are passed on too.
+    :mod:`plasticlab.step.compiled`) are passed on too.
 
     A new attempt at each run is marked 'running' before training, and its metrics and
     'finished' status are committed together at the end; earlier attempts are kept. The

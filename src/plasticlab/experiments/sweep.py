@@ -24,7 +24,7 @@ share — problem, architecture, optimizer, stream lengths, and every method par
 not per-member — become members of one ensemble (at most ``max_members``); seeds, per-member
 parameters (λ, p, σ, r, τ …) and, under Adam and SGD, the step size vary inside it
 (:data:`plasticlab.optim.MEMBER_LR_OPTIMIZERS`; not for a method that swaps the optimizer,
-:meth:`Method.takes_member_lr`), and so may the method among the Baseline, L2, L2 Init,
+:meth:`Method.needs`: ``member_lr``), and so may the method among the Baseline, L2, L2 Init,
 L1 Init and Huber Init
 (:mod:`plasticlab.methods.penalty_members`). Member k of an ensemble is still run k alone,
 to the bit on the CPU (docs/member-independence.md).
@@ -225,7 +225,7 @@ def _group_key(config: RunConfig) -> str:
 def shares_step_sizes(config: RunConfig) -> bool:
     """Whether runs of ``config`` that differ only in step size can train as one ensemble."""
     return (config.optimizer in MEMBER_LR_OPTIMIZERS
-            and get_method(config.method).takes_member_lr(config.params))
+            and get_method(config.method).needs(config.params).member_lr)
 
 
 def group(runs: list[Run], max_members: int | Callable[[RunConfig], int] = 16,
@@ -256,24 +256,13 @@ def group(runs: list[Run], max_members: int | Callable[[RunConfig], int] = 16,
             break
         chunks.remove(costliest)
         chunks.extend(consecutive_pieces(costliest, 2))
-    return [Ensemble(Members(c[0].config, [r.seed for r in c], [dict(r.config.params) for r in c],
-                             _member_lr(c), _member_methods(c))) for c in chunks]
+    return [Ensemble(Members.from_runs([r.config for r in c], [r.seed for r in c])) for c in chunks]
 
 
 def _member_steps(members: list[Run]) -> int:
     """An ensemble's work: members × steps (its members share the stream lengths)."""
     config = members[0].config
     return len(members) * config.tasks * config.steps_per_task
-
-
-def _member_methods(members: list[Run]) -> list[str] | None:
-    methods = [r.config.method for r in members]
-    return methods if len(set(methods)) > 1 else None
-
-
-def _member_lr(members: list[Run]) -> list[float] | None:
-    rates = [r.config.lr for r in members]
-    return rates if len(set(rates)) > 1 else None
 
 
 def consecutive_pieces(items: list, parts: int) -> list[list]:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..run_config import Members
 from .export import read_results
 from .manifest import trained_by_text
 
@@ -142,12 +143,7 @@ def verify_ensemble(members: Sequence[dict], accuracy: dict[str, list[float]], t
     position = {record["run_ids"][k]: i for i, k in enumerate(kept)}  # run id → member trained
     tasks = min(tasks, first["config"]["tasks"])
     config = resolve_config({**first["config"], "tasks": tasks})
-    # as the sweep passed them: a step size or method per member only where they differ (a
-    # record made before ensembles mixed them has neither: every member had the config's)
-    rates = [record["lr"][k] for k in kept] if len(set(record.get("lr") or [])) > 1 else None
-    methods = [record["methods"][k] for k in kept] if len(set(record.get("methods") or [])) > 1 else None
-    result = train_ensemble(config, [record["seeds"][k] for k in kept], [record["params"][k] for k in kept],
-                            member_lr=rates, member_methods=methods, data_dir=data_dir, device=device,
+    result = train_ensemble(Members.from_record(config, record, kept), data_dir=data_dir, device=device,
                             threads=manifest.get("threads") or 1,
                             backprop=manifest.get("backprop") or "auto",
                             compile=manifest.get("step") == "compiled", measure=False)
