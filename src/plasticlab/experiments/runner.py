@@ -39,7 +39,7 @@ def run_ensemble(
     executor — the driver ``sweep`` uses — plus what ``plasticlab run`` adds: ``threads``,
     resuming, and re-raising a failure.
 
-    ``loggers`` (:mod:`plasticlab.experiments.loggers`) mirror each recorded run.
+    ``loggers`` (:mod:`plasticlab.loggers`) mirror each recorded run.
 
     ``measure``, ``measure_every`` and ``forgetting`` are passed to
     :func:`~plasticlab.engine.train_ensemble` (task-end measurements, every-N-steps
