@@ -10,7 +10,7 @@ import torch
 from plasticlab import engine
 from plasticlab.experiments.config import resolve_config
 from plasticlab.optim import SGD, Adam
-from plasticlab.optim.adam import MEMBER_ALIGNMENT_BYTES, member_aligned
+from plasticlab.optim.fused_adam import MEMBER_ALIGNMENT_BYTES, member_aligned
 from plasticlab.run_config import Members
 
 torch.set_num_threads(1)

@@ -180,8 +180,7 @@ def checkpoint_first_task_as_old_code(p, out, data_dir):
     m = ensemble.members
     path = checkpoint_path(out, m, kind="ensemble")
     with pytest.raises(Crash):
-        train_ensemble(Members.from_config(m.config, m.seeds, params=m.params, lr=m.lr, methods=m.methods),
-                       data_dir=data_dir, sitting={"code": OLD}, checkpoint=path,
+        train_ensemble(m, data_dir=data_dir, sitting={"code": OLD}, checkpoint=path,
                        on_task_end=crash_after_first_task)
     return path
 

@@ -30,15 +30,15 @@ def test_per_member_parameters_step_sizes_and_penalty_methods_share_an_ensemble(
     # L2 Init and the Baseline (methods.penalty_members): 2 lr × (2 λ + 1) × 3 seeds
     (quad,) = [e for e in ensembles if e.config.method in ("l2_init", "baseline")]
     assert len(quad.seeds) == 18
-    assert sorted(set(quad.members.methods)) == ["baseline", "l2_init"]
-    assert sorted(set(quad.members.lr)) == [1e-4, 1e-3]
+    assert sorted(set(quad.members.method_names())) == ["baseline", "l2_init"]
+    assert sorted(set(quad.members.rates())) == [1e-4, 1e-3]
     redo = [e for e in ensembles if e.config.method == "redo"]
     assert len(redo) == 2  # one per period (shared); lr and τ vary inside
     for e in redo:
-        assert len({m["period"] for m in e.members.params}) == 1
-        assert {m["threshold"] for m in e.members.params} == {0.0, 0.1}
-        assert set(e.members.lr) == {1e-3, 1e-4}
-        assert e.members.methods is None
+        assert len({m.params["period"] for m in e.members}) == 1
+        assert {m.params["threshold"] for m in e.members} == {0.0, 0.1}
+        assert set(e.members.rates()) == {1e-3, 1e-4}
+        assert set(e.members.method_names()) == {"redo"}
 
 
 def test_a_member_of_a_packed_ensemble_keeps_its_own_run_id_method_and_step_size():
@@ -54,7 +54,7 @@ def test_a_member_of_a_packed_ensemble_keeps_its_own_run_id_method_and_step_size
 def test_step_sizes_stay_apart_where_the_optimizer_has_one_for_all_members():
     lr_grid = {"problem": "permuted_mnist", "seeds": "0-2", "grid": {"lr": [1e-3, 1e-4]}}
     upgd = group(expand({**lr_grid, "method": "baseline", "optimizer": "upgd"}), max_members=16)
-    assert len(upgd) == 2 and all(e.members.lr is None for e in upgd)
+    assert len(upgd) == 2 and all(len(set(e.members.rates())) == 1 for e in upgd)
     cbp = expand({**lr_grid, "method": "cbp", "params": {"cbp": {"adam_variant": "reference"}}})
     assert len(group(cbp, max_members=16)) == 2  # AdamGnT has one step size
     assert len(group(expand({**lr_grid, "method": "cbp"}), max_members=16)) == 1

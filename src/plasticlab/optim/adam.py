@@ -122,10 +122,10 @@ class Adam(StackedOptimizer):
                      bc1=bc1, bc2_sqrt=bc2_sqrt, betas=self.betas, eps=self.eps,
                      weight_decay=weight_decay)
 
-    def _rate_tensor(self) -> float | torch.Tensor:
-        """α as :func:`adam_update_` takes it: the float, or the members' rates as a ``[K]`` tensor."""
-        if isinstance(self.lr, float):
-            return self.lr
+    def _rate_tensor(self) -> torch.Tensor:
+        """α as :func:`adam_update_` takes it here: a tensor in the parameters' dtype, 0-d for a
+        shared α or ``[K]`` with the members' rates — the same arithmetic either way, so a
+        member's update does not depend on whether the others share its α."""
         if self._lr_tensor is None:
             self._lr_tensor = torch.tensor(self.lr, dtype=self.params[0].dtype,
                                            device=self.params[0].device)
