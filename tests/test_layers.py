@@ -13,7 +13,7 @@ import plasticlab
 PACKAGE = Path(plasticlab.__file__).parent
 
 LAYERS = [
-    {"params", "rng", "device", "run_config", "checkpoint", "fisher", "fast", "loggers"},
+    {"params", "rng", "philox", "device", "run_config", "checkpoint", "fisher", "fast", "loggers"},
     {"data"},
     {"problems"},
     {"nets"},
