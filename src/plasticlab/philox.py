@@ -154,7 +154,7 @@ _PIECE_COUNTERS = {"cpu": 1 << 16}
 a piece's temporaries stay in cache (2–3× faster than the whole draw at once, for K ≥ 32);
 elsewhere :data:`_DEVICE_PIECE_COUNTERS`, which bounds the memory a draw takes. A counter's
 words do not depend on which others are drawn with it, so the bits are the same either way."""
-_DEVICE_PIECE_COUNTERS = 1 << 24
+_DEVICE_PIECE_COUNTERS = 1 << 22
 
 
 def _draw(keys: torch.Tensor, step, numel: int, device, transform, dtype: torch.dtype) -> torch.Tensor:
