@@ -22,9 +22,9 @@ and counted by (step, block)::
 
 where t is the step (any integer in [0, 2⁶⁴)) and b = ⌊n / 4⌋ the block of element n of that
 step's draw: element n is word n mod 4 of Philox(key, counter). A draw of N elements at step t
-uses the counters of blocks 0 … ⌈N/4⌉ − 1 of step t, so no two steps, no two elements and no two
-streams share a counter under one key, and member k's numbers depend only on (seed k, stream,
-t, n) — never on K or on the other members.
+uses the counters of blocks 0 … ⌈N/4⌉ − 1 of step t, so no two steps and no two elements share a
+counter under one key (and each (seed, stream) has a key of its own), and member k's numbers
+depend only on (seed k, stream, t, n) — never on K or on the other members.
 
 Transforms (words → floats)
 ---------------------------
@@ -49,7 +49,8 @@ tail. ln, cos and sin are not: libm's and CUDA's differ in the last bit, and so 
 vectorised and scalar CPU forms (which is how a member's numbers would come to depend on
 where it sits in a ``[K, …]`` tensor; docs/member-independence.md). So :func:`box_muller`
 computes them itself from + − × ÷ (:func:`_ln_unit`, :func:`_cos_sin_turns`): series in
-float64, accurate to a few units of 2⁻⁵³, the same bits on any device and at any position.
+float64, accurate to a few units of 2⁻⁵³, the same bits on any device and at any position
+(``tests/test_philox.py`` compares CUDA with the CPU wherever a GPU is present).
 
 No method draws from it yet: integrating it into Shrink & Perturb, CBP, ReDo, … will change
 their numbers once, and is a separate step (docs/member-independence.md, "Draws on the device:
