@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from plasticlab import checkpoint as ckpt
+from plasticlab import engine
 from plasticlab.engine import train_ensemble
 from plasticlab.experiments.config import resolve_config
 from plasticlab.methods import METHODS
@@ -77,6 +78,76 @@ def test_an_ensemble_of_several_methods_and_step_sizes_resumes_bit_identical(dat
     for a, b in zip(whole.members, resumed.members, strict=True):
         assert a.task_online_accuracy == b.task_online_accuracy
         assert a.task_metrics == b.task_metrics
+
+
+def stop_at_call(n: int):
+    """A ``stop`` that answers True at its n-th call (asked between every two steps: the
+    engine's poll interval set to 0 by the test)."""
+    calls = iter(range(1, 10**9))
+    return lambda: next(calls) >= n
+
+
+@pytest.mark.parametrize("method,params,optimizer", EVERY_METHOD)
+def test_every_method_stopped_between_two_steps_resumes_there_bit_identical(
+        data_dir, tmp_path, monkeypatch, method, params, optimizer):
+    # a stop saves the state between two steps of a task (here step 8 of task 1) and the
+    # resume trains on from that step, every step measurement and the task's count kept
+    monkeypatch.setattr(engine, "STOP_POLL_S", 0.0)
+    cfg = resolve_config({**SMALL, "method": method, "params": params, "optimizer": optimizer,
+                          "lr": 1e-3 if optimizer == "adam" else 1e-2})
+    whole = train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, measure_every=6)
+    path = tmp_path / "run.ckpt"
+    with pytest.raises(engine.TrainingStopped, match="stopped at step 8 of task 1"):
+        train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, checkpoint=path,
+                       measure_every=6, stop=stop_at_call(19 + 8))
+    assert ckpt.read_header(path)["steps_in_task"] == 8
+    resumed = train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir,
+                             checkpoint=path, measure_every=6)
+    for a, b in zip(whole.members, resumed.members, strict=True):
+        assert a.task_online_accuracy == b.task_online_accuracy
+        assert a.task_metrics == b.task_metrics
+        assert a.step_metrics == b.step_metrics
+    assert resumed.extra["sittings"][-1]["from_task"] == 1
+    assert resumed.extra["sittings"][-1]["from_step"] == 8
+
+
+def test_timed_checkpoints_between_steps_resume_bit_identical_and_are_written_in_the_background(
+        data_dir, tmp_path):
+    cfg = resolve_config({**SMALL, "method": "l2_init", "params": {"strength": 1e-2}})
+    whole = train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir)
+    path = tmp_path / "run.ckpt"
+    calls = []
+
+    def crash_at_step_10_of_task_1(n):  # progress: told after steps 10 and 20 of each task
+        calls.append(n)
+        if len(calls) == 3:
+            raise Crash
+    with pytest.raises(Crash):
+        # a save after every step (checkpoint_every 1e-9 s); the crash comes before step 10's
+        train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, checkpoint=path,
+                       checkpoint_every=1e-9, on_steps=crash_at_step_10_of_task_1,
+                       progress_every=10)
+    header = ckpt.read_header(path)  # written out before the crash left train_ensemble
+    assert (header["next_task"], header["steps_in_task"]) == (1, 9)
+    resumed = train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, checkpoint=path)
+    for a, b in zip(whole.members, resumed.members, strict=True):
+        assert a.task_online_accuracy == b.task_online_accuracy
+        assert a.task_metrics == b.task_metrics
+    with pytest.raises(ValueError, match="checkpoint_every must be > 0"):
+        train_ensemble(Members.from_config(cfg, [0]), data_dir=data_dir, checkpoint=path,
+                       checkpoint_every=0)
+
+
+def test_a_checkpoint_write_that_fails_in_the_background_fails_the_next_save(tmp_path):
+    writer = ckpt.CheckpointWriter()
+    blocked = tmp_path / "file"
+    blocked.write_text("a file where the checkpoint's folder should be")
+    writer.save(blocked / "run.ckpt", "f", {"next_task": 1})
+    with pytest.raises(OSError):
+        writer.wait()
+    writer.save(tmp_path / "run.ckpt", "f", {"next_task": 1})
+    writer.wait()
+    assert ckpt.read_header(tmp_path / "run.ckpt")["next_task"] == 1
 
 
 @pytest.fixture

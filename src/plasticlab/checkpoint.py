@@ -1,14 +1,16 @@
-"""Checkpoints at task boundaries, so a long run loses at most one task to a crash.
+"""Checkpoints at task boundaries and between steps, so a crash or a stop loses little.
 
 A checkpoint holds the training state — the network's parameters, the optimizer's state, the
 method's own state (tensors, arrays, counters, random generators: :func:`capture`), the
-stream position (the next task: streams are pure functions of seed and task) and every result
-so far. A resumed run ends with exactly the results of an uninterrupted one (tested).
+stream position (the next task, and the step of it reached when it was saved between two steps:
+streams are pure functions of seed, task and step) and every result so far. A resumed run ends
+with exactly the results of an uninterrupted one (tested). :class:`CheckpointWriter` writes the
+file in a background thread from a copy of the state.
 
 **A checkpoint loads no code.** The file is a text header and a payload::
 
     PLASTICLAB-CHECKPOINT\\n
-    {"format": 2, "fingerprint": …, "payload_bytes": …, "payload_sha256": …, …}\\n
+    {"format": 3, "fingerprint": …, "payload_bytes": …, "payload_sha256": …, …}\\n
     <torch.save of plain containers, numbers, strings and tensors>
 
 The header is read and checked first — the magic line, the format, the fingerprint of the run
@@ -28,6 +30,7 @@ import io
 import json
 import os
 import pickle
+import threading
 import types
 from pathlib import Path
 
@@ -35,7 +38,8 @@ import numpy as np
 import torch
 from torch import nn
 
-FORMAT = 2
+FORMAT = 3
+READS = (2, 3)  # 3: a task may be in flight (saved between two of its steps)
 MAGIC = b"PLASTICLAB-CHECKPOINT\n"
 _HEADER_LIMIT = 1 << 16  # a header is a few hundred bytes; anything longer is not ours
 
@@ -55,17 +59,30 @@ def fingerprint(key: dict) -> str:
 def save(path: str | os.PathLike, fingerprint: str, state: dict) -> None:
     """Atomically write ``state`` (tensors, plain containers, numbers, strings) to ``path``
     as the checkpoint of the run ``fingerprint``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    write(path, fingerprint, state, serialize(state))
+
+
+def serialize(state: dict) -> bytes:
+    """The payload of a checkpoint of ``state``: a copy of its values as they are now."""
     buffer = io.BytesIO()
     torch.save(state, buffer)
-    payload = buffer.getvalue()
+    return buffer.getvalue()
+
+
+def write(path: str | os.PathLike, fingerprint: str, state: dict, payload: bytes) -> None:
+    """Atomically write the checkpoint ``payload`` (:func:`serialize` of ``state``, whose plain
+    values go into the header too) of the run ``fingerprint`` to ``path``: a temporary file,
+    synced, then renamed into place, so a kill while writing leaves the previous checkpoint."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    flight = state.get("in_flight")
     header = {"format": FORMAT, "fingerprint": fingerprint, "payload_bytes": len(payload),
               "payload_sha256": hashlib.sha256(payload).hexdigest(),
               # readable without loading the payload (plasticlab status; a resume's note on
               # tasks that other code trained)
               "next_task": state.get("next_task"), "wall": state.get("wall"),
-              "sittings": state.get("sittings")}
+              "sittings": state.get("sittings"),
+              "steps_in_task": flight["step"] if flight else 0}
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         f.write(MAGIC + json.dumps(header).encode() + b"\n")
@@ -73,6 +90,48 @@ def save(path: str | os.PathLike, fingerprint: str, state: dict) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+class CheckpointWriter:
+    """Saves checkpoints with the file written in a background thread: :meth:`save` copies the
+    state at once (:func:`serialize`, so training may go on changing it) and returns while the
+    file is written; one write at a time, in order. An error of a write is raised by the next
+    :meth:`save` or by :meth:`wait`."""
+
+    def __init__(self):
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def save(self, path: str | os.PathLike, fingerprint: str, state: dict) -> None:
+        """Copy ``state`` now and write it to ``path`` in the background (after the write
+        before it)."""
+        payload = serialize(state)
+        self.wait()
+        self._thread = threading.Thread(target=self._write, args=(path, fingerprint, state, payload),
+                                        name="plasticlab-checkpoint", daemon=True)
+        self._thread.start()
+
+    def _write(self, path, fingerprint, state, payload) -> None:
+        try:
+            write(path, fingerprint, state, payload)
+        except BaseException as exc:  # handed to the training thread at its next save or wait
+            self._error = exc
+
+    def wait(self) -> None:
+        """Return once the last write is on disk; raise its error if it failed."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+
+def position(header: dict) -> str:
+    """Where the checkpoint with ``header`` resumes: ``"task T"`` at a task end, ``"step S of
+    task T"`` between two steps."""
+    task, step = header.get("next_task", 0), header.get("steps_in_task") or 0
+    return f"step {step} of task {task}" if step else f"task {task}"
 
 
 def _advice(path: Path) -> str:
@@ -98,9 +157,9 @@ def read_header(path: str | os.PathLike) -> dict:
     except ValueError:
         raise CheckpointError(f"checkpoint {path} has a corrupt header; nothing in it was loaded: "
                               f"{_advice(path)}") from None
-    if header.get("format") != FORMAT:
+    if header.get("format") not in READS:
         raise CheckpointError(f"checkpoint {path} has format {header.get('format')!r}, this "
-                              f"plasticlab reads format {FORMAT}: {_advice(path)}")
+                              f"plasticlab reads formats {', '.join(map(str, READS))}: {_advice(path)}")
     size = path.stat().st_size - offset
     if size != header.get("payload_bytes"):
         raise CheckpointError(f"checkpoint {path} is truncated or corrupt ({size} of "

@@ -147,6 +147,8 @@ def train_ensemble(
     prefetch: bool | None = None,
     compile: bool = False,
     sitting: Mapping | None = None,
+    checkpoint_every: float | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> EnsembleResult:
     """Train one ensemble: member k is the run of ``members.config`` with ``members[k]``'s seed,
     method, parameters and step size (:class:`~plasticlab.run_config.Members`: one step size per
@@ -163,10 +165,16 @@ def train_ensemble(
     accuracy matrix, BWT); ``measure_samples`` inputs per member (default: the measurer's) are
     used for the feature measurements. None of them changes training.
 
-    ``checkpoint``: a file to save the whole training state to at every task end and to
-    resume from when it exists (:mod:`plasticlab.checkpoint`); a resumed run ends with exactly
-    the results of an uninterrupted one. Progress callbacks are not replayed for tasks done
-    before the resume.
+    ``checkpoint``: a file to save the whole training state to at every task end — and, with
+    ``checkpoint_every`` seconds, between two steps of a task once that long has passed since
+    the last save — and to resume from when it exists (:mod:`plasticlab.checkpoint`); a resumed
+    run ends with exactly the results of an uninterrupted one, whether it resumes at a task end
+    or between two steps. The file is written in a background thread from a copy of the state
+    taken between steps. Progress callbacks are not replayed for steps done before the resume.
+
+    ``stop``: asked between steps (at most every :data:`STOP_POLL_S` seconds); when it answers
+    True, the state is saved to ``checkpoint`` (between two steps) and :class:`TrainingStopped`
+    is raised: a stop takes effect within a step, whatever the task's length.
 
     ``sitting``: what trains the ensemble now (plasticlab's experiments give the code's
     identity, the device, torch's version and the start time). Each call that trains is a
@@ -192,16 +200,21 @@ def train_ensemble(
     The three stages — set up, run a task, finish — are :class:`EnsembleTraining`'s.
     """
     _check_sitting(sitting)
+    if checkpoint_every is not None and not checkpoint_every > 0:
+        raise ValueError(f"checkpoint_every must be > 0 seconds, got {checkpoint_every}")
     training = EnsembleTraining(members, data_dir=data_dir, device=device,
                                 threads=threads, measure=measure, measure_every=measure_every,
                                 forgetting=forgetting, measure_samples=measure_samples,
                                 backprop=backprop, prefetch=prefetch, compile=compile)
     try:
         if checkpoint is not None and training.resume(checkpoint) and on_steps is not None:
-            on_steps(training.next_task * training.problem.steps_per_task)
-        training.sittings.append({"from_task": training.next_task, **(sitting or {})})
+            on_steps(training.next_task * training.problem.steps_per_task + training.steps_in_flight)
+        training.sittings.append({"from_task": training.next_task, **(
+            {"from_step": training.steps_in_flight} if training.steps_in_flight else {}),
+            **(sitting or {})})
+        between = _between_steps(training, checkpoint, checkpoint_every, stop)
         for task in range(training.next_task, training.problem.tasks):
-            task_acc = training.run_task(task, on_steps, progress_every)
+            task_acc = training.run_task(task, on_steps, progress_every, between)
             if checkpoint is not None and task < training.problem.tasks - 1:
                 training.save(checkpoint)
             if on_task_end is not None:
@@ -209,6 +222,48 @@ def train_ensemble(
         return training.result()
     finally:
         training.close()
+
+
+STOP_POLL_S = 0.2
+"""How often, at most, training asks ``stop`` between steps (seconds)."""
+
+
+class TrainingStopped(Exception):  # noqa: N818 - a stop asked for, not an error
+    """Training stopped between two steps because ``stop`` asked it to (the state saved)."""
+
+    def __init__(self, task: int, step: int, saved: bool):
+        where = f"step {step} of task {task}" if step else f"the start of task {task}"
+        super().__init__(f"stopped at {where}" + ("" if saved else " (no checkpoint to save to)"))
+        self.task, self.step, self.saved = task, step, saved
+
+    def __reduce__(self):
+        return (TrainingStopped, (self.task, self.step, self.saved))
+
+
+def _between_steps(training: EnsembleTraining, checkpoint, every: float | None,
+                   stop: Callable[[], bool] | None) -> Callable[[], None] | None:
+    """What runs between two steps: a save once ``every`` seconds have passed since the last
+    one, and a stop (saved first) when ``stop`` answers True; None when neither is asked for."""
+    timed = checkpoint is not None and every is not None
+    if not timed and stop is None:
+        return None
+    clock = {"saved": time.monotonic(), "polled": 0.0}
+
+    def between() -> None:
+        now = time.monotonic()
+        if stop is not None and now - clock["polled"] >= STOP_POLL_S:
+            clock["polled"] = now
+            if stop():
+                if checkpoint is not None:
+                    training.save(checkpoint)
+                flight = training.in_flight
+                raise TrainingStopped(training.next_task, flight.step if flight else 0,
+                                      checkpoint is not None)
+        if timed and now - clock["saved"] >= every:
+            training.save(checkpoint)
+            clock["saved"] = time.monotonic()
+
+    return between
 
 
 def _check_sitting(sitting: Mapping | None) -> None:
@@ -220,6 +275,35 @@ def _check_sitting(sitting: Mapping | None) -> None:
             raise TypeError(f"sitting[{key!r}] = {value!r} ({type(value).__name__}): a sitting's keys "
                             "must be str and its values plain str, int, float, bool or None "
                             "(convert it, e.g. str(torch.__version__))")
+
+
+@dataclass
+class TaskInFlight:
+    """A task between two of its steps: what it has counted so far, so that training resumes
+    there bit-identical (the network, optimizer and method hold the rest)."""
+
+    task: int
+    step: int  # the steps of the task done
+    correct: torch.Tensor  # [K] correct predictions so far
+    pending: list  # [(global step, {name: [K, …] tensor})]: step measurements, not read back yet
+    grad_norm: torch.Tensor | None  # the last measured task gradient's norm
+    elapsed: float = 0.0  # seconds trained on it before this sitting
+    started: float = field(default_factory=time.perf_counter)  # this sitting's start on it
+
+    def to_state(self) -> dict:
+        """What a checkpoint keeps of it (tensors and plain values)."""
+        return {"task": self.task, "step": self.step, "correct": self.correct.cpu(),
+                "pending": [[at, {k: v.cpu() for k, v in m.items()}] for at, m in self.pending],
+                "grad_norm": None if self.grad_norm is None else self.grad_norm.cpu(),
+                "elapsed": self.elapsed + time.perf_counter() - self.started}
+
+    @classmethod
+    def from_state(cls, state: dict, device: torch.device) -> TaskInFlight:
+        """:meth:`to_state`'s output, its tensors on ``device``."""
+        return cls(state["task"], state["step"], state["correct"].to(device),
+                   [(at, {k: v.to(device) for k, v in m.items()}) for at, m in state["pending"]],
+                   None if state["grad_norm"] is None else state["grad_norm"].to(device),
+                   state["elapsed"])
 
 
 class EnsembleTraining:
@@ -283,7 +367,14 @@ class EnsembleTraining:
         self.measure_time = 0.0
         self.global_step, self.next_task, self.wall = 0, 0, 0.0
         self.sittings: list[dict] = []  # what trained which tasks: train_ensemble's ``sitting``
+        self.in_flight: TaskInFlight | None = None  # the task being trained, between two steps
+        self.writer = ckpt.CheckpointWriter()
         self.fingerprint = members.fingerprint()
+
+    @property
+    def steps_in_flight(self) -> int:
+        """Steps of :attr:`next_task` done (a resume between two steps); 0 at a task end."""
+        return self.in_flight.step if self.in_flight is not None else 0
 
     # --- checkpoints -----------------------------------------------------------------------------
     def resume(self, checkpoint: str | Path) -> bool:
@@ -300,62 +391,86 @@ class EnsembleTraining:
         # a checkpoint from before sittings were recorded: its tasks were trained, by what is
         # not known
         self.sittings = state.get("sittings") or [{"from_task": 0}]
+        flight = state.get("in_flight")
+        self.in_flight = None if flight is None else TaskInFlight.from_state(flight, self.device)
         return True
 
     def save(self, checkpoint: str | Path) -> None:
-        """Write the whole training state, to resume at :attr:`next_task`."""
-        ckpt.save(checkpoint, self.fingerprint, {
+        """Save the whole training state, to resume at :attr:`next_task` — at the step of it
+        where it stands when a task is in flight. The state is copied now; the file is written
+        in the background (:class:`~plasticlab.checkpoint.CheckpointWriter`)."""
+        flight = self.in_flight
+        self.writer.save(checkpoint, self.fingerprint, {
             "training": ckpt.training_state(self.net, self.optimizer, self.method),
             "next_task": self.next_task, "global_step": self.global_step,
             "accuracies": self.accuracies, "task_measures": self.task_measures,
             "step_measures": self.step_measures, "measure_time": self.measure_time,
-            "wall": self.wall, "sittings": self.sittings})
+            "wall": self.wall, "sittings": self.sittings,
+            "in_flight": None if flight is None else flight.to_state()})
 
     # --- one task --------------------------------------------------------------------------------
     def run_task(self, task: int, on_steps: Callable[[int], None] | None = None,
-                 progress_every: int = 50) -> list[float]:
-        """Train every member on ``task`` (SPEC §3: predict, then one step, per batch), measure
-        at its end, tell a boundary oracle; return the task's online accuracy per member."""
-        start = time.perf_counter()
-        problem, method, measurer = self.problem, self.method, self.measurer
-        every, steps, B = self.every, problem.steps_per_task, problem.batch_size
+                 progress_every: int = 50, between: Callable[[], None] | None = None) -> list[float]:
+        """Train every member on ``task`` (SPEC §3: predict, then one step, per batch) — from
+        the step it stands at when it is in flight (a resume) — measure at its end, tell a
+        boundary oracle; return the task's online accuracy per member. ``between()`` runs after
+        every step (a timed save, a stop)."""
+        started = time.perf_counter()
+        problem, measurer = self.problem, self.measurer
+        every, steps = self.every, problem.steps_per_task
         (self.prefetch.start_task if self.prefetch is not None else problem.start_task)(task)
-        correct = torch.zeros(len(self.seeds), device=self.device)
-        pending: list[tuple[int, dict]] = []  # this task's step measurements, still on the device
-        grad_norm = None
-        for step in range(steps):
+        flight = self.in_flight
+        if flight is None or flight.task != task:
+            flight = TaskInFlight(task, 0, torch.zeros(len(self.seeds), device=self.device), [], None)
+        flight.started = started
+        self.in_flight = flight
+        for step in range(flight.step, steps):
             x, y = problem.batch(step)
             step_due = every and (self.global_step + 1) % every == 0
             wants_grad_norm = measurer is not None and (step_due or step == steps - 1)
-            norm = self.step(x, y, correct, self.global_step, task_gradient=wants_grad_norm)
-            grad_norm = norm if wants_grad_norm else grad_norm
+            norm = self.step(x, y, flight.correct, self.global_step, task_gradient=wants_grad_norm)
+            flight.grad_norm = norm if wants_grad_norm else flight.grad_norm
             self.global_step += 1
+            flight.step = step + 1
             if step_due and measurer is not None:
                 t0 = time.perf_counter()
-                pending.append((self.global_step, dict(measurer.internals(), grad_norm=grad_norm)))
+                flight.pending.append((self.global_step,
+                                       dict(measurer.internals(), grad_norm=flight.grad_norm)))
                 self.measure_time += time.perf_counter() - t0
             if on_steps is not None and (step + 1) % progress_every == 0:
                 on_steps(progress_every)
+            if between is not None and step + 1 < steps:
+                between()
         if on_steps is not None and steps % progress_every:
             on_steps(steps % progress_every)
-        task_acc = (correct / (steps * B)).tolist()  # the one host sync of the task
+        return self._finish_task(flight)
+
+    def _finish_task(self, flight: TaskInFlight) -> list[float]:
+        """The task's end: its online accuracies (the one host sync of the task), its
+        measurements, a boundary oracle told; the task is no longer in flight."""
+        problem, measurer, task = self.problem, self.measurer, flight.task
+        task_acc = (flight.correct / (problem.steps_per_task * problem.batch_size)).tolist()
         self.accuracies.append(task_acc)
         if measurer is not None:
             t0 = time.perf_counter()
-            self.task_measures.append(to_host({**measurer.task_end(task, grad_norm),
-                                               **method.extra_measurements(measurer, task)}))
-            self.step_measures.extend(_read_back(pending))
+            self.task_measures.append(to_host({**measurer.task_end(task, flight.grad_norm),
+                                               **self.method.extra_measurements(measurer, task)}))
+            self.step_measures.extend(_read_back(flight.pending))
             self.measure_time += time.perf_counter() - t0
-        method.on_task_end(problem)
-        self.next_task = task + 1
-        self.wall += time.perf_counter() - start
+        self.method.on_task_end(problem)
+        self.next_task, self.in_flight = task + 1, None
+        self.wall += flight.elapsed + time.perf_counter() - flight.started
         return task_acc
 
     # --- finish ----------------------------------------------------------------------------------
     def close(self) -> None:
-        """Stop the background preparation of tasks, if any (idempotent)."""
-        if self.prefetch is not None:
-            self.prefetch.close()
+        """Wait for a checkpoint being written; stop the background preparation of tasks, if
+        any (idempotent)."""
+        try:
+            self.writer.wait()
+        finally:
+            if self.prefetch is not None:
+                self.prefetch.close()
 
     def result(self) -> EnsembleResult:
         """Every member's results, with the setup that produced them."""

@@ -5,8 +5,10 @@
   ``kill`` and the OOM killer's warnings send) take the same path: training stops, the runs are
   recorded as interrupted, and the command exits 130 (SIGINT) or 143 (SIGTERM).
 - **Workers** ignore SIGINT (Ctrl-C in a terminal reaches every process of the group; the
-  driver decides) and stop at their next task end, after its checkpoint is saved, once the
-  driver asks (it creates a stop file: :class:`StopRequested`). A SIGTERM that reaches the
+  driver decides) and stop within a step once the driver asks (it creates a stop file; the
+  engine asks :func:`stop_asked` between steps): the state is saved between two steps — or at
+  the task end, if that comes first — and the worker raises :class:`StopRequested`, whatever
+  the task's length. A SIGTERM that reaches the
   whole group (``timeout``, ``kill -- -PGID``, a batch scheduler cancelling a job) reaches the
   driver too, which asks them to stop: a worker waits a moment for that request and stops at
   its task end like the others; a SIGTERM meant for the worker alone (the pool ending its
@@ -34,14 +36,16 @@ class Terminated(KeyboardInterrupt):
 
 
 class StopRequested(Exception):  # noqa: N818 - a request, not an error
-    """Raised in a worker at a task end (its checkpoint saved) when the driver asked it to stop."""
+    """Raised in a worker when the driver asked it to stop: at a task end, or between two steps
+    of a task (``step`` of them done); its checkpoint is saved either way."""
 
-    def __init__(self, task: int):
-        super().__init__(f"stopped at the end of task {task} (asked to by the driver)")
-        self.task = task
+    def __init__(self, task: int, step: int = 0):
+        where = f"step {step} of task {task}" if step else f"the end of task {task}"
+        super().__init__(f"stopped at {where} (asked to by the driver)")
+        self.task, self.step = task, step
 
     def __reduce__(self):
-        return (StopRequested, (self.task,))
+        return (StopRequested, (self.task, self.step))
 
 
 def signal_name(exc: BaseException) -> str:
@@ -117,6 +121,12 @@ def _watch_parent(parent_pid: int) -> None:
         if os.getppid() != parent_pid:
             os._exit(1)
         time.sleep(1.0)
+
+
+def stop_asked() -> bool:
+    """Whether the driver asked this worker to stop (asked between steps by the engine, which
+    then saves the state between two steps and stops)."""
+    return _stop_file is not None and os.path.exists(_stop_file)
 
 
 def check_stop(task: int) -> None:

@@ -148,7 +148,7 @@ def tidy_checkpoints(out, p: Plan) -> list[str]:
         if path.name in keep or path.name.startswith("run-"):  # run-: `plasticlab run`'s own
             continue
         try:
-            what = f"at task {ckpt.read_header(path).get('next_task')}"
+            what = f"at {ckpt.position(ckpt.read_header(path))}"
         except (ckpt.CheckpointError, OSError) as exc:
             what = f"unusable: {exc}"
         path.unlink()

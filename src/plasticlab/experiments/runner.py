@@ -29,6 +29,7 @@ def run_ensemble(
     forgetting: bool = False,
     backprop: str = "auto",
     compile: bool = False,
+    checkpoint_every: float | None = None,
     loggers: Sequence = (),
     resume: bool = True,
     on_resume: Callable[[Path, dict], None] | None = None,
@@ -65,6 +66,7 @@ def run_ensemble(
         on_resume(path, ckpt.read_header(path))
     options = dict(threads=threads, measure=measure, measure_every=measure_every,
                    forgetting=forgetting, backprop=backprop, compile=compile,
+                   **({} if checkpoint_every is None else {"checkpoint_every": checkpoint_every}),
                    checkpoint=str(path))
     job = Job(members, options=options)
     run_jobs([job], out=out, data_dir=data_dir, device=device, progress=progress,
