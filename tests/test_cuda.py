@@ -161,3 +161,15 @@ def test_the_compiled_step_on_cuda_replays_a_cuda_graph_and_trains_as_the_eager_
     assert compiled.extra["step"] == "compiled"
     assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
     _assert_same_run(eager, compiled, "l2_init", MLP["steps_per_task"] * 16)
+
+
+def test_feature_ranks_on_cuda_take_the_gram_matrix_and_match_the_cpus_svd():
+    from plasticlab import metrics
+
+    g = torch.Generator().manual_seed(3)
+    phi = torch.randn(8, 512, 100, generator=g)
+    phi[2] = torch.randn(512, 4, generator=g) @ torch.randn(4, 100, generator=g)
+    assert metrics.gram_applies(phi.cuda())
+    on_cuda, on_cpu = metrics.singular_values(phi.cuda()).cpu(), metrics.singular_values(phi)
+    torch.testing.assert_close(on_cuda, on_cpu, rtol=1e-5, atol=1e-5 * on_cpu.max().item())
+    assert metrics.srank(on_cuda).tolist() == metrics.srank(on_cpu).tolist()

@@ -63,6 +63,27 @@ def test_srank_and_effective_rank_of_matrices_with_known_singular_values():
     assert eranks[1].item() == pytest.approx(40.0, rel=1e-5)
 
 
+@pytest.mark.parametrize("shape", [(3, 200, 60), (3, 40, 90), (2, 64, 64)])
+def test_the_gram_matrix_fast_path_gives_the_svds_singular_values_and_ranks(shape):
+    # tall, wide and square features, a low-rank member among them
+    g = torch.Generator().manual_seed(1)
+    phi = torch.randn(*shape, generator=g)
+    phi[1] = torch.randn(shape[1], 3, generator=g) @ torch.randn(3, shape[2], generator=g)
+    plain, gram = torch.linalg.svdvals(phi), metrics.gram_singular_values(phi)
+    torch.testing.assert_close(gram, plain, rtol=1e-5, atol=1e-5 * plain.max().item())
+    assert metrics.srank(gram).tolist() == metrics.srank(plain).tolist()
+    # a rank-3 member's other σ are rounding noise in either form (about 1e-7·σ₁ in float32),
+    # each adding a sliver to the effective rank's entropy
+    torch.testing.assert_close(metrics.effective_rank(gram), metrics.effective_rank(plain),
+                               rtol=1e-4, atol=0)
+    mats = torch.stack([with_singular_values(sp, 200, 60, seed=i) for i, sp in enumerate(SPECTRA)])
+    assert metrics.srank(metrics.gram_singular_values(mats)).tolist() == \
+        [srank_by_hand(sp) for sp in SPECTRA]
+    # on the CPU singular_values keeps the SVD, so recorded measurements do not move
+    assert not metrics.gram_applies(phi)
+    assert torch.equal(metrics.singular_values(phi), plain)
+
+
 def test_srank_threshold_and_edge_cases():
     exact = torch.tensor([[4.0, 3.0, 2.0, 1.0]], dtype=torch.float64)  # cumulative 0.4 0.7 0.9 1.0
     assert metrics.srank(exact, threshold=0.7).item() == 2  # "reach" includes equality

@@ -39,6 +39,10 @@ the code it speeds up, beside its plain form:
   permuted test set through the network (the same accuracies up to rounding of the logits).
   Applies: shared images under per-member permutations, a linear first layer. Test:
   ``tests/test_measurements.py``, ``tests/test_fast_kernels.py``.
+- :func:`plasticlab.metrics.gram_singular_values` — a layer's singular values as the square
+  roots of its Gram matrix's eigenvalues, in float64. Plain form: ``torch.linalg.svdvals`` in
+  :func:`plasticlab.metrics.singular_values` (up to rounding). Applies: on CUDA, where the
+  batched SVD stalled. Test: ``tests/test_metrics.py``.
 - :mod:`plasticlab.step.mlp_backprop` — the ReLU MLP's training-step gradients written out by
   hand. Plain form: autograd (:func:`plasticlab.step.backward.autograd_gradients`; gradients up
   to rounding). Applies: the ensemble ReLU MLP, with the engine's ``backprop`` ``"auto"`` or

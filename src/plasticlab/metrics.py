@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import torch
 
+from .fast import enabled
 from .nets.units import dormant_mask, unit_activity
 
 SRANK_THRESHOLD = 0.99
@@ -28,6 +29,7 @@ DORMANT_THRESHOLD = 0.1
 __all__ = [
     "DORMANT_THRESHOLD", "SRANK_THRESHOLD", "accuracy", "bwt", "correct_counts", "dead_fraction",
     "dead_units", "dormant_fraction", "effective_rank", "feature_matrix", "gradient_norm",
+    "gram_applies", "gram_singular_values",
     "layer_weight_magnitude", "one_step_bwt", "singular_values", "srank", "unit_fractions",
     "weight_magnitude",
 ]
@@ -53,10 +55,37 @@ def feature_matrix(features: torch.Tensor) -> torch.Tensor:
 
 def singular_values(matrices: torch.Tensor) -> torch.Tensor:
     """σ of every member's matrix, ``[K, rows, cols]`` → ``[K, min(rows, cols)]`` in
-    descending order: ONE batched ``torch.linalg.svdvals`` call for the whole ensemble."""
+    descending order: ONE batched ``torch.linalg.svdvals`` call for the whole ensemble (on CUDA
+    its fast path, :func:`gram_singular_values`, where :func:`gram_applies`)."""
     if matrices.dim() != 3:
         raise ValueError(f"expected [K, rows, cols], got {tuple(matrices.shape)}")
+    if gram_applies(matrices):
+        return gram_singular_values(matrices)
     return torch.linalg.svdvals(matrices.detach())
+
+
+def gram_applies(matrices: torch.Tensor) -> bool:
+    """Whether :func:`singular_values` takes :func:`gram_singular_values`: on CUDA, outside
+    :func:`plasticlab.fast.plain_forms`. There the batched SVD was measured to stall (cusolver
+    falling back on batches that do not converge), while a batched symmetric eigensolver on
+    small Gram matrices does not; on the CPU the SVD is kept, so the CPU's recorded
+    measurements do not move."""
+    return enabled() and matrices.is_cuda
+
+
+def gram_singular_values(matrices: torch.Tensor) -> torch.Tensor:
+    """Fast path of :func:`singular_values`: σ_i = √λ_i, λ the eigenvalues of the Gram matrix
+    ΦᵀΦ (or ΦΦᵀ, the smaller side) computed in float64, in descending order, ``[K, min(rows,
+    cols)]`` in the matrices' dtype.
+
+    Plain form: ``torch.linalg.svdvals`` (the same σ up to rounding: in float64 an eigenvalue's
+    absolute error is about 1e-16·σ₁², so σ_i is exact to about 1e-8·σ₁ — far below what moves
+    srank's 99 % or the effective rank). Applies: :func:`gram_applies`. Test:
+    ``tests/test_metrics.py``."""
+    phi = matrices.detach().double()
+    gram = phi.mT @ phi if phi.shape[-2] >= phi.shape[-1] else phi @ phi.mT
+    eigenvalues = torch.linalg.eigvalsh(gram)  # ascending
+    return eigenvalues.clamp_min(0).sqrt().flip(-1).to(matrices.dtype)
 
 
 def srank(sv: torch.Tensor, threshold: float = SRANK_THRESHOLD) -> torch.Tensor:
