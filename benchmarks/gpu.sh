@@ -1,26 +1,52 @@
 #!/usr/bin/env bash
-# The GPU checks in one go, for a machine with a CUDA device: the CUDA tests, then
-# benchmarks/speed.py, task_prefetch.py and compiled_step.py on the GPU. Logs and the CSV go to
-# OUT_DIR.
+# The GPU checks in one run that ends within 8 minutes, for a machine with a CUDA device:
+#   1. the device and torch;
+#   2. the CUDA tests (every test marked `cuda`);
+#   3. the engine's L2 Init step against the compiled torch.func peer at K = 256 and 1024, and a
+#      whole `plasticlab run --device cuda` (K = 256) against the engine (benchmarks/speed.py);
+#   4. the paper's protocol on Permuted MNIST with Adam (`plasticlab reproduce
+#      main-permuted_mnist-adam --device cuda`: grid on 3 seeds, selection, 10 new seeds, 500
+#      tasks): its wall time if it ends within its budget, else its pace extrapolated to the
+#      whole study (benchmarks/grid_pace.py) — both into grid.json with the device and commit.
+# Everything goes to OUT_DIR (default benchmarks/recorded/<gpu>-<date>), to be committed.
 #
 #     benchmarks/gpu.sh DATA_DIR [OUT_DIR]
+#
+# Budgets (seconds, each a hard timeout; 450 s in all): TESTS_S=120 SPEED_S=120 GRID_S=180.
 set -uo pipefail
 data=${1:?usage: benchmarks/gpu.sh DATA_DIR [OUT_DIR]}
-out=${2:-results}
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '-' | tr 'A-Z' 'a-z')
+out=${2:-benchmarks/recorded/${gpu:-gpu}-$(date -u +%Y-%m-%d)}
 mkdir -p "$out"
-export PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
-PLASTICLAB_DATA=$data python3 -m pytest -q -p no:cacheprovider -rs -m cuda tests/ 2>&1 \
-    | tee "$out/cuda_tests.log"
-timeout "${SPEED_TIMEOUT:-360}" python3 benchmarks/speed.py --device cuda --data-dir "$data" \
-    --mlp-steps 625 --cnn-steps 200 --repeats "${REPEATS:-2}" --verbose --csv "$out/speed_cuda.csv" \
-    2>&1 | tee "$out/speed_cuda.log"
-# The next task prepared in the background, on and off (K = 256, measurements off and on).
-for m in "" "--measure"; do
-    timeout 300 python3 benchmarks/task_prefetch.py --device cuda --data-dir "$data" --members 256 \
-        --tasks 4 --rounds 2 $m 2>&1 | tee -a "$out/task_prefetch.log"
-done
-# The engine's compiled step (CUDA graphs) against its eager step, and a whole 8-task run each.
-timeout 400 python3 benchmarks/compiled_step.py --device cuda --data-dir "$data" --members 64 256 \
-    --tasks 8 2>&1 | tee "$out/compiled_step.log"
+export PYTHONUNBUFFERED=1 PLASTICLAB_DATA=$data
+{
+    date -u +%FT%TZ
+    git rev-parse HEAD
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+    python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
+} 2>&1 | tee "$out/device.txt"
+
+timeout "${TESTS_S:-120}" python3 -m pytest -q -p no:cacheprovider -rs -m cuda tests/ 2>&1 \
+    | tee "$out/cuda_tests.txt"
+
+timeout "${SPEED_S:-120}" python3 benchmarks/speed.py --device cuda --data-dir "$data" \
+    --archs mlp --methods l2_init --members 256,1024 --cli-members 256 --peer-members 256,1024 \
+    --mlp-steps 625 --repeats 1 --verbose --csv "$out/speed_cuda.csv" 2>&1 | tee "$out/speed_cuda.txt"
+
+# The protocol: the grid trains in the background; at its budget's end (or its own end) its
+# pace is read from the results folder.
+grid=$(mktemp -d)
+started=$(date +%s)
+timeout --signal=TERM "${GRID_S:-180}" plasticlab reproduce main-permuted_mnist-adam --device cuda \
+    --out "$grid/runs" --docs "$grid/docs" --data-dir "$data" --no-progress > "$out/grid.txt" 2>&1
+code=$?
+finished=$(date +%s)
+if [ "$code" -eq 0 ]; then
+    python3 benchmarks/grid_pace.py "$grid/runs/main-permuted_mnist-adam" --started "$started" \
+        --finished "$finished" --device "$gpu" --json "$out/grid.json"
+else
+    python3 benchmarks/grid_pace.py "$grid/runs/main-permuted_mnist-adam" --started "$started" \
+        --device "$gpu" --json "$out/grid.json"
+fi
+plasticlab status "$grid/runs/main-permuted_mnist-adam" >> "$out/grid.txt" 2>&1
+echo "gpu.sh: done in $(( $(date +%s) - $(date -d "$(head -1 "$out/device.txt")" +%s) )) s; results in $out"

@@ -46,3 +46,32 @@ def test_the_study_script_runs_without_a_gpu_and_compares_its_runs_with_the_comm
     compare = (out / "compare.txt").read_text()
     assert "80 run(s) in both" in compare and compare.count("10 the same bit for bit") == 8
     assert compare.rstrip().endswith("agree within the spread of their seeds")
+
+
+def test_the_grid_pace_counts_a_finished_protocol_study_whole(tmp_path, data_dir):
+    # benchmarks/gpu.sh reads the protocol study's wall time or pace with grid_pace.py
+    import sys
+    import time
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import grid_pace
+
+    sweep = {"name": "pace", "problem": "permuted_mnist", "methods": ["baseline", "l2_init"],
+             "optimizer": "adam", "seeds": "0", "tasks": 1, "steps_per_task": 10,
+             "grid": {"lr": [1e-3, 1e-4]}, "protocol": {"evaluation_seeds": "100-101"},
+             "problem_params": {"examples_per_task": 160}}
+    toml = "\n".join(f"{k} = {v!r}".replace("'", '"') for k, v in sweep.items()
+                     if k not in ("grid", "protocol", "problem_params"))
+    toml += ('\n[grid]\nlr = [1e-3, 1e-4]\n[protocol]\nevaluation_seeds = "100-101"\n'
+             '[problem_params]\nexamples_per_task = 160\n')
+    (tmp_path / "pace.toml").write_text(toml)
+    started = time.time()
+    proc = subprocess.run(["plasticlab", "sweep", str(tmp_path / "pace.toml"), "--out",
+                           str(tmp_path / "out"), "--workers", "1", "--no-progress"],
+                          env=dict(os.environ, PLASTICLAB_DATA=str(data_dir)),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = grid_pace.pace(tmp_path / "out", sweep, started, finished_at=time.time())
+    # 2 methods × 2 step sizes × 1 seed, then 2 methods × 2 evaluation seeds, 10 steps each
+    assert record["member_steps"] == record["member_steps_done"] == (4 + 4) * 10
+    assert record["runs_finished"] == 8 and record["wall_s"] > 0
