@@ -20,6 +20,15 @@ edge of the statistical precipice" (NeurIPS), and its library *rliable*:
 * **Stratified bootstrap** (:func:`stratified_bootstrap_ci`): with a [runs × tasks] score matrix,
   resample the runs independently within each task (column), so every task keeps its number of
   runs and the set of tasks is held fixed: the interval reflects the uncertainty from the seeds.
+* **Paired and unpaired differences** (:func:`difference_ci`): two methods run on the same seeds
+  share each seed's task sequence, so their difference is taken seed by seed and bootstrapped
+  as one sample (:func:`bootstrap_ci` of the differences); without shared seeds the two samples
+  are resampled independently.
+* **Plasticity loss** (:func:`plasticity_window`, :func:`plasticity_loss`): SPEC §12's loss of a
+  run, its best window of ``w`` consecutive tasks minus its last window.
+* **Variance-ratio F test** (:func:`variance_ratio_test`): one-sided, with the F distribution's
+  tail from the regularized incomplete beta function (:func:`regularized_incomplete_beta`), so
+  the package needs no SciPy.
 * **Probability of improvement** (:func:`probability_of_improvement`): the probability that a
   random run of method X scores higher than a random run of method Y on the same task (ties count
   one half), averaged over tasks. 0.5 means the methods cannot be told apart, 1 that every run of
@@ -42,6 +51,7 @@ agree up to Monte-Carlo error, which for a bound is about ``1.5 % × (hi − lo)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -51,10 +61,16 @@ __all__ = [
     "Interval",
     "bootstrap_ci",
     "bootstrap_ci_columns",
+    "difference_ci",
+    "f_sf",
     "iqm",
+    "plasticity_loss",
+    "plasticity_window",
     "probability_of_improvement",
     "probability_of_improvement_ci",
+    "regularized_incomplete_beta",
     "stratified_bootstrap_ci",
+    "variance_ratio_test",
 ]
 
 # Upper bound on the elements of one batch of bootstrap replicates held in memory at once.
@@ -299,3 +315,138 @@ def probability_of_improvement_ci(x, y, *, confidence: float = 0.95, reps: int =
         parts.append(_poi_batched(xs, ys))
     lo, hi = _percentile_bounds(np.concatenate(parts), alpha)
     return Interval(point, float(lo), float(hi), min(x.shape[0], y.shape[0]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Differences between two methods, paired by seed or not
+
+
+def difference_ci(x, y, *, paired: bool, confidence: float = 0.95, reps: int = 2000,
+                  seed: int = 0) -> Interval:
+    """Percentile-bootstrap interval of ``mean(x) − mean(y)`` over seeds.
+
+    ``paired``: ``x[i]`` and ``y[i]`` come from the same seed (two methods on the same task
+    sequence), so the statistic is the mean of the per-seed differences and the interval is
+    :func:`bootstrap_ci` of ``x − y`` (the same resampling, seeded): what the seed shares —
+    an easy or hard task sequence — cancels. Otherwise ``x`` and ``y`` are resampled
+    independently (``reps`` draws of each from one generator seeded with ``seed``) and the
+    replicate is the difference of their means. ``n`` of the result: the number of pairs, or
+    the smaller sample.
+    """
+    a, b = _as_array(x, "x"), _as_array(y, "y")
+    if paired:
+        if a.shape != b.shape:
+            raise ValueError(f"paired samples must have the same shape, got {a.shape} and {b.shape}")
+        return bootstrap_ci(a - b, confidence=confidence, reps=reps, seed=seed)
+    alpha = _check(confidence, reps)
+    point = float(a.mean() - b.mean())
+    if a.size == 1 and b.size == 1:
+        return Interval(point, point, point, 1)
+    rng = np.random.default_rng(seed)
+    ra = a[rng.integers(0, a.size, size=(reps, a.size))].mean(axis=1)
+    rb = b[rng.integers(0, b.size, size=(reps, b.size))].mean(axis=1)
+    lo, hi = _percentile_bounds(ra - rb, alpha)
+    return Interval(point, float(lo), float(hi), min(a.size, b.size))
+
+
+# ---------------------------------------------------------------------------------------------
+# Plasticity loss (SPEC §12)
+
+
+def plasticity_window(tasks: int) -> int:
+    """SPEC §12's window: ``w = min(10, max(2, ⌊T/10⌋))`` tasks for a run of ``T`` reported
+    tasks (never more than ``T``). At least 2 so that one noisy task is never a window; at
+    most 10 so that a 500-task run's loss is about its last tasks, not its last fifth."""
+    if tasks < 1:
+        raise ValueError(f"a run needs at least one task, got {tasks}")
+    return min(tasks, min(10, max(2, tasks // 10)))
+
+
+def plasticity_loss(online, w: int | None = None) -> np.ndarray:
+    """Each run's plasticity loss ``L`` (SPEC §12), from ``online[s, t]``, run s's online
+    accuracy on its t-th reported task: the mean over the run's **own** best window of ``w``
+    consecutive tasks minus the mean over its last ``w`` tasks (``w`` defaults to
+    :func:`plasticity_window` of T). ``L ≥ 0``; 0 when the last window is the best. A 1-D input
+    is one run. (``plasticlab report``'s plasticity table takes the window that is best on the
+    mean over seeds, so its loss is the same or smaller.)"""
+    acc = np.asarray(online, dtype=float)
+    acc = _as_matrix(acc[None, :] if acc.ndim == 1 else acc, "online")
+    tasks = acc.shape[1]
+    w = plasticity_window(tasks) if w is None else min(int(w), tasks)
+    csum = np.concatenate([np.zeros((acc.shape[0], 1)), np.cumsum(acc, axis=1)], axis=1)
+    rolling = (csum[:, w:] - csum[:, :-w]) / w  # [runs, T − w + 1]: each window's mean
+    return rolling.max(axis=1) - rolling[:, -1]
+
+
+# ---------------------------------------------------------------------------------------------
+# The F distribution's upper tail, without SciPy
+
+_TINY = 1e-300
+
+
+def _beta_continued_fraction(a: float, b: float, x: float) -> float:
+    """The continued fraction of ``I_x(a, b)`` (Numerical Recipes, 3rd ed., §6.4, ``betacf``),
+    evaluated by the modified Lentz method: ``1/(1+ d₁/(1+ d₂/(1+ …)))`` with
+    ``d₂ₘ₊₁ = −(a+m)(a+b+m)x / ((a+2m)(a+2m+1))`` and ``d₂ₘ = m(b−m)x / ((a+2m−1)(a+2m))``.
+    It converges fast for ``x < (a+1)/(a+b+2)``; the caller swaps ``a, b`` beyond that."""
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > _TINY else _TINY)
+    h = d
+    for m in range(1, 10_000):
+        m2 = 2 * m
+        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)),
+                   -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+            d = 1.0 + aa * d
+            d = 1.0 / (d if abs(d) > _TINY else _TINY)
+            c = 1.0 + aa / c
+            c = c if abs(c) > _TINY else _TINY
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            return h
+    raise ArithmeticError(f"incomplete beta: no convergence for a={a}, b={b}, x={x}")
+
+
+def regularized_incomplete_beta(a: float, b: float, x: float) -> float:
+    """``I_x(a, b) = B(x; a, b) / B(a, b)``, the regularized incomplete beta function
+    (``scipy.special.betainc(a, b, x)``), for ``a, b > 0`` and ``0 ≤ x ≤ 1``:
+    ``x^a (1−x)^b / (a·B(a, b))`` times the continued fraction of
+    :func:`_beta_continued_fraction` where that converges fast, else ``1 − I_{1−x}(b, a)``."""
+    if a <= 0 or b <= 0:
+        raise ValueError(f"a and b must be positive, got a={a}, b={b}")
+    if not 0.0 <= x <= 1.0:
+        raise ValueError(f"x must be in [0, 1], got {x}")
+    if x in (0.0, 1.0):
+        return x
+    log_front = (math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+                 + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(log_front) * _beta_continued_fraction(a, b, x) / a
+    return 1.0 - math.exp(log_front) * _beta_continued_fraction(b, a, 1.0 - x) / b
+
+
+def f_sf(f: float, d1: float, d2: float) -> float:
+    """The upper tail ``P(F > f)`` of the F distribution with ``d1`` and ``d2`` degrees of
+    freedom (``scipy.stats.f.sf(f, d1, d2)``): ``I_{d2/(d2 + d1·f)}(d2/2, d1/2)``."""
+    if d1 <= 0 or d2 <= 0:
+        raise ValueError(f"degrees of freedom must be positive, got {d1} and {d2}")
+    if f <= 0:
+        return 1.0
+    if math.isinf(f):
+        return 0.0
+    return regularized_incomplete_beta(d2 / 2.0, d1 / 2.0, d2 / (d2 + d1 * f))
+
+
+def variance_ratio_test(x, y) -> tuple[float, float]:
+    """One-sided F test that ``x``'s seeds vary more than ``y``'s: ``F = s_x² / s_y²`` (sample
+    variances, n − 1) and its p-value ``P(F_{n_x−1, n_y−1} > F)`` (:func:`f_sf`). Assumes
+    normal samples, as the F test does. ``F`` is ``inf`` (p = 0) when ``y`` does not vary and
+    ``x`` does, NaN (p = 1) when neither varies. Raises ValueError for fewer than 2 values."""
+    a, b = _as_array(x, "x"), _as_array(y, "y")
+    if a.size < 2 or b.size < 2:
+        raise ValueError(f"the F test needs at least 2 values a sample, got {a.size} and {b.size}")
+    va, vb = float(np.var(a, ddof=1)), float(np.var(b, ddof=1))
+    if vb == 0.0:
+        return (math.inf, 0.0) if va > 0 else (math.nan, 1.0)
+    ratio = va / vb
+    return ratio, f_sf(ratio, a.size - 1, b.size - 1)
