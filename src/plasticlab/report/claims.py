@@ -944,9 +944,10 @@ def summarise(claim: Claim, rows: Sequence[Row]) -> Row:
     judged = [r for r in rows if r.verdict != NOT_JUDGED]
     missing = [r.part for r in rows if r.verdict == NOT_JUDGED]
     verdict = _over(judged, claim.need, len(missing))
-    words = {HOLDS: "hold", PARTLY: "partly", DOES_NOT_HOLD: "do not hold"}
-    counts = [f"{sum(r.verdict == v for r in judged)} {w}" for v, w in words.items()
-              if any(r.verdict == v for r in judged)]
+    words = {HOLDS: ("holds", "hold"), PARTLY: ("partly", "partly"),
+             DOES_NOT_HOLD: ("does not hold", "do not hold")}
+    tally = {v: sum(r.verdict == v for r in judged) for v in words}
+    counts = [f"{n} {words[v][n != 1]}" for v, n in tally.items() if n]
     text = f"of {len(rows)} part{'s' if len(rows) != 1 else ''}: " + ", ".join(counts or ["none judged"])
     if claim.need is not None:
         text += f" (the claim needs {claim.need})"
