@@ -361,6 +361,21 @@ def test_scale_from_the_runs_and_run_json(tmp_path):
     assert C._scale("best-permuted_mnist-adam", tmp_path, runs, "permuted_mnist")[0] == 1.0
 
 
+def test_an_unreadable_or_unknown_study_folder_is_a_note(tmp_path):
+    bad = tmp_path / "best-permuted_mnist-adam"
+    bad.mkdir()
+    (bad / "results.json.gz").write_bytes(b"not gzip")
+    other = tmp_path / "deeper" / "field-permuted_mnist"
+    other.mkdir(parents=True)
+    (other / "results.json.gz").write_bytes(b"")
+    studies, notes = C.find_studies([tmp_path])
+    assert studies == []
+    assert any("not read" in n and "best-permuted_mnist-adam" in n for n in notes)
+    assert any("read by no claim" in n for n in notes)
+    with pytest.raises(ValueError, match="not a folder"):
+        C.find_studies([tmp_path / "missing"])
+
+
 # --- the command on the committed exports --------------------------------------------------------
 
 

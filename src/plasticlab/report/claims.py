@@ -612,7 +612,8 @@ def _scale(name: str, folder: Path, runs: Sequence[ConfigRuns], problem: str) ->
 
 def find_studies(paths: Iterable[str | Path]) -> tuple[list[Study], list[str]]:
     """The studies under ``paths`` that a claim reads (:func:`study_kind`), each loaded once;
-    and notes on the folders left out (studies no claim reads, folders without runs)."""
+    and notes on the folders left out (studies no claim reads, folders without runs or that
+    could not be read — their parts are then not judged)."""
     studies, notes = [], []
     for folder in study_folders(paths):
         name = _study_name(folder)
@@ -620,7 +621,11 @@ def find_studies(paths: Iterable[str | Path]) -> tuple[list[Study], list[str]]:
         if kind is None:
             notes.append(f"{folder}: study {name!r} is read by no claim")
             continue
-        results = load_results(folder)
+        try:
+            results = load_results(folder)
+        except ValueError as e:  # an unreadable export leaves its study unjudged, not the rest
+            notes.append(f"{folder}: not read: {e}")
+            continue
         if not results.configs:
             notes.append(f"{folder}: no finished runs")
             continue
