@@ -13,7 +13,10 @@ dead and dormant fractions, gradient norm, test accuracy), at task ends and ever
 :data:`MEASUREMENT_DIGITS` significant digits — the precision of the float32 networks they are
 measured on (a float32 carries 7.2 decimal digits). The rest of what a store holds (the
 per-layer weight magnitudes and unit fractions, a method's own measurements) stays in the
-store.
+store — unless the export is made with ``all_metrics`` (``plasticlab export --all-metrics``):
+then every metric of the store, exactly, and part 1 says ``"all_metrics": true``. That is the
+export for moving finished runs to another results store (:mod:`.importer`); readers of the
+compact form read it too.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 
 from .orchestrate import SELECTION_FILE
@@ -71,29 +76,40 @@ def compact_metrics(metrics: dict[str, list]) -> dict[str, list]:
             for name, values in metrics.items() if reported_metric(name)}
 
 
-def export_results(directory: str | Path, out: str | Path, run_ids: Collection[str] | None = None) -> int:
+def export_results(directory: str | Path, out: str | Path, run_ids: Collection[str] | None = None,
+                   all_metrics: bool = False) -> int:
     """Write the finished runs of ``directory`` — a results store with its ``selection.json``,
     or an export (:func:`read_results` reads either) — to ``out`` (a file, or a folder that gets
     :data:`EXPORT_NAME`), in parts past :data:`PART_BYTES`; return how many runs. ``run_ids``:
     only those runs (a study's own, where the store holds other sweeps' runs too).
+    ``all_metrics``: every metric the store holds, exactly, instead of the compact ones
+    (:func:`compact_metrics`); ``directory`` must then be a store.
 
     Exporting an export writes it again in this plasticlab's parts and precision, which change
     no run's numbers; ``out`` may be the export itself, which is read whole before anything is
-    written."""
+    written. Each file is written beside its place and renamed into it, so a reader (a copy, a
+    commit) finds the previous file or the new one whole, never half of one."""
     directory, out = Path(directory), Path(out)
     if out.is_dir() or out.suffix != ".gz":
         out = out / EXPORT_NAME
+    if all_metrics and not (directory / DB_NAME).is_file():
+        raise ValueError(f"{directory} holds no results store ({DB_NAME}): an export with every "
+                         "metric is made from the store that holds them")
     rows, metrics, selection = read_results(directory, run_ids)
     runs = [{k: r[k] for k in RUN_KEYS} for r in rows
             if r["status"] == "finished" and (run_ids is None or r["run_id"] in run_ids)]
-    metrics = {r["run_id"]: compact_metrics(metrics[r["run_id"]]) for r in runs}
+    keep = (lambda m: m) if all_metrics else compact_metrics
+    metrics = {r["run_id"]: keep(metrics[r["run_id"]]) for r in runs}
     selection_path = directory / SELECTION_FILE
     if selection is None and selection_path.is_file():  # a store keeps its selection beside it
         selection = json.loads(selection_path.read_text())
-    parts = _parts(out, runs, metrics, selection)
+    parts = _parts(out, runs, metrics, selection, {"all_metrics": True} if all_metrics else {})
     out.parent.mkdir(parents=True, exist_ok=True)
     for i, data in enumerate(parts, start=1):
-        part_path(out, i).write_bytes(data)
+        path = part_path(out, i)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
     stale = len(parts) + 1
     while part_path(out, stale).is_file():  # the parts of an earlier, larger export
         part_path(out, stale).unlink()
@@ -120,10 +136,11 @@ def _gzipped(body: dict, name: str) -> bytes:
     return buffer.getvalue()
 
 
-def _parts(out: Path, runs: list[dict], metrics: dict, selection: dict | None) -> list[bytes]:
+def _parts(out: Path, runs: list[dict], metrics: dict, selection: dict | None,
+           marks: dict) -> list[bytes]:
     """The export's files: the fewest parts of consecutive whole runs (sizes within one run of
     each other) whose every file fits in :data:`PART_BYTES`. Part 1 also holds the selection,
-    and the number of parts when there are several."""
+    the number of parts when there are several, and ``marks`` (``all_metrics``)."""
     for count in range(1, max(len(runs), 1) + 1):
         parts = []
         for i, chunk in enumerate(consecutive_pieces(runs, count)):
@@ -131,6 +148,7 @@ def _parts(out: Path, runs: list[dict], metrics: dict, selection: dict | None) -
                     "task_metrics": {r["run_id"]: metrics[r["run_id"]] for r in chunk}}
             if i == 0:
                 body["selection"] = selection
+                body |= marks
                 if count > 1:
                     body["parts"] = count
             else:
@@ -164,20 +182,42 @@ def export_files(path: str | Path) -> list[Path]:
     return [part_path(path, i) for i in range(1, _read_part(path).get("parts", 1) + 1)]
 
 
-def read_export(path: str | Path) -> tuple[list[dict], dict[str, dict], dict | None]:
-    """The finished runs, their per-task metrics and the selection of an export file — with
-    every further part it names (:func:`part_path`), which must all be there."""
+@dataclass
+class ExportContents:
+    """What an export holds: its finished ``runs`` (dicts of :data:`RUN_KEYS`), their per-task
+    ``metrics`` (run id → metric name → list), the protocol's ``selection`` (None: none), whether
+    it holds ``all_metrics`` of its store (else the compact ones) and its ``files``."""
+
+    runs: list[dict]
+    metrics: dict[str, dict]
+    selection: dict | None
+    all_metrics: bool
+    files: list[Path]
+
+
+def export_contents(path: str | Path) -> ExportContents:
+    """Everything the export file ``path`` (part 1) holds, with every further part it names
+    (:func:`part_path`), which must all be there."""
     path = Path(path)
     first = _read_part(path)
     runs, metrics = list(first["runs"]), dict(first["task_metrics"])
+    files = [path]
     for i in range(2, first.get("parts", 1) + 1):
-        body = _read_part(part_path(path, i))
+        files.append(part_path(path, i))
+        body = _read_part(files[-1])
         if body.get("part") != i:
             raise ValueError(f"{part_path(path, i)}: holds part {body.get('part')} of an export, "
                              f"not part {i} of {path}; re-export it with `plasticlab export DIR`")
         runs += body["runs"]
         metrics |= body["task_metrics"]
-    return runs, metrics, first.get("selection")
+    return ExportContents(runs, metrics, first.get("selection"), bool(first.get("all_metrics")), files)
+
+
+def read_export(path: str | Path) -> tuple[list[dict], dict[str, dict], dict | None]:
+    """The finished runs, their per-task metrics and the selection of an export file — with
+    every further part it names (:func:`part_path`), which must all be there."""
+    contents = export_contents(path)
+    return contents.runs, contents.metrics, contents.selection
 
 
 def read_results(directory: str | Path, run_ids: Collection[str] | None = None

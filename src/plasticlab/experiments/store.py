@@ -272,15 +272,7 @@ class ResultStore:
         """
         # Encode before the transaction: a value that cannot be stored is the caller's bug
         # and should fail without ever taking the write lock.
-        rows: list[tuple[str, int, str]] = []
-        for metric, values in task_metrics.items():
-            if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
-                raise TypeError(
-                    f"task metric {metric!r} must be a list indexed by task, "
-                    f"not {type(values).__name__}"
-                )
-            values = values.tolist() if hasattr(values, "tolist") else values
-            rows.extend((task, str(metric), dumps(v)) for task, v in enumerate(values))
+        rows = _metric_rows(task_metrics)
         summary_text = dumps(summary)
         update = dict(manifest_update or {})
 
@@ -324,6 +316,36 @@ class ResultStore:
             db.execute("DELETE FROM task_metrics WHERE attempt = ?", (number,))
             db.execute("UPDATE attempts SET status = ?, error = ?, summary = NULL, manifest = ? "
                        "WHERE attempt = ?", (status, str(error), dumps(manifest), number))
+
+    def add_finished(self, runs: list[dict]) -> list[int]:
+        """Add each of ``runs`` as a finished attempt that was trained elsewhere (an import:
+        :mod:`~plasticlab.experiments.importer`), all in ONE transaction; their numbers.
+
+        Each is a dict with ``run_id``, ``config``, ``seed``, ``manifest``, ``summary``,
+        ``code`` (as :meth:`runs` gives them) and ``task_metrics`` (as :meth:`task_metrics`
+        gives them), stored as given: unlike :meth:`finish_run`, no ``end_time`` is stamped. A
+        run new to the store is added; an attempt of the run still ``'running'`` belonged to a
+        killed process and becomes ``'interrupted'``, as when a new attempt starts.
+        """
+        encoded = [(r, dumps(r["config"]), dumps(r["manifest"]), dumps(r["summary"]),
+                    _metric_rows(r["task_metrics"])) for r in runs]
+        numbers = []
+        with self._transaction() as db:
+            for run, config, manifest, summary, rows in encoded:
+                rid, seed = run["run_id"], run["seed"]
+                db.execute("INSERT INTO runs (run_id, config, seed) VALUES (?, ?, ?) ON CONFLICT "
+                           "(run_id) DO NOTHING", (rid, config, None if seed is None else int(seed)))
+                db.execute("UPDATE attempts SET status = 'interrupted', error = ? WHERE run_id = ? "
+                           "AND status = 'running'", ("the process training it stopped (killed?) "
+                                                      "before it finished; an imported finished "
+                                                      "attempt took over", rid))
+                number = int(db.execute(
+                    "INSERT INTO attempts (run_id, status, code, manifest, summary) VALUES "
+                    "(?, 'finished', ?, ?, ?)", (rid, run["code"], manifest, summary)).lastrowid)
+                db.executemany("INSERT INTO task_metrics (attempt, task, metric, value) VALUES "
+                               "(?, ?, ?, ?)", [(number, *row) for row in rows])
+                numbers.append(number)
+        return numbers
 
     # -- reading -------------------------------------------------------------------------
 
@@ -448,6 +470,21 @@ class ResultStore:
         never sees a half-written CSV.
         """
         return write_frame_csv(self.to_dataframe(kind), path)
+
+
+def _metric_rows(task_metrics: dict[str, list]) -> list[tuple[int, str, str]]:
+    """A run's per-task metrics as the store's rows ``(task, metric, value as JSON text)``; a
+    TypeError for a metric that is not a list indexed by task."""
+    rows: list[tuple[int, str, str]] = []
+    for metric, values in task_metrics.items():
+        if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+            raise TypeError(
+                f"task metric {metric!r} must be a list indexed by task, "
+                f"not {type(values).__name__}"
+            )
+        values = values.tolist() if hasattr(values, "tolist") else values
+        rows.extend((task, str(metric), dumps(v)) for task, v in enumerate(values))
+    return rows
 
 
 def _run_row(row: tuple) -> dict:

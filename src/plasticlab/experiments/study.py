@@ -1,7 +1,8 @@
 """A study's bookkeeping for ``plasticlab reproduce``: the scale it runs at, the ``plasticlab
 sweep`` command that makes its results, and its run record (``run.json``): where it ran and
 its sittings, each with its command, start, end, wall time and exit code — a sitting killed
-without recording its end closed at its sweep's last progress."""
+without recording its end closed at its sweep's last progress; and, while a sitting trains,
+its export refreshed as each ensemble finishes, marked partial in the run record."""
 
 from __future__ import annotations
 
@@ -9,9 +10,13 @@ import calendar
 import json
 import os
 import platform
+import sqlite3
+import sys
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 STUDY_SCALES = {
     "best-random_label_mnist-adam": 0.5,
@@ -177,3 +182,80 @@ def finished_elsewhere(out: Path, run_ids: set[str]) -> int:
 
     with ResultStore(out) as store:
         return len({r["run_id"] for r in store.runs(status="finished")} - run_ids)
+
+
+PARTIAL_EXPORT = "partial_export"
+"""The run record's key, present while the study's export under ``--docs`` holds only the runs
+finished so far (:func:`export_finished_so_far`): how many, of how many planned, and when."""
+
+
+def planned_run_count(preset: dict, tasks: int | None, out: Path, scale: float) -> int:
+    """How many runs the study ``preset`` makes in all: its grid and, for a protocol study, its
+    evaluation — before the selection, one configuration per problem, optimizer and method of
+    the grid (as :func:`~.protocol.select_best` picks them) on each evaluation seed."""
+    from .orchestrate import SELECTION_FILE, protocol_seeds, sweep_runs
+    from .workflow import with_tasks
+
+    runs = sweep_runs(with_tasks(preset, tasks), out, scale)
+    seeds = protocol_seeds(preset)
+    if seeds is None or (out / SELECTION_FILE).is_file():
+        return len(runs)
+    groups = {(r.config.problem, r.config.optimizer, r.config.method) for r in runs}
+    return len(runs) + len(groups) * len(seeds)
+
+
+def export_finished_so_far(preset: dict, tasks: int | None, out: Path, scale: float, docs: Path,
+                           record_path: Path, record: dict) -> int:
+    """Write the export of the study's runs finished so far in ``out`` to ``docs``, and mark it
+    partial in its run record (:data:`PARTIAL_EXPORT`: finished and planned runs, when); how
+    many runs it holds. The export's files are those the study's final export will replace."""
+    from .export import export_results
+
+    runs = export_results(out, docs, run_ids=study_run_ids(preset, tasks, out, scale))
+    _mark_partial(record, runs, planned_run_count(preset, tasks, out, scale))
+    write_record(record_path, record)
+    return runs
+
+
+def _mark_partial(record: dict, runs: int, planned: int) -> None:
+    """Say in ``record`` that the study's export holds ``runs`` of its ``planned`` runs."""
+    record[PARTIAL_EXPORT] = {
+        "finished_runs": runs, "planned_runs": planned, "written": utc(),
+        "note": "the export holds the runs finished so far: reproduce refreshes it as each "
+                "ensemble finishes, and the sitting that finishes the study writes the final "
+                "export and removes this note; `plasticlab import` carries these runs to another "
+                "results folder"}
+
+
+def export_after_each_ensemble(preset: dict, tasks: int | None, out: Path, scale: float,
+                               docs: Path, record_path: Path, record: dict,
+                               warn: Callable[[str], None] | None = None) -> Callable[[Any], None]:
+    """The callback (an executor's ``on_done``) that refreshes the study's partial export as
+    each ensemble whose runs were recorded finishes (:func:`export_finished_so_far`), so that
+    the export carries the study at most one ensemble behind. An export that cannot be written
+    is said through ``warn`` (default: on stderr) and the sweep goes on."""
+    def warn_on_stderr(text: str) -> None:
+        print(text, file=sys.stderr)
+
+    def on_done(job: Any) -> None:
+        if job.error is not None or not job.records:  # nothing new finished
+            return
+        try:
+            export_finished_so_far(preset, tasks, out, scale, docs, record_path, record)
+        except (OSError, ValueError, sqlite3.Error) as exc:
+            (warn or warn_on_stderr)(f"plasticlab: warning: could not refresh the export in {docs} "
+                                     f"({exc}); the sweep goes on, and the final export is written "
+                                     "when it finishes")
+
+    return on_done
+
+
+def final_export_written(record_path: Path, record: dict, runs: int, planned: int) -> None:
+    """A sitting's last export is written, holding ``runs`` of the study's ``planned`` runs: its
+    run record says it is partial while it holds fewer (a sitting with ``--only``), else no
+    longer."""
+    if runs < planned:
+        _mark_partial(record, runs, planned)
+    elif record.pop(PARTIAL_EXPORT, None) is None:
+        return
+    write_record(record_path, record)
