@@ -318,6 +318,43 @@ def test_parts_combine_into_holds_partly_does_not_hold():
     assert C.combine([C.Finding(C.DOES_NOT_HOLD, ""), C.Finding(C.HOLDS, "")], "any").verdict == C.HOLDS
 
 
+def test_the_matrix_and_the_tables_by_study():
+    """The claims × problems matrix gives each part's preferred row in its problem's column
+    (marked with its scale where shortened; "—" where the claim has no part), the claim's verdict
+    over the judged parts beside "not judged", and under it the studies read; the tables by study
+    group the judged rows by the study (and scale) they were judged on."""
+    pm, rlm = C.Part("comparison", "permuted_mnist", "adam", ()), C.Part("comparison", "random_label_mnist", "adam", ())
+    claim = C.Claim("k", "words | with a bar", (pm, rlm))
+    full = "full length (500 tasks × 625 steps)"
+    half = "--scale 0.5: 25 of 50 tasks × 15,000 of 30,000 steps"
+    rows = [C.Row("k", "Permuted MNIST", C.HOLDS, "f1", "best-permuted_mnist-adam", "a", full, C.PAPER_BEST,
+                  "CBP: plasticlab's form"),
+            C.Row("k", "Random Label MNIST", C.PARTLY, "f2", "best-random_label_mnist-adam", "b", half,
+                  C.PAPER_BEST),
+            C.Row("k", "Random Label MNIST", C.HOLDS, "f3", "best-random_label_mnist-adam", "c",
+                  "full length (50 tasks × 30,000 steps)", C.PAPER_BEST)]
+    judged = C.ClaimVerdict(claim, C.summarise(claim, rows[:2]), rows)
+    lonely = C.Claim("m", "one problem", (C.Part("comparison", "five_plus_one_cifar", "adam", ()),))
+    missing = C.ClaimVerdict(lonely, C.summarise(lonely, [C.Row("m", "5+1 CIFAR", C.NOT_JUDGED, "no study")]),
+                             [C.Row("m", "5+1 CIFAR", C.NOT_JUDGED, "no study")])
+    matrix = C.claims_matrix([judged, missing]).splitlines()
+    assert matrix[0] == ("| claim | Permuted MNIST | Random Label MNIST | Random Label CIFAR | 5+1 CIFAR "
+                         "| Continual ImageNet | over its parts |")
+    assert matrix[2] == ("| k: words \\| with a bar | holds | partly (`--scale 0.5`) | — | — | — "
+                         "| **partly** |")
+    assert matrix[3] == "| m: one problem | — | — | — | not judged | — | **not judged** |"
+    assert "- Random Label MNIST: `best-random_label_mnist-adam` `--scale 0.5` (the paper's reported best)" in matrix
+    assert matrix[-1] == "- CBP and ReDo: plasticlab's form"
+    tables = C.claims_by_study([judged, missing])
+    assert list(tables) == [f"best-permuted_mnist-adam · {full}", f"best-random_label_mnist-adam · {half}",
+                            "best-random_label_mnist-adam · full length (50 tasks × 30,000 steps)"]
+    assert tables[f"best-random_label_mnist-adam · {half}"].splitlines()[2] == \
+        "| k | Random Label MNIST | **partly** | f2 |"
+    md = C.claims_markdown([judged, missing])
+    assert md.startswith("## The claims at a glance\n") and "\n## By study\n" in md
+    assert f"\n### best-random_label_mnist-adam · {half}\n" in md
+
+
 def test_a_negated_test_and_a_missing_method():
     view = _comparison_study().views()[0]
     held = C.apply_test(C.Test("mitigates", ("l2_init",)), view)

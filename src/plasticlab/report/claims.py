@@ -1020,10 +1020,90 @@ def _cell(text: str) -> str:
     return (text or "—").replace("|", "\\|").replace("\n", " ")
 
 
+def _preferred(verdict: ClaimVerdict) -> dict[str, Row]:
+    """Each part's row on its preferred study (the first of its rows), by part title."""
+    rows: dict[str, Row] = {}
+    for r in verdict.rows:
+        rows.setdefault(r.part, r)
+    return rows
+
+
+def _shortened(scale: str) -> str:
+    """How a study was shortened (``--scale 0.2``), or "" at full length."""
+    first = scale.split("; ")[0]
+    return "" if not first or first.startswith("full length") else first.split(":")[0]
+
+
+def claims_matrix(verdicts: Sequence[ClaimVerdict]) -> str:
+    """The claims × the paper's five problems, as Markdown: each cell the verdict of the claim's
+    part(s) on that problem, judged on the preferred study (marked with its ``--scale`` where
+    shortened; "—" where the claim has no part there), the last column the claim's own verdict;
+    then, per problem, the studies read with their configurations, and the CBP/ReDo forms."""
+    names = [PROBLEM_NAMES[p] for p in PAPER_PROBLEMS]
+    lines = ["| claim | " + " | ".join(names) + " | over its parts |", "|---" * (len(names) + 2) + "|"]
+    read: dict[str, dict[str, str]] = {p: {} for p in PAPER_PROBLEMS}
+    forms: set[str] = set()
+    for v in verdicts:
+        rows, cells = _preferred(v), []
+        for problem in PAPER_PROBLEMS:
+            parts = [p for p in v.claim.parts if p.problem == problem]
+            said = []
+            for part in parts:
+                r = rows[part.title]
+                how = _shortened(r.scale)
+                text = r.verdict + (f" (`{how}`)" if how else "")
+                said.append(f"{part.label}: {text}" if len(parts) > 1 and part.label else text)
+                if r.verdict != NOT_JUDGED:
+                    for name in r.study.split(" + "):
+                        study = f"`{name}`" + (f" `{how}`" if how and name == r.study.split(" + ")[0] else "")
+                        read[problem].setdefault(study, r.configurations.split(" (")[0])
+                    forms.update(f.split(": ", 1)[1] for f in r.forms.split("; ") if ": " in f)
+            cells.append("; ".join(said))
+        judged = [r for r in rows.values() if r.verdict != NOT_JUDGED]
+        over = f"**{v.summary.verdict}**"
+        if v.summary.verdict == NOT_JUDGED and judged:
+            over += f" (the {len(judged)} judged: {_over(judged, None)})"
+        lines.append(f"| {v.claim.key}: {_cell(v.claim.text)} | " + " | ".join(map(_cell, cells))
+                     + f" | {over} |")
+    lines.append("")
+    for problem in PAPER_PROBLEMS:
+        if read[problem]:
+            by_kind: dict[str, list[str]] = {}
+            for study, configurations in read[problem].items():
+                by_kind.setdefault(configurations, []).append(study)
+            lines.append(f"- {PROBLEM_NAMES[problem]}: " + "; ".join(
+                f"{', '.join(studies)} ({kind})" for kind, studies in by_kind.items()))
+    if forms:
+        lines.append(f"- CBP and ReDo: {', '.join(sorted(forms))}")
+    return "\n".join(lines) + "\n"
+
+
+def _study_key(row: Row) -> str:
+    """A study as the per-study tables title it: its name and scale (the first of the row's)."""
+    return f"{row.study.split(' + ')[0]} · {row.scale.split('; ')[0]}"
+
+
+def claims_by_study(verdicts: Sequence[ClaimVerdict]) -> dict[str, str]:
+    """The judged parts grouped by the study each was judged on (the first one named, at its
+    scale: with ``every_study`` a study run at two scales has two), each as a Markdown table of
+    claim, part, verdict and figures; keyed by ``"STUDY · SCALE"``, in the order first judged."""
+    tables: dict[str, list[str]] = {}
+    for v in verdicts:
+        for r in v.rows:
+            if r.verdict == NOT_JUDGED:
+                continue
+            lines = tables.setdefault(_study_key(r), ["| claim | part | verdict | figures |",
+                                                      "|---|---|---|---|"])
+            lines.append(f"| {v.claim.key} | {_cell(r.part)} | **{r.verdict}** | {_cell(r.figures)} |")
+    return {key: "\n".join(lines) + "\n" for key, lines in tables.items()}
+
+
 def claims_markdown(verdicts: Sequence[ClaimVerdict], notes: Sequence[str] = ()) -> str:
-    """The judged claims as Markdown: a table of claims (verdict and summary), then one row per
-    claim × part with its figures, study, scale, configurations and CBP/ReDo form."""
-    lines = ["## The paper's claims, judged (SPEC §11 by §12)", "",
+    """The judged claims as Markdown: the claims × problems matrix (:func:`claims_matrix`), a
+    table of claims (verdict and summary), one row per claim × part with its figures, study,
+    scale, configurations and CBP/ReDo form, and the parts by study (:func:`claims_by_study`)."""
+    lines = ["## The claims at a glance", "", claims_matrix(verdicts).rstrip("\n"), "",
+             "## The paper's claims, judged (SPEC §11 by §12)", "",
              "| claim | the paper's words | verdict | over its parts |", "|---|---|---|---|"]
     lines += [f"| {v.claim.key} | {_cell(v.claim.text)} | **{v.summary.verdict}** "
               f"| {_cell(v.summary.figures)} |" for v in verdicts]
@@ -1035,6 +1115,9 @@ def claims_markdown(verdicts: Sequence[ClaimVerdict], notes: Sequence[str] = ())
             cells = [_cell(str(getattr(r, c))) for c in PART_COLUMNS]
             cells[2] = f"**{r.verdict}**"
             lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "## By study"]
+    for key, table in claims_by_study(verdicts).items():
+        lines += ["", f"### {key}", "", table.rstrip("\n")]
     if notes:
         lines += ["", "Folders not read: " + "; ".join(notes) + "."]
     return "\n".join(lines) + "\n"
