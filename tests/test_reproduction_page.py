@@ -1,15 +1,22 @@
-"""The committed reproduction page (docs/reproduction/) is what its committed exports give.
+"""The committed reproduction pages (docs/reproduction/) are what their committed exports give.
 
 Each study's ``report/report.md`` must be the report that this plasticlab builds from the
 study's ``results.json.gz``: a change to the statistics, the selection or the tables that
 would alter a published number fails here until the reports are rebuilt
-(``plasticlab report docs/reproduction/STUDY --formats png``), so no number on the page is
-silently stale. Every figure a report shows must be committed beside it, the page's status
-table must give each study the scale and wall time of its ``run.json``, and every mean [95 % CI]
-the page (or docs/methods.md) quotes must be printed by the report its section links. A run
-that two studies trained (same config, same seed) must give both the same accuracies.
+(``plasticlab report docs/reproduction/STUDY --formats png``), so no number on a page is
+silently stale. Every figure a report shows must be committed beside it; the status table
+(provenance.md) must give each study the scale and wall time of its ``run.json``; every mean
+[95 % CI] a page (or docs/methods.md) quotes must be printed by the report its section links. A
+run that two studies trained (same config, same seed) must give both the same accuracies.
+
+No verdict on the pages is written by hand: ``claims.md`` is what ``plasticlab claims
+docs/reproduction --every-study --markdown`` writes, the README's matrix what it prints, each
+study page's verdicts its rows for that study, and the paper-vs-here table the ``forgetting``
+export's numbers (``docs/reproduction/generate.py`` writes them; here they are written again
+and compared). Outside those generated blocks no page says *holds*, *partly* or *does not hold*.
 """
 
+import importlib.util
 import json
 import re
 from pathlib import Path
@@ -19,6 +26,19 @@ import pytest
 from plasticlab.report.build import build_report
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "reproduction"
+REPO = PAGE.parents[1]
+README = PAGE / "README.md"
+PROVENANCE = PAGE / "provenance.md"
+FIELD = PAGE / "field.md"
+CHANGED = PAGE / "verdicts-changed.md"
+
+_spec = importlib.util.spec_from_file_location("reproduction_generate", PAGE / "generate.py")
+generate = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(generate)
+
+PAGES = generate.pages()
+"""Every hand-edited page under docs/reproduction: the README, provenance.md, field.md,
+verdicts-changed.md and each study's README.md."""
 
 
 def study_folders(name: str) -> list[str]:
@@ -46,9 +66,30 @@ def _tables_and_text(markdown: str) -> list[str]:
     return lines
 
 
+def study_page(study: str) -> Path:
+    """The page that shows ``study`` (a folder under docs/reproduction): its folder's README.md;
+    a study's run at another length (``full-length/STUDY``) on the page of ``STUDY``; the two
+    ``field-*`` studies on field.md."""
+    name = study.rpartition("/")[2]
+    return FIELD if name.startswith("field-") else PAGE / name / "README.md"
+
+
 def test_the_page_has_its_studies():
+    """Every study folder has its page, the README links every page, and a study run at another
+    length has a page in its own folder that points to the study's."""
     assert {"best-permuted_mnist-adam", "best-permuted_mnist-sgd", "forgetting", "ablation",
             "lambda-sensitivity", "init"} <= set(STUDIES)
+    readme = README.read_text(encoding="utf-8")
+    for study in STUDIES:
+        page = study_page(study)
+        assert page.is_file(), f"{study}: no page ({page.relative_to(PAGE)})"
+        assert f"]({page.relative_to(PAGE).as_posix()}" in readme, f"the README does not link {page}"
+        text = page.read_text(encoding="utf-8")
+        assert f"`{study.rpartition('/')[2]}`" in text, f"{page.relative_to(PAGE)} does not name {study}"
+        if "/" in study:
+            assert f"](../{study}/" in text, f"{page.relative_to(PAGE)} does not link its run in {study}"
+            stub = (PAGE / study / "README.md").read_text(encoding="utf-8")
+            assert f"]({Path('../..', study.rpartition('/')[2], 'README.md').as_posix()})" in stub
 
 
 @pytest.mark.parametrize("study", STUDIES)
@@ -116,8 +157,8 @@ RECORDED = study_folders("run.json")
 @pytest.mark.parametrize("study", RECORDED)
 def test_the_status_table_gives_the_scale_and_wall_time_of_the_studys_run_record(study):
     record = json.loads((PAGE / study / "run.json").read_text())
-    rows = _status_rows((PAGE / "README.md").read_text(encoding="utf-8"))
-    assert study in rows, f"docs/reproduction/README.md: the status table has no row for {study}"
+    rows = _status_rows(PROVENANCE.read_text(encoding="utf-8"))
+    assert study in rows, f"docs/reproduction/provenance.md: the status table has no row for {study}"
     _, scale, wall, _ = rows[study]
     tasks, factor = record.get("tasks"), record.get("scale", 1.0)
     if tasks is not None:
@@ -170,15 +211,26 @@ def test_reproduce_without_flags_runs_a_study_at_the_scale_the_page_shows(study)
         wanted = {"--docs": f"docs/reproduction/{parent}",
                   "--scale": None if scale == default else f"{scale:g}",
                   "--tasks": None if record.get("tasks") is None else str(record["tasks"])}
-        commands = reproduce_commands((PAGE / "README.md").read_text(encoding="utf-8"))
-        assert any(words[2] == name and all(flag_value(words, f) == v for f, v in wanted.items())
-                   for words in commands), (
-            f"docs/reproduction/README.md gives no `plasticlab reproduce {name} …` with "
-            f"{' '.join(f'{k} {v}' for k, v in wanted.items() if v)}: the command that fills {study}")
+        for page in (study_page(study), PAGE / study / "README.md"):
+            commands = reproduce_commands(page.read_text(encoding="utf-8"))
+            assert any(words[2] == name and all(flag_value(words, f) == v for f, v in wanted.items())
+                       for words in commands), (
+                f"docs/reproduction/{page.relative_to(PAGE)} gives no `plasticlab reproduce {name} …` with "
+                f"{' '.join(f'{k} {v}' for k, v in wanted.items() if v)}: the command that fills {study}")
     elif record.get("tasks") is None:
         assert record.get("scale", 1.0) == STUDY_SCALES.get(study, 1.0), (
             f"{study} ran at --scale {record.get('scale', 1.0):g}, but `plasticlab reproduce {study}` "
             f"runs it at {STUDY_SCALES.get(study, 1.0):g}: set its default in STUDY_SCALES")
+    if not parent:
+        scale = record.get("scale", 1.0)
+        commands = reproduce_commands(study_page(study).read_text(encoding="utf-8"))
+        assert any(words[2] == name and flag_value(words, "--docs") is None
+                   and flag_value(words, "--scale") in (None, f"{scale:g}")
+                   and flag_value(words, "--tasks") == (None if record.get("tasks") is None
+                                                        else str(record["tasks"]))
+                   for words in commands), (
+            f"{study_page(study).relative_to(PAGE)} gives no `plasticlab reproduce {name}` that "
+            f"fills docs/reproduction/{study} (at --scale {scale:g})")
 
 
 def test_the_status_table_is_read_row_by_row():
@@ -194,32 +246,52 @@ def test_the_status_table_is_read_row_by_row():
 # "**0.01** [−0.28, 0.31]" (the page writes a minus sign where the report writes a hyphen, and
 # bolds a leading mean)
 INTERVAL = re.compile(r"[−-]?\d+\.\d+(?:\*\*)? \[[−-]?\d+\.\d+, [−-]?\d+\.\d+\]")
-REPORT_LINK = re.compile(r"\]\((?:reproduction/)?((?:[\w-]+/)*[\w-]+)/report/")
+# a link into a study's report, relative to the page: "STUDY/report/…", "report/…" (the page's
+# own study), "../full-length/STUDY/report/…", "reproduction/STUDY/report/…" (from docs/)
+REPORT_LINK = re.compile(r"\]\(((?:\.\./|[\w-]+/)*?)report/")
 
 
-def quoted_intervals(markdown: str) -> list[tuple[str, set[str], list[str]]]:
-    """Each ``## `` section of ``markdown`` that links a study's report: its title, the studies
-    it links (``STUDY/report/…``) and every mean [95 % CI] it quotes, minus signs as hyphens."""
+def without_generated_blocks(markdown: str) -> str:
+    """``markdown`` without its generated blocks (checked against the code that writes them)."""
+    return generate.BLOCK.sub("", markdown)
+
+
+def linked_studies(section: str, base: Path) -> set[str]:
+    """The study folders (relative to docs/reproduction) whose reports ``section`` of a page in
+    folder ``base`` links."""
+    found = set()
+    for prefix in REPORT_LINK.findall(section):
+        folder = (base / prefix).resolve()
+        if folder.is_relative_to(PAGE) and (folder / "report").is_dir():
+            found.add(folder.relative_to(PAGE).as_posix())
+    return found
+
+
+def quoted_intervals(markdown: str, base: Path = PAGE) -> list[tuple[str, set[str], list[str]]]:
+    """Each section of ``markdown`` (the text before the first ``## ``, then each ``## ``
+    section) that quotes a mean [95 % CI] or links a study's report: its title, the studies it
+    links (relative to the page's folder ``base``) and every mean [95 % CI] it quotes, minus
+    signs as hyphens; generated blocks left out."""
     sections = []
-    for section in re.split(r"(?m)^## ", markdown)[1:]:
-        studies = set(REPORT_LINK.findall(section))
-        if studies:
-            intervals = [i.replace("−", "-").replace("**", "") for i in INTERVAL.findall(section)]
+    for section in re.split(r"(?m)^## ", without_generated_blocks(markdown)):
+        studies = linked_studies(section, base)
+        intervals = [i.replace("−", "-").replace("**", "") for i in INTERVAL.findall(section)]
+        if studies or intervals:
             sections.append((section.splitlines()[0], studies, intervals))
     return sections
 
 
-PAGES_THAT_QUOTE = [PAGE / "README.md", PAGE.parent / "methods.md"]
+PAGES_THAT_QUOTE = [page for page in PAGES if page != CHANGED] + [PAGE.parent / "methods.md"]
 
 
-@pytest.mark.parametrize("page", PAGES_THAT_QUOTE, ids=lambda p: p.name)
-def test_every_interval_the_page_quotes_is_in_the_report_of_a_study_its_section_links(page):
-    """A number copied by hand onto the page by mistake (a typo, a stale run) fails here: each
+@pytest.mark.parametrize("page", PAGES_THAT_QUOTE, ids=lambda p: p.relative_to(PAGE.parent).as_posix())
+def test_every_interval_a_page_quotes_is_in_the_report_of_a_study_its_section_links(page):
+    """A number copied by hand onto a page by mistake (a typo, a stale run) fails here: each
     'mean [low, high]' a section quotes must be printed by the committed report of one of the
-    studies that section links."""
-    sections = quoted_intervals(page.read_text(encoding="utf-8"))
-    assert sum(len(intervals) for _, _, intervals in sections) > 0, f"{page}: no quoted interval found"
+    studies that section links (a section that quotes one links at least one report)."""
+    sections = quoted_intervals(page.read_text(encoding="utf-8"), page.parent)
     for title, studies, intervals in sections:
+        assert studies or not intervals, f"{page.name}, section {title!r} quotes {intervals} but links no report"
         reports = "".join((PAGE / study / "report" / "report.md").read_text(encoding="utf-8")
                           for study in sorted(studies))
         missing = [i for i in intervals if i not in reports]
@@ -227,14 +299,26 @@ def test_every_interval_the_page_quotes_is_in_the_report_of_a_study_its_section_
                              f"{', '.join(sorted(studies))}; copy them again from the report")
 
 
+def test_the_pages_quote_intervals():
+    quoting = [page for page in PAGES_THAT_QUOTE
+               if any(i for _, _, i in quoted_intervals(page.read_text(encoding="utf-8"), page.parent))]
+    assert {FIELD, PAGE.parent / "methods.md"} <= set(quoting)
+    assert sum(1 for page in quoting if page.name == "README.md") >= 10, "the study pages quote no interval"
+
+
 def test_a_quoted_interval_is_read_with_its_sign_and_its_section():
     md = ("# p\n## A\nsee [r](depth/report/report.md): 80.88 [80.85, 80.91], loss 0.01 [−0.28, 0.31]\n"
           "and **82.84** [82.82, 82.87]\n## B\nno link: 1.00 [0.50, 2.00]\n"
-          "## C\n[r](full-length/best-x/report/report.md), [m](reproduction/init/report/figures/a.png)"
-          ": 1.00 [0.50, 2.00]\n")
-    assert quoted_intervals(md) == [("A", {"depth"}, ["80.88 [80.85, 80.91]", "0.01 [-0.28, 0.31]",
-                                                  "82.84 [82.82, 82.87]"]),
-                                    ("C", {"full-length/best-x", "init"}, ["1.00 [0.50, 2.00]"])]
+          "## C\n[r](full-length/best-random_label_mnist-adam/report/report.md), "
+          "[m](../reproduction/init/report/figures/a.png): 1.00 [0.50, 2.00]\n"
+          "<!-- generated: x -->\n2.00 [1.00, 3.00]\n<!-- end generated -->\n")
+    assert quoted_intervals(md) == [
+        ("A", {"depth"}, ["80.88 [80.85, 80.91]", "0.01 [-0.28, 0.31]", "82.84 [82.82, 82.87]"]),
+        ("B", set(), ["1.00 [0.50, 2.00]"]),
+        ("C", {"full-length/best-random_label_mnist-adam", "init"}, ["1.00 [0.50, 2.00]"])]
+    # a study page links its own report as report/…, and others' as ../STUDY/report/…
+    assert linked_studies("[r](report/report.md) [s](../ablation/report/report.md)",
+                          PAGE / "depth") == {"depth", "ablation"}
 
 
 def repeated_runs(exports: dict[str, Path]) -> dict[str, list[tuple[str, list]]]:
@@ -270,7 +354,7 @@ def test_a_run_that_two_studies_trained_has_the_same_accuracies_in_both():
                                   "older study")
 
 
-SITTINGS_ACCOUNT = re.compile(r"\w+ of the page's studies \((.*?); ([\d,]+) runs\) were recorded "
+SITTINGS_ACCOUNT = re.compile(r"\w+ of the pages' studies \((.*?); ([\d,]+) runs\) were recorded "
                               r"before plasticlab\s+listed a run's \*sittings\*"
                               r".*?; ([\d,]+) runs\) list each sitting", re.DOTALL)
 
@@ -290,8 +374,8 @@ def test_the_page_names_the_studies_whose_runs_were_recorded_before_runs_listed_
         count[listed[0]] += len(runs)
         if not listed[0]:
             without.add(study)
-    match = SITTINGS_ACCOUNT.search((PAGE / "README.md").read_text())
-    assert match, "the page's paragraph on runs recorded before sittings is gone or reworded"
+    match = SITTINGS_ACCOUNT.search(PROVENANCE.read_text())
+    assert match, "provenance.md's paragraph on runs recorded before sittings is gone or reworded"
     named = re.findall(r"`([^`]+)`", match.group(1))
     assert {s for s in STUDIES if any(fnmatch(s, pattern) for pattern in named)} == without
     assert [int(match.group(n).replace(",", "")) for n in (2, 3)] == [count[False], count[True]]
@@ -303,12 +387,13 @@ METHOD_NAMES = {"Baseline": "baseline", "L2": "l2", "L2 Init": "l2_init",
                 "Concat ReLU": "concat_relu", "Layer Norm": "layer_norm", "ReDo": "redo"}
 
 
-def seed_sd_columns(markdown: str) -> list[tuple[str, set[str], dict[str, str]]]:
-    """Each ``## `` section of ``markdown`` with a table whose column is headed ``seed s.d.``:
-    its title, the studies it links (``STUDY/report/…``) and the column's cell per method
-    (the method's name as the report's configs have it)."""
+def seed_sd_columns(markdown: str, base: Path = PAGE) -> list[tuple[str, set[str], dict[str, str]]]:
+    """Each section of ``markdown`` (the text before the first ``## ``, then each ``## ``
+    section) with a table whose column is headed ``seed s.d.``: its title, the studies it links
+    (relative to the page's folder ``base``) and the column's cell per method (the method's name
+    as the report's configs have it)."""
     found = []
-    for section in re.split(r"(?m)^## ", markdown)[1:]:
+    for section in re.split(r"(?m)^## ", markdown):
         cells: dict[str, str] = {}
         column = None
         for line in section.splitlines():
@@ -322,36 +407,180 @@ def seed_sd_columns(markdown: str) -> list[tuple[str, set[str], dict[str, str]]]
                 assert name in METHOD_NAMES, f"a 'seed s.d.' table names {name!r}: add it to METHOD_NAMES"
                 cells[METHOD_NAMES[name]] = row[column]
         if cells:
-            found.append((section.splitlines()[0], set(REPORT_LINK.findall(section)), cells))
+            found.append((section.splitlines()[0], linked_studies(section, base), cells))
     return found
 
 
-def test_a_seed_sd_the_page_gives_is_the_sample_standard_deviation_of_the_seeds_totals():
-    """The page's verdicts quote the spread of a method's seeds as the sample standard deviation
-    (n − 1) of their totals; its tables must give the same statistic, to the digits they print,
-    of the runs that the section's linked export holds."""
+def test_a_seed_sd_a_page_gives_is_the_sample_standard_deviation_of_the_seeds_totals():
+    """The pages quote the spread of a method's seeds as the sample standard deviation (n − 1)
+    of their totals; their tables must give the same statistic, to the digits they print, of
+    the runs that the section's linked export holds."""
     import numpy as np
 
     from plasticlab.report.data import load_results
 
-    columns = seed_sd_columns((PAGE / "README.md").read_text(encoding="utf-8"))
-    assert columns, "the page has no table with a 'seed s.d.' column"
-    for title, studies, cells in columns:
-        assert len(studies) == 1, f"section {title!r} links {sorted(studies)}: which export is it?"
+    columns = [(page, *c) for page in PAGES
+               for c in seed_sd_columns(page.read_text(encoding="utf-8"), page.parent)]
+    assert len(columns) >= 2, "the pages have no table with a 'seed s.d.' column"
+    for page, title, studies, cells in columns:
+        where = f"{page.relative_to(PAGE)}, section {title!r}"
+        assert len(studies) == 1, f"{where} links {sorted(studies)}: which export is it?"
         results = load_results(PAGE / studies.pop())
         for (problem, optimizer), _ in results.studies().items():
             for runs in results.headline(problem, optimizer)[0]:
                 shown = cells.pop(runs.method, None)
-                assert shown is not None, f"section {title!r}: its table has no row for {runs.method}"
+                assert shown is not None, f"{where}: its table has no row for {runs.method}"
                 digits = len(shown.partition(".")[2])
                 sd = np.std(np.asarray(runs.total) * 100, ddof=1)
                 assert f"{sd:.{digits}f}" == shown, (
-                    f"section {title!r}, {runs.method}: seed s.d. {shown}, the export's is {sd:.4f}")
-        assert not cells, f"section {title!r}: {sorted(cells)} are not in the export"
+                    f"{where}, {runs.method}: seed s.d. {shown}, the export's is {sd:.4f}")
+        assert not cells, f"{where}: {sorted(cells)} are not in the export"
 
 
 def test_a_seed_sd_column_is_read_per_method_from_its_own_table():
     md = ("# p\n## A\n[r](x/report/report.md)\n\n| method | total | seed s.d. (points) |\n|---|---:|---:|\n"
           "| **L2 Init** | 80.41 | 0.04 |\n| Continual Backprop | 79.99 | 0.09 |\n\n"
           "| method | other |\n|---|---|\n| L2 | 1 |\n## B\nno table\n")
-    assert seed_sd_columns(md) == [("A", {"x"}, {"l2_init": "0.04", "cbp": "0.09"})]
+    assert seed_sd_columns(md) == [("A", set(), {"l2_init": "0.04", "cbp": "0.09"})]
+    assert seed_sd_columns(md.replace("x/report", "depth/report"))[0][1] == {"depth"}
+
+
+# --- the verdicts: computed, never written by hand -----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def claims_every_study(tmp_path_factory) -> str:
+    """What ``plasticlab claims docs/reproduction --every-study --markdown FILE`` writes, run
+    from the repository root as generate.py's docstring says."""
+    return _claims_markdown(tmp_path_factory.mktemp("claims"), "--every-study")
+
+
+def _claims_markdown(folder: Path, *options: str) -> str:
+    import contextlib
+    import io
+    import os
+
+    from plasticlab.cli import main
+
+    out, cwd = folder / "claims.md", Path.cwd()
+    try:
+        os.chdir(REPO)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            assert main(["claims", "docs/reproduction", *options, "--markdown", str(out)]) == 0
+    finally:
+        os.chdir(cwd)
+    return out.read_text()
+
+
+def test_claims_md_is_what_plasticlab_claims_writes(claims_every_study):
+    assert (PAGE / "claims.md").read_text() == claims_every_study, (
+        "docs/reproduction/claims.md is not what `plasticlab claims docs/reproduction --every-study "
+        "--markdown …` writes now: run `python docs/reproduction/generate.py`")
+    assert generate.claims_markdown() == claims_every_study
+
+
+def test_the_readme_matrix_is_what_plasticlab_claims_prints(tmp_path):
+    """The README's claims × problems matrix is the command's, without --every-study too (the
+    matrix reads each part's preferred study either way)."""
+    printed = generate.sections(_claims_markdown(tmp_path))["The claims at a glance"]
+    readme = generate.blocks(README.read_text(encoding="utf-8"))
+    assert readme.get("matrix") == printed, (
+        "the README's matrix is not what `plasticlab claims docs/reproduction --markdown …` prints: "
+        "run `python docs/reproduction/generate.py`")
+    assert "## The claims at a glance\n" in README.read_text(encoding="utf-8")
+
+
+def test_every_generated_block_is_what_the_exports_give(claims_every_study):
+    """Each page's generated blocks are what generate.py writes from the exports now; every study
+    that a claim's part was judged on has its verdicts on its own page, once."""
+    expected = generate.expected_blocks(claims_every_study)
+    placed: dict[str, list[str]] = {}
+    for page in PAGES:
+        for key, body in generate.blocks(page.read_text(encoding="utf-8")).items():
+            where = page.relative_to(PAGE).as_posix()
+            assert key in expected, f"{where}: a generated block {key!r} that nothing writes"
+            assert body == expected[key], (f"{where}: block {key!r} is not what the exports give now: "
+                                           "run `python docs/reproduction/generate.py`")
+            placed.setdefault(key, []).append(where)
+    assert set(placed) == set(expected), f"blocks on no page: {sorted(set(expected) - set(placed))}"
+    assert placed["matrix"] == ["README.md"] and placed["forgetting vs the paper"] == ["README.md"]
+    for key, where in placed.items():
+        if key.startswith("claims "):
+            study = key.removeprefix("claims ").split(" · ")[0]
+            assert where == [f"{study}/README.md"], f"{key!r} is on {where}, not on {study}'s page"
+
+
+def test_the_forgetting_table_is_the_reports_and_the_papers():
+    """The paper-vs-here table's numbers are the forgetting report's Table 4 (the authors' EWC)
+    and SPEC §11's."""
+    report = (PAGE / "forgetting" / "report" / "report.md").read_text(encoding="utf-8")
+    rows = {}
+    for line in report.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 5 and cells[1] == "5":
+            rows[cells[0].split(" ")[0] if "anchor=last" in cells[0] or " " not in cells[0] else cells[0]] = cells
+    table = generate.forgetting_table().replace("−", "-").splitlines()[2:]
+    assert len(table) == 3
+    paper = {"l2_init": ("-63.4", "-11.3", "81.1"), "ewc": ("-39.0", "-7.8", "75.8"),
+             "l2_init_ewc": ("-51.1", "-7.8", "80.0")}
+    for line, (label, method, _, _) in zip(table, generate.PAPER_FORGETTING, strict=True):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[0] == label
+        assert cells[1::2] == list(paper[method]), f"{label}: the paper's numbers are {paper[method]}"
+        _, _, total, bwt, one_step = rows[method]
+        assert cells[2::2] == [bwt, one_step, total], f"{label}: not the forgetting report's Table 4"
+
+
+def test_the_readme_fits_on_one_screen():
+    size = len(README.read_text(encoding="utf-8"))
+    assert size <= 12_000, f"docs/reproduction/README.md is {size:,} characters; its budget is 12,000"
+
+
+VERDICT_WORD = re.compile(r"(?i)\b(holds?|partly)\b")  # "holds", "partly", "does not hold"
+
+
+def hand_written_verdict_words(markdown: str, criteria: bool = False) -> list[str]:
+    """Where ``markdown`` says *holds*, *partly* or *does not hold* outside its generated blocks
+    (and, with ``criteria``, outside its ``## The criteria`` section, which defines the words)."""
+    text = without_generated_blocks(markdown)
+    if criteria:
+        text = re.sub(r"(?ms)^## The criteria\n.*?(?=^## )", "", text)
+    return [f"{m.group(0)!r} in …{text[max(0, m.start() - 40):m.end() + 20]}…".replace("\n", " ")
+            for m in VERDICT_WORD.finditer(text)]
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if p != CHANGED], ids=lambda p: p.relative_to(PAGE).as_posix())
+def test_no_page_states_a_verdict_by_hand(page):
+    """A verdict is computed (SPEC §12): a page says *holds*, *partly* or *does not hold* only
+    inside a generated block (the README also where its criteria define the words). Other words
+    serve for everything else ("has", "keeps", "stays"); verdicts-changed.md, which quotes the
+    old hand-written page, is held to the command by the next test instead."""
+    found = hand_written_verdict_words(page.read_text(encoding="utf-8"), criteria=page == README)
+    assert not found, f"{page.relative_to(PAGE)} states verdicts by hand: {found}"
+
+
+def test_the_verdict_word_check_sees_what_it_should():
+    md = ("# p\nThe part holds here. It is partly so.\n<!-- generated: x -->\n| a | **holds** |\n"
+          "<!-- end generated -->\nThe subset has 1,000 images; a threshold; the holder.\n"
+          "## The criteria\nA claim **holds** if…\n## Next\nDoes not hold.\n")
+    assert [w.split()[0] for w in hand_written_verdict_words(md, criteria=True)] == ["'holds'", "'partly'", "'hold'"]
+    assert len(hand_written_verdict_words(md)) == 4
+
+
+def test_every_verdict_change_is_what_plasticlab_claims_gives(claims_every_study):
+    """verdicts-changed.md lists parts whose verdict differs from the old hand-written page's:
+    each one's new verdict and figures must be the command's for that claim, part and study."""
+    from plasticlab.report.claims import _study_key, judge_folders
+
+    verdicts, _ = judge_folders([PAGE], every_study=True)
+    rows = {(v.claim.key, r.part, _study_key(r)): r for v in verdicts for r in v.rows}
+    text = CHANGED.read_text(encoding="utf-8")
+    entries = re.findall(r"(?m)^## (\S+) · .*\n\n- \*\*study\*\*: `([^`]+)` · (.+)\n- \*\*part\*\*: (.+)\n"
+                         r"- \*\*old → new\*\*: (.+?) → (.+)\n- \*\*figures\*\*: (.+)\n- \*\*why\*\*: .+", text)
+    assert len(entries) == text.count("\n## ") and entries, "verdicts-changed.md: an entry is not in the form"
+    assert f"{len(entries)} parts changed" in text
+    for key, study, scale, part, old, new, figures in entries:
+        row = rows.get((key, part, f"{study} · {scale}"))
+        assert row is not None, f"verdicts-changed.md: claims judges no {key} · {part} on {study} · {scale}"
+        assert old != new and row.verdict == new, f"{key} · {part} · {scale}: claims says {row.verdict}"
+        assert row.figures == figures, f"{key} · {part} · {scale}: the figures are now {row.figures}"

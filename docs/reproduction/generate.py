@@ -1,0 +1,128 @@
+"""Write what code computes into the reproduction pages: no verdict there is written by hand.
+
+Run from anywhere after a study's export changes (``tests/test_reproduction_page.py`` fails
+until it is run)::
+
+    python docs/reproduction/generate.py           # rewrite claims.md and the generated blocks
+    python docs/reproduction/generate.py --check   # exit 1, naming the files, if any would change
+
+It writes
+
+* ``docs/reproduction/claims.md``: exactly what ``plasticlab claims docs/reproduction
+  --every-study --markdown docs/reproduction/claims.md`` writes, run from the repository root;
+* every block of a page between ``<!-- generated: KEY -->`` and ``<!-- end generated -->``:
+  ``matrix`` — the claims × problems matrix of ``claims.md`` (the README); ``claims STUDY ·
+  SCALE`` — the claims' parts judged on that study at that scale (each study's page);
+  ``forgetting vs the paper`` — the paper's one table of numbers beside the ``forgetting``
+  export's, with ``plasticlab report``'s bootstrap intervals (the README).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+PAGE = Path(__file__).resolve().parent
+REPO = PAGE.parents[1]
+CLAIMS_MD = PAGE / "claims.md"
+BLOCK = re.compile(r"(<!-- generated: (.+?) -->\n)(.*?)(<!-- end generated -->)", re.S)
+
+# SPEC §11: the paper's forgetting table (Permuted MNIST, 20 tasks): method, its settings as the
+# study's configs hold them, and BWT / one-step BWT / total online accuracy in %
+PAPER_FORGETTING = (
+    ("L2 Init λ 1e-3", "l2_init", {"strength": 1e-3}, (-63.4, -11.3, 81.1)),
+    ("EWC β 10", "ewc", {"ewc_strength": 10.0}, (-39.0, -7.8, 75.8)),
+    ("L2 Init + EWC", "l2_init_ewc", {"strength": 1e-3, "ewc_strength": 10.0}, (-51.1, -7.8, 80.0)),
+)
+
+
+def pages() -> list[Path]:
+    """The hand-edited pages under docs/reproduction (not the reports, not claims.md)."""
+    return sorted(p for p in PAGE.rglob("*.md") if "report" not in p.relative_to(PAGE).parts
+                  and p != CLAIMS_MD)
+
+
+def claims_markdown(every_study: bool = True) -> str:
+    """What ``plasticlab claims docs/reproduction [--every-study] --markdown FILE`` writes, run
+    from the repository root (its notes name the folders as that command does)."""
+    from plasticlab.report.claims import claims_markdown as markdown, judge_folders
+
+    verdicts, notes = judge_folders([PAGE], every_study=every_study)
+    return markdown(verdicts, [n.replace(f"{REPO}/", "", 1) for n in notes])
+
+
+def sections(markdown: str) -> dict[str, str]:
+    """``claims.md``'s ``## `` and ``### `` sections by title, each without its title line and
+    the blank lines around it."""
+    parts = re.split(r"(?m)^#{2,3} (.+)\n", markdown)
+    return {title: body.strip("\n") + "\n" for title, body in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+def _minus(x: str) -> str:
+    return x.replace("-", "−")
+
+
+def forgetting_table() -> str:
+    """The paper's forgetting numbers beside this study's: BWT, one-step BWT and total online
+    accuracy, mean over seeds [95 % bootstrap interval] as ``plasticlab report`` computes them
+    (2,000 resamples, seed 0), for the configurations the claims read (EWC in the authors' form)."""
+    from plasticlab.report.claims import find_studies
+    from plasticlab.report.stats import bootstrap_ci
+
+    (study,), _ = find_studies([PAGE / "forgetting"])
+    runs = study.views()[0].runs
+    lines = ["| method | BWT, paper | BWT, here | one-step BWT, paper | one-step BWT, here "
+             "| total, paper | total, here |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for label, method, settings, paper in PAPER_FORGETTING:
+        c = runs[method]
+        held = {k: c.config["params"].get(k) for k in settings}
+        if held != settings:
+            raise ValueError(f"forgetting: {method} ran with {held}, the paper's table has {settings}")
+        here = [bootstrap_ci(v, reps=2000, seed=0).format(scale=100) for v in (c.bwt, c.one_step_bwt, c.total)]
+        cells = [f"{paper[i]:.1f}" for i in range(3)]
+        lines.append(f"| {label} | " + " | ".join(_minus(x) for pair in zip(cells, here, strict=True)
+                                                 for x in pair) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def expected_blocks(markdown: str) -> dict[str, str]:
+    """Every block a page may hold, by key, from ``claims.md``'s text ``markdown``."""
+    found = sections(markdown)
+    blocks = {"matrix": found["The claims at a glance"], "forgetting vs the paper": forgetting_table()}
+    by_study = markdown.split("\n## By study\n", 1)[1].split("\nFolders not read", 1)[0]
+    for title, body in sections(by_study).items():
+        blocks[f"claims {title}"] = body
+    return blocks
+
+
+def blocks(text: str) -> dict[str, str]:
+    """The generated blocks of a page's ``text``, by key."""
+    return {m.group(2): m.group(3) for m in BLOCK.finditer(text)}
+
+
+def filled(text: str, expected: dict[str, str]) -> str:
+    """``text`` with each generated block replaced by its expected content."""
+    def fill(m: re.Match) -> str:
+        if m.group(2) not in expected:
+            raise KeyError(f"no generated content for block {m.group(2)!r}")
+        return m.group(1) + expected[m.group(2)] + m.group(4)
+    return BLOCK.sub(fill, text)
+
+
+def main(argv: list[str]) -> int:
+    check = "--check" in argv
+    markdown = claims_markdown()
+    expected = expected_blocks(markdown)
+    stale = []
+    for path, new in [(CLAIMS_MD, markdown), *((p, filled(p.read_text(), expected)) for p in pages())]:
+        if not path.exists() or path.read_text() != new:
+            stale.append(path.relative_to(REPO).as_posix())
+            if not check:
+                path.write_text(new)
+    print(("stale: " if check else "written: ") + (", ".join(stale) or "none"))
+    return 1 if check and stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
