@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 from ..experiments.study import (
@@ -24,7 +25,7 @@ from ..experiments.study import (
     sweep_words,
 )
 from ..experiments.workflow import SweepRequest
-from .common import run_guarded
+from .common import add_lock_option, run_guarded, writing_into
 from .report import write_report
 from .sweep import run_sweep
 
@@ -32,7 +33,15 @@ from .sweep import run_sweep
 def reproduce_study(args: argparse.Namespace, study: str) -> int:
     """Sweep ``study`` (resuming), then write its report, export and run record under
     ``args.docs/study``; return the sweep's exit code (the report is written only after a
-    sweep that finished every run). With ``args.dry_run``, only the sweep's plan."""
+    sweep that finished every run). With ``args.dry_run``, only the sweep's plan. The study's
+    results folder is held (its lock) from its sitting's start to its report."""
+    with ExitStack() as hold:
+        return _reproduce_study(args, study, hold)
+
+
+def _reproduce_study(args: argparse.Namespace, study: str, hold: ExitStack) -> int:
+    """:func:`reproduce_study`, holding the study's results folder in ``hold`` before it
+    writes anything."""
     from ..experiments.export import EXPORT_NAME, export_files, export_results
     from ..experiments.presets import get_preset
 
@@ -60,6 +69,7 @@ def reproduce_study(args: argparse.Namespace, study: str) -> int:
     request = _sweep_request(args, study, out, scale)
     if args.dry_run:  # the sweep's plan and time estimate; no record, no results, no report
         return run_guarded(run_sweep, request)
+    hold.enter_context(writing_into(out, args.no_lock))  # the sweep inside holds it too
     if not same_study:  # sittings of other results (scale, tasks, --out) do not add up
         record = {"sittings": []}
     record.update({"study": study, "scale": scale, "tasks": args.tasks, "command": command,
@@ -127,6 +137,7 @@ def register(sub) -> None:
     rp.add_argument("--compile", action="store_true",
                     help="the compiled training step where it applies (sweep --compile)")
     rp.add_argument("--no-progress", action="store_true")
+    add_lock_option(rp)
     rp.add_argument("--replace", action="store_true",
                     help="replace a study's results under --docs that another command (another "
                          "--scale, --tasks or --out) made; without it, that is an error before anything "

@@ -6,11 +6,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 from ..experiments.config import RUN_PARAMETERS, apply_setting, parse_seeds, resolve_config
 from ..optim import OPTIMIZERS
-from .common import CLIError, add_logging_options, check_device, check_threads, load_toml
+from .common import (
+    CLIError,
+    add_lock_option,
+    add_logging_options,
+    check_device,
+    check_threads,
+    load_toml,
+    writing_into,
+)
 
 # Keys a TOML run file may hold besides the config keys of SPEC §8.
 RUN_FILE_KEYS = ("seeds", "data_dir", "out", "device", "threads", "forgetting", "measure_every")
@@ -41,7 +50,14 @@ def build_run_request(args: argparse.Namespace) -> tuple[dict, dict]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``plasticlab run``: train one ensemble (one configuration, K seeds), print its per-task
-    table and save its results; return the exit code."""
+    table and save its results; return the exit code. ``--out`` is held (its lock) from before
+    its store is read to the end."""
+    with ExitStack() as hold:
+        return _run(args, hold)
+
+
+def _run(args: argparse.Namespace, hold: ExitStack) -> int:
+    """:func:`cmd_run`, holding ``--out`` in ``hold`` once the request is checked."""
     from ..experiments.runner import run_ensemble, strict_json
     from ..loggers import make_loggers
     from ..problems import get_problem
@@ -62,6 +78,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise CLIError(f"--measure-every must be >= 1 step, got {args.measure_every}")
     if args.forgetting and not get_problem(config.problem).has_test_sets:
         raise CLIError(f"--forgetting needs held-out test sets; {config.problem} has none")
+    hold.enter_context(writing_into(out, args.no_lock))
     seeds = _unfinished_seeds(config, seeds, out, rerun=args.rerun)
     if not seeds:
         if args.json:
@@ -214,6 +231,7 @@ def register(sub) -> None:
     run.add_argument("--no-resume", dest="no_resume", action="store_true",
                      help="start from the first task even if an interrupted attempt left a "
                           "checkpoint (by default the run continues from it)")
+    add_lock_option(run)
     run.add_argument("--json", action="store_true", help="print only JSON results on stdout (strict "
                                                          "JSON: NaN and infinities as null)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 from ..experiments import bench
@@ -27,7 +28,7 @@ from ..experiments.workflow import (
     sweep_name,
     train,
 )
-from .common import add_logging_options, check_device
+from .common import add_lock_option, add_logging_options, check_device, writing_into
 
 
 def _describe(p, workers: int, calibration: dict | None) -> str:
@@ -66,18 +67,27 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         only=args.only, workers=args.workers, max_members=args.max_members, device=args.device,
         data_dir=args.data_dir, executor=args.executor, ray_address=args.ray_address,
         rerun=args.rerun, dry_run=args.dry_run, compile=args.compile, progress=not args.no_progress,
-        tensorboard=args.tensorboard, wandb=args.wandb))
+        tensorboard=args.tensorboard, wandb=args.wandb, lock=not args.no_lock))
 
 
 def run_sweep(request: SweepRequest) -> int:
     """Run the sweep ``request`` asks for, printing as it goes: its plan (only that, with the
     ensembles' packing, for a dry run), then its grid, then the protocol's selection and
-    evaluation; 1 when an ensemble failed, else 0."""
+    evaluation; 1 when an ensemble failed, else 0. Its ``--out`` is held (its lock) from before
+    the plan reads it to the end, except by a dry run, which writes nothing."""
+    with ExitStack() as hold:
+        return _sweep(request, hold)
+
+
+def _sweep(request: SweepRequest, hold: ExitStack) -> int:
+    """:func:`run_sweep`, holding ``--out`` in ``hold`` once the request is checked."""
     sweep = load_sweep(request.file, request.preset, request.tasks)
     name = sweep_name(sweep, request.file, request.preset)
     out = Path(request.out or Path("results") / name)
     check_counts(request.workers, request.max_members)
     check_device(request.device)
+    if not request.dry_run:
+        hold.enter_context(writing_into(out, not request.lock))
     sp = plan_sweep(sweep, name, out, request)
     _print_plan(sp)
     if request.dry_run:
@@ -199,6 +209,7 @@ def register(sub) -> None:
                     help="take each training step through torch.compile where it applies (the MLP "
                          "with a penalty method and Adam or SGD; see plasticlab run)")
     add_logging_options(sw)
+    add_lock_option(sw)
     sw.add_argument("--no-progress", action="store_true")
     sw.set_defaults(func=cmd_sweep)
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sqlite3
 import tempfile
 import threading
 import time
@@ -44,7 +45,9 @@ import torch
 from ..engine import EnsembleResult, train_ensemble
 from ..run_config import Members, OfMembers
 from .lifecycle import StopRequested, check_stop, signal_name, worker_init
+from .lock import writer_lock
 from .manifest import code_identity, utc_now
+from .oserrors import StorageError, storage_error
 from .recording import checkpoint_path, progress_bar, record_result, record_start
 from .store import ResultStore
 
@@ -118,7 +121,11 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
     """Train ``jobs`` with ``executor`` and record every run in ``out``'s store.
 
     Returns the jobs with their ``records`` (or ``error``) filled in. On SIGINT/SIGTERM (see
-    the module docstring) the interrupt propagates once every job is recorded.
+    the module docstring) the interrupt propagates once every job is recorded. ``out`` is held
+    (:func:`~.lock.writer_lock`) while the jobs train. An operating-system error in ``out`` —
+    a full disk, a store that cannot be written (:class:`~.oserrors.StorageError`) — stops
+    every job (local workers are killed: they resume from their last checkpoint), records the
+    runs in flight as interrupted where the store still can, and is raised.
     """
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}; valid: {', '.join(EXECUTORS)}")
@@ -135,7 +142,8 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
     per_job_bars = progress and (executor == "inline"
                                  or (len(jobs) <= workers and executor == "local"))
     overall = _overall_bar(jobs) if progress and not per_job_bars else None
-    with ResultStore(out) as store:
+    # One writer per results folder (a command that holds it already only counts it again).
+    with writer_lock(out), ResultStore(out) as store:
         run_ids: dict[int, list[str | None]] = {}
         done: set[int] = set()
 
@@ -161,6 +169,7 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
                     store.interrupt_run(rid, job.interrupted)
                 return
             except Exception as exc:
+                _raise_storage_error(exc, out)  # a full disk stops the command, not this job
                 result = None
                 job.error, job.exception = traceback.format_exc(), exc
             try:
@@ -171,6 +180,7 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
                             logger.log(record)
                     Path(job.options["checkpoint"]).unlink(missing_ok=True)
             except Exception as exc:
+                _raise_storage_error(exc, out)
                 job.error, job.exception = traceback.format_exc(), exc
             if job.error is not None:
                 for rid in filter(None, run_ids.get(i, ())):
@@ -196,10 +206,46 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
                 for rid in filter(None, run_ids[i]):
                     store.interrupt_run(rid, jobs[i].interrupted)
             raise
+        except StorageError as exc:
+            raise _interrupt_in_flight(store, exc) from exc.__cause__
         finally:
             if overall is not None:
                 overall.close()
     return jobs
+
+
+def _raise_storage_error(exc: BaseException, out) -> None:
+    """Raise ``exc`` as a :class:`~.oserrors.StorageError` (naming ``out`` when it names no
+    file) if it is one — a full disk, a read-only or missing folder —: it stops every job, not
+    only the one that met it. Else return."""
+    error = storage_error(exc, out)
+    if error is not None:
+        raise error from exc
+
+
+def _interrupt_in_flight(store: ResultStore, exc: StorageError) -> StorageError:
+    """Record every run still training as interrupted by ``exc`` as far as the store can still
+    be written; ``exc`` with a note saying whether it could. The attempts the store holds as
+    'running' are this command's: it holds the folder's lock (those of a command killed before
+    it are stopped as well, which they are)."""
+    reason = f"interrupted: {exc}"
+    # A checkpoint whose write failed is a partial temporary file (the one before it is
+    # whole): removed, it gives its space back, for the store to write in.
+    try:
+        for partial in (Path(store.path).parent / "checkpoints").glob("*.ckpt.tmp"):
+            partial.unlink(missing_ok=True)
+    except OSError:
+        pass  # a read-only folder has none; the store below says what it can
+    try:
+        in_flight = store.running_attempts()
+        for run in in_flight:
+            store.interrupt_run(run["run_id"], reason, attempt=run["attempt"])
+    except (OSError, sqlite3.Error):
+        exc.note = ("the store could not record the runs training as interrupted: they read "
+                    "'running' until the same command starts them again")
+    else:
+        exc.note = "the runs training were recorded as interrupted" if in_flight else ""
+    return exc
 
 
 def _overall_bar(jobs):
@@ -267,6 +313,12 @@ def _run_local(jobs, order, start, finish, data_dir, device, workers, progress, 
                 finish(futures[fut], fut.result)
                 if queue:
                     dispatch()
+    except StorageError:
+        # The disk is full or cannot be written: nothing more can be recorded, and each
+        # ensemble resumes from its last checkpoint.
+        queue.clear()
+        _kill_workers(pool)
+        raise
     except KeyboardInterrupt:
         # Stop at the next task end: what finishes in the meantime is recorded as finished,
         # what stops as interrupted (its checkpoint saved); the jobs not dispatched never start.

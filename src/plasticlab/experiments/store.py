@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .manifest import utc_now
+from .oserrors import storage_error
 from .run_tables import import_pandas, runs_frame, tasks_frame, write_frame_csv
 from .schema import SCHEMA_VERSION, STATUSES, dumps, json_default, loads, prepare
 
@@ -108,17 +109,18 @@ class ResultStore:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         self.path = out / DB_NAME
-        # isolation_level=None: no implicit transactions; every write below says exactly
-        # where its transaction begins and ends. timeout: a reader holding the file briefly
-        # (checkpoint) makes the writer wait instead of failing.
-        self._conn: sqlite3.Connection | None = sqlite3.connect(
-            self.path, timeout=30.0, isolation_level=None
-        )
+        self._conn: sqlite3.Connection | None = None
         try:
+            # isolation_level=None: no implicit transactions; every write below says exactly
+            # where its transaction begins and ends. timeout: a reader holding the file briefly
+            # (checkpoint) makes the writer wait instead of failing.
+            self._conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
             self._configure()
             self._init_schema()
         except sqlite3.DatabaseError as exc:
             self.close()
+            if (full_or_unwritable := storage_error(exc, self.path)) is not None:
+                raise full_or_unwritable from exc
             raise StoreError(f"{self.path}: cannot open the results store ({exc}); move the file "
                              "away (or restore it from a backup), or use another output directory"
                              ) from exc
@@ -152,22 +154,28 @@ class ResultStore:
 
         BEGIN IMMEDIATE takes the write lock up front, so a second writer waits (up to the
         timeout) at the start rather than failing halfway. BaseException: Ctrl-C in the
-        middle must roll back too.
+        middle must roll back too. A failed COMMIT (a full disk) rolls back as well, so the
+        connection is left with no transaction open and the store as it was before. A full
+        disk, a read-only store or an I/O error is raised as a
+        :class:`~plasticlab.experiments.oserrors.StorageError` naming the file.
         """
         db = self._db
-        db.execute("BEGIN IMMEDIATE")
         try:
+            db.execute("BEGIN IMMEDIATE")
             yield db
-        except BaseException:
-            try:
-                db.execute("ROLLBACK")
-            except sqlite3.Error:
-                # SQLite may already have rolled back (e.g. on disk full); the original
-                # error is the one worth reporting.
-                pass
-            raise
-        else:
             db.execute("COMMIT")
+        except BaseException as exc:
+            if db.in_transaction:
+                try:
+                    db.execute("ROLLBACK")
+                except sqlite3.Error:
+                    # SQLite may already have rolled back (e.g. on disk full); the original
+                    # error is the one worth reporting.
+                    pass
+            if isinstance(exc, sqlite3.OperationalError) and \
+                    (full_or_unwritable := storage_error(exc, self.path)) is not None:
+                raise full_or_unwritable from exc
+            raise
 
     def _init_schema(self) -> None:
         """Create the schema on a new database; check the version of an existing one and

@@ -62,6 +62,7 @@ class SweepRequest:
     progress: bool = True
     tensorboard: str | None = None
     wandb: str | None = None
+    lock: bool = True  # False: write into ``out`` without its lock (``--no-lock``)
 
 
 def load_sweep(file: str | None, preset: str | None, tasks: int | None = None) -> dict:
