@@ -145,29 +145,83 @@ def test_a_signalled_driver_stops_its_workers_at_a_task_end_and_records_the_runs
     assert len(results(tmp_path / "stopped")) == 4
 
 
-def test_a_second_signal_kills_the_workers_mid_task_and_leaves_their_checkpoints_at_the_last_task_end(
+LONG_TASKS = SWEEP.replace("tasks = 10", "tasks = 2").replace("steps_per_task = 300",
+                                                              "steps_per_task = 5000")
+
+
+def test_a_signal_stops_workers_within_seconds_mid_task_and_the_resume_is_bit_identical(
         tmp_path, data_dir):
-    # Tasks long enough that no worker reaches a task end between the two signals: the second
-    # kills them (as the grace's end does) instead of waiting for their next task end.
+    # Tasks far longer than the stop may take: each worker saves its task in flight between
+    # two steps and stops; the same command resumes there and ends where an uninterrupted
+    # sweep ends, bit for bit.
     from plasticlab.checkpoint import read_header
 
-    sweep = SWEEP.replace("tasks = 10", "tasks = 3").replace("steps_per_task = 300", "steps_per_task = 6000")
+    out = tmp_path / "mid"
+    proc = start_sweep(tmp_path, data_dir, "mid", workers=2, sweep=LONG_TASKS)
+    wait_for_checkpoints(out, 2, proc, timeout=400)  # task 0 ended; task 1 trains
+    time.sleep(1.0)
+    workers = children(proc.pid)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    text = proc.communicate(timeout=60)[0]
+    stopped_after = time.monotonic() - sent
+    assert proc.returncode == 143, text
+    assert stopped_after < 5, (stopped_after, text)
+    assert "Traceback" not in text and "leaked" not in text, text
+    assert all_gone(workers)
+    headers = [read_header(c) for c in sorted((out / "checkpoints").glob("*.ckpt"))]
+    assert [h["next_task"] for h in headers] == [1, 1] and all(h["steps_in_task"] > 0 for h in headers)
+    with sqlite3.connect(out / "results.sqlite") as db:
+        notes = [n for (n,) in db.execute("SELECT error FROM attempts WHERE status = 'interrupted'")]
+    assert len(notes) == 4 and all("stopped at step" in n for n in notes), notes
+    run_to_end(tmp_path, data_dir, "mid", workers=2, sweep=LONG_TASKS)
+    run_to_end(tmp_path, data_dir, "whole", workers=2, sweep=LONG_TASKS)
+    assert results(out) == results(tmp_path / "whole") and len(results(out)) == 4
+
+
+def test_a_second_signal_kills_the_workers_at_once(tmp_path, data_dir):
+    # the first signal asks the workers to stop (they save between two steps); the second
+    # kills whatever is left, without waiting
     out = tmp_path / "twice"
-    proc = start_sweep(tmp_path, data_dir, "twice", workers=2, sweep=sweep)
+    proc = start_sweep(tmp_path, data_dir, "twice", workers=2, sweep=LONG_TASKS)
     wait_for_checkpoints(out, 2, proc, timeout=400)
     workers = children(proc.pid)
     proc.send_signal(signal.SIGINT)
-    time.sleep(1.0)
+    time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     text = proc.communicate(timeout=60)[0]
     assert proc.returncode == 130, text
     assert "Traceback" not in text and "leaked" not in text, text
     assert all_gone(workers)
-    checkpoints = sorted((out / "checkpoints").glob("*.ckpt"))
-    assert [read_header(c)["next_task"] for c in checkpoints] == [1, 1], text  # killed in task 2
     with sqlite3.connect(out / "results.sqlite") as db:
         statuses = db.execute("SELECT status, COUNT(*) FROM attempts GROUP BY status").fetchall()
     assert statuses == [("interrupted", 4)], (statuses, text)
+
+
+def test_plasticlab_run_stops_at_once_and_resumes_from_its_save_between_steps_bit_identical(
+        tmp_path, data_dir):
+    # the inline executor abandons the task in flight: it resumes from the last save, here
+    # at most a second old (--checkpoint-every 1), and ends where an uninterrupted run ends
+    env = dict(os.environ, PLASTICLAB_DATA=str(data_dir))
+    args = ["run", "--problem", "permuted_mnist", "--method", "l2_init", "--seeds", "0-1",
+            "--tasks", "2", "--steps-per-task", "6000", "--set", "examples_per_task=1200",
+            "--no-progress", "--checkpoint-every", "1"]
+    proc = subprocess.Popen([sys.executable, "-c", CLI_AS_IN_A_TERMINAL, *args, "--out",
+                             str(tmp_path / "run")], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    wait_for_checkpoints(tmp_path / "run", 1, proc, timeout=400)
+    time.sleep(2.5)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    text = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 143 and time.monotonic() - sent < 5, text
+    assert "Traceback" not in text, text
+    for out in ("run", "whole"):
+        done = subprocess.run([sys.executable, "-c", CLI_AS_IN_A_TERMINAL, *args, "--out",
+                               str(tmp_path / out)], env=env, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stdout + done.stderr
+    assert results(tmp_path / "run") == results(tmp_path / "whole")
 
 
 def test_a_killed_worker_fails_its_ensemble_and_the_ensembles_it_never_took_stay_unstarted(

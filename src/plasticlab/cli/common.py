@@ -78,6 +78,14 @@ def add_logging_options(parser) -> None:
                         help="also log every run to Weights & Biases PROJECT (needs wandb)")
 
 
+def add_checkpoint_every(parser) -> None:
+    """``--checkpoint-every SECONDS``: how often a task in flight is saved between two steps."""
+    parser.add_argument("--checkpoint-every", type=float, metavar="SECONDS",
+                        help="also save each ensemble between two steps once SECONDS have passed "
+                             "since its last save (default 300; 0: at task ends only) — a crash "
+                             "or a stop loses at most that much of a long task")
+
+
 def add_lock_option(parser) -> None:
     """``--no-lock``: write into ``--out`` without its lock (a file system with no working locks)."""
     parser.add_argument("--no-lock", dest="no_lock", action="store_true",
@@ -125,7 +133,7 @@ def run_guarded(command: Callable[..., int], *args) -> int:
     except KeyboardInterrupt as e:
         if taken_count() != taken or holds_any():  # it wrote into a results folder
             print(f"plasticlab: stopped by {signal_name(e)}; unfinished runs are recorded as "
-                  "interrupted: the same command resumes them from their last task end",
+                  "interrupted: the same command resumes them from their last checkpoint",
                   file=sys.stderr)
         return exit_code(e)
     except (OSError, sqlite3.Error) as e:

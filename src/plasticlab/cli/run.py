@@ -9,10 +9,12 @@ import sys
 from contextlib import ExitStack
 from pathlib import Path
 
+from .. import checkpoint as ckpt
 from ..experiments.config import RUN_PARAMETERS, apply_setting, parse_seeds, resolve_config
 from ..optim import OPTIMIZERS
 from .common import (
     CLIError,
+    add_checkpoint_every,
     add_lock_option,
     add_logging_options,
     check_device,
@@ -89,6 +91,7 @@ def _run(args: argparse.Namespace, hold: ExitStack) -> int:
                            progress=not args.no_progress, measure=not args.no_measure,
                            measure_every=args.measure_every, forgetting=args.forgetting,
                            backprop=args.backprop, compile=args.compile,
+                           checkpoint_every=args.checkpoint_every,
                            loggers=make_loggers(args.tensorboard, args.wandb),
                            resume=not args.no_resume, on_resume=_say_resumed)
     for r in records:
@@ -110,8 +113,8 @@ def _say_resumed(path, header) -> None:
     trained so far when that is not this code."""
     from ..experiments.manifest import resumed_code_note
 
-    print(f"plasticlab: resuming from {path} at task {header.get('next_task', 0)} (--no-resume "
-          "starts over)", file=sys.stderr)
+    print(f"plasticlab: resuming from {path} at {ckpt.position(header)} (--no-resume starts over)",
+          file=sys.stderr)
     if note := resumed_code_note(header):
         print(f"plasticlab: note: {note}", file=sys.stderr)
 
@@ -236,6 +239,7 @@ def register(sub) -> None:
                                                          "JSON: NaN and infinities as null)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_logging_options(run)
+    add_checkpoint_every(run)
     run.add_argument("--forgetting", action="store_true",
                      help="at each task end also test every earlier task: accuracy matrix, BWT, "
                           "one-step BWT (problems with test sets)")

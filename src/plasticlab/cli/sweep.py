@@ -28,7 +28,13 @@ from ..experiments.workflow import (
     sweep_name,
     train,
 )
-from .common import add_lock_option, add_logging_options, check_device, writing_into
+from .common import (
+    add_checkpoint_every,
+    add_lock_option,
+    add_logging_options,
+    check_device,
+    writing_into,
+)
 
 
 def _describe(p, workers: int, calibration: dict | None) -> str:
@@ -67,6 +73,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         only=args.only, workers=args.workers, max_members=args.max_members, device=args.device,
         data_dir=args.data_dir, executor=args.executor, ray_address=args.ray_address,
         rerun=args.rerun, dry_run=args.dry_run, compile=args.compile, progress=not args.no_progress,
+        checkpoint_every=args.checkpoint_every,
         tensorboard=args.tensorboard, wandb=args.wandb, lock=not args.no_lock))
 
 
@@ -210,6 +217,7 @@ def register(sub) -> None:
                          "with a penalty method and Adam or SGD; see plasticlab run)")
     add_logging_options(sw)
     add_lock_option(sw)
+    add_checkpoint_every(sw)
     sw.add_argument("--no-progress", action="store_true")
     sw.set_defaults(func=cmd_sweep)
 

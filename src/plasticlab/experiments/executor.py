@@ -17,10 +17,12 @@ A run's attempt starts (status ``'running'``) as a worker takes its ensemble —
 the ensemble is submitted — so a run waiting for a worker has no attempt yet.
 
 Stopping (:mod:`plasticlab.experiments.lifecycle`): on SIGINT or SIGTERM the driver asks every
-local worker to stop at its next task end (its checkpoint saved), records what finished as
-finished and the rest as interrupted, and re-raises (exit 130/143). Workers that do not reach
-a task end within ``grace_s`` seconds, or a second signal, are killed; they resume from their
-previous task end. Workers die with the driver, however it dies.
+local worker to stop; each stops within a step, its state saved between two steps (it resumes
+there, bit-identical), records what finished as finished and the rest as interrupted, and
+re-raises (exit 130/143). Workers that have not stopped within ``grace_s`` seconds, or a second
+signal, are killed. The ``inline`` and ``ray`` executors stop at once and abandon the task in
+flight: it resumes from the ensemble's last checkpoint — a task end, or a save between steps at
+most :data:`CHECKPOINT_EVERY_S` old. Workers die with the driver, however it dies.
 """
 
 from __future__ import annotations
@@ -42,9 +44,9 @@ from pathlib import Path
 
 import torch
 
-from ..engine import EnsembleResult, train_ensemble
+from ..engine import EnsembleResult, TrainingStopped, train_ensemble
 from ..run_config import Members, OfMembers
-from .lifecycle import StopRequested, check_stop, signal_name, worker_init
+from .lifecycle import StopRequested, check_stop, signal_name, stop_asked, worker_init
 from .lock import writer_lock
 from .manifest import code_identity, utc_now
 from .oserrors import StorageError, storage_error
@@ -69,6 +71,11 @@ class Job(OfMembers):
     exception: BaseException | None = None  # what failed it, when it trained in this process
 
 
+CHECKPOINT_EVERY_S = 300.0
+"""Seconds after which an ensemble's task in flight is saved between two steps (besides every
+task end); ``--checkpoint-every`` sets it, 0 turns it off."""
+
+
 def default_workers() -> int:
     """One worker per available core."""
     try:
@@ -90,11 +97,12 @@ def train_job(job: Job, data_dir=None, device: str = "cpu", position: int = 0,
             check_stop(task)
 
     try:
-        m = job.members
-        return train_ensemble(m,
-                              data_dir=data_dir,
-                              device=device, on_task_end=on_task_end, on_steps=bar.update,
-                              sitting=this_sitting(device), **job.options)
+        # a stop the driver asks for (a local worker's stop file) takes effect between steps
+        return train_ensemble(job.members, data_dir=data_dir, device=device,
+                              on_task_end=on_task_end, on_steps=bar.update,
+                              sitting=this_sitting(device), stop=stop_asked, **job.options)
+    except TrainingStopped as stopped:
+        raise StopRequested(stopped.task, stopped.step) from None
     finally:
         bar.close()
 
@@ -134,8 +142,10 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
         return jobs
     order = sorted(range(len(jobs)), key=lambda i: -job_cost(jobs[i]))
     for job in jobs:
-        # Task-boundary checkpoints: a killed sweep loses at most one task of each ensemble.
+        # Checkpoints at every task end and, every CHECKPOINT_EVERY_S, between two steps: a
+        # killed sweep loses at most that much of each ensemble.
         job.options.setdefault("checkpoint", str(checkpoint_path(out, job.members, kind="ensemble")))
+        job.options["checkpoint_every"] = job.options.get("checkpoint_every", CHECKPOINT_EVERY_S) or None
     workers = workers or default_workers()
     # A bar per ensemble while they all run at once; beyond that one overall bar in the driver
     # (runs done / total, member-steps/s, ETA), advanced as ensembles finish.
@@ -320,8 +330,8 @@ def _run_local(jobs, order, start, finish, data_dir, device, workers, progress, 
         _kill_workers(pool)
         raise
     except KeyboardInterrupt:
-        # Stop at the next task end: what finishes in the meantime is recorded as finished,
-        # what stops as interrupted (its checkpoint saved); the jobs not dispatched never start.
+        # Stop within a step: what finishes in the meantime is recorded as finished, what stops
+        # as interrupted (its state saved between two steps); the jobs not dispatched never start.
         stop.touch()
         queue.clear()
         deadline = time.monotonic() + grace_s
