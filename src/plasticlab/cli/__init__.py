@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import bench, claims, export, report, reproduce, run, status, sweep, verify
+from . import bench, claims, export, import_, report, reproduce, run, status, sweep, verify
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,7 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Maintaining plasticity in continual learning: L2 Init, baselines, problems.")
     sub = parser.add_subparsers(dest="command", required=True)
     # the order of `plasticlab --help`'s commands
-    for module in (run, sweep, status, report, claims, bench, reproduce, export, verify):
+    for module in (run, sweep, status, report, claims, bench, reproduce, export, import_, verify):
         module.register(sub)
     return parser
 

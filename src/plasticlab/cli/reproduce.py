@@ -14,9 +14,12 @@ from ..experiments.study import (
     STUDY_SCALES,
     close_killed_sittings,
     close_sitting,
+    export_after_each_ensemble,
+    final_export_written,
     finished_elsewhere,
     machine,
     open_sitting,
+    planned_run_count,
     read_record,
     retrain_words,
     same_results,
@@ -25,7 +28,7 @@ from ..experiments.study import (
     sweep_words,
 )
 from ..experiments.workflow import SweepRequest
-from .common import add_checkpoint_every, add_lock_option, run_guarded, writing_into
+from .common import add_lock_option, run_guarded, writing_into
 from .report import write_report
 from .sweep import run_sweep
 
@@ -76,6 +79,9 @@ def _reproduce_study(args: argparse.Namespace, study: str, hold: ExitStack) -> i
                    "machine": machine()})
     close_killed_sittings(record["sittings"], out)
     sitting = open_sitting(record_path, record, sitting_command)
+    # the export under --docs carries the study, at most one ensemble behind, if the machine dies
+    request.on_ensemble_done = export_after_each_ensemble(preset, args.tasks, out, scale, docs,
+                                                          record_path, record)
     t0, code = time.perf_counter(), None
     try:
         code = run_guarded(run_sweep, request)
@@ -87,6 +93,7 @@ def _reproduce_study(args: argparse.Namespace, study: str, hold: ExitStack) -> i
         return code
     run_ids = study_run_ids(preset, args.tasks, out, scale)
     runs = export_results(out, docs, run_ids=run_ids)
+    final_export_written(record_path, record, runs, planned_run_count(preset, args.tasks, out, scale))
     if others := finished_elsewhere(out, run_ids):
         print(f"reproduce {study}: note: {out} also holds {others} finished run(s) of other commands "
               "(another --scale or --tasks); the export leaves them out", file=sys.stderr)
@@ -104,8 +111,7 @@ def _sweep_request(args: argparse.Namespace, study: str, out: Path, scale: float
                         only=args.only, workers=args.workers,
                         device="cpu" if args.device is None else args.device,
                         data_dir=args.data_dir, rerun=args.rerun, dry_run=args.dry_run,
-                        compile=args.compile, progress=not args.no_progress,
-                        checkpoint_every=args.checkpoint_every)
+                        compile=args.compile, progress=not args.no_progress)
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
@@ -138,7 +144,6 @@ def register(sub) -> None:
     rp.add_argument("--compile", action="store_true",
                     help="the compiled training step where it applies (sweep --compile)")
     rp.add_argument("--no-progress", action="store_true")
-    add_checkpoint_every(rp)
     add_lock_option(rp)
     rp.add_argument("--replace", action="store_true",
                     help="replace a study's results under --docs that another command (another "

@@ -8,7 +8,7 @@ planning and resuming underneath).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,10 +60,10 @@ class SweepRequest:
     dry_run: bool = False
     compile: bool = False
     progress: bool = True
-    checkpoint_every: float | None = None  # seconds; None: the executor's default
     tensorboard: str | None = None
     wandb: str | None = None
     lock: bool = True  # False: write into ``out`` without its lock (``--no-lock``)
+    on_ensemble_done: Callable[[Job], None] | None = None  # as each ensemble's runs are recorded
 
 
 def load_sweep(file: str | None, preset: str | None, tasks: int | None = None) -> dict:
@@ -160,8 +160,6 @@ def plan_sweep(sweep: dict, name: str, out: Path, request: SweepRequest) -> Swee
     options = {"forgetting": True} if sweep.get("forgetting") else {}
     if request.compile:
         options["compile"] = True
-    if request.checkpoint_every is not None:
-        options["checkpoint_every"] = request.checkpoint_every
     return SweepPlan(request, name, out, runs, grid_runs, wanted, eval_seeds, workers, calibration,
                      max_members, split_for, grid_plan, options)
 
@@ -180,7 +178,7 @@ def train(sp: SweepPlan, p: Plan, loggers: Sequence = ()) -> list[Job]:
     r = sp.request
     return run_plan(p, out=sp.out, data_dir=r.data_dir, device=r.device, workers=sp.workers,
                     executor=r.executor, ray_address=r.ray_address, progress=r.progress,
-                    options=sp.options, loggers=loggers)
+                    options=sp.options, loggers=loggers, on_done=r.on_ensemble_done)
 
 
 def select(sp: SweepPlan) -> tuple[dict, Path]:
