@@ -28,7 +28,7 @@ from ..experiments.study import (
     sweep_words,
 )
 from ..experiments.workflow import SweepRequest
-from .common import add_lock_option, run_guarded, writing_into
+from .common import add_checkpoint_every, add_lock_option, run_guarded, writing_into
 from .report import write_report
 from .sweep import run_sweep
 
@@ -111,7 +111,8 @@ def _sweep_request(args: argparse.Namespace, study: str, out: Path, scale: float
                         only=args.only, workers=args.workers,
                         device="cpu" if args.device is None else args.device,
                         data_dir=args.data_dir, rerun=args.rerun, dry_run=args.dry_run,
-                        compile=args.compile, progress=not args.no_progress)
+                        compile=args.compile, progress=not args.no_progress,
+                        checkpoint_every=args.checkpoint_every)
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
@@ -144,6 +145,7 @@ def register(sub) -> None:
     rp.add_argument("--compile", action="store_true",
                     help="the compiled training step where it applies (sweep --compile)")
     rp.add_argument("--no-progress", action="store_true")
+    add_checkpoint_every(rp)
     add_lock_option(rp)
     rp.add_argument("--replace", action="store_true",
                     help="replace a study's results under --docs that another command (another "

@@ -60,6 +60,7 @@ class SweepRequest:
     dry_run: bool = False
     compile: bool = False
     progress: bool = True
+    checkpoint_every: float | None = None  # seconds; None: the executor's default
     tensorboard: str | None = None
     wandb: str | None = None
     lock: bool = True  # False: write into ``out`` without its lock (``--no-lock``)
@@ -160,6 +161,8 @@ def plan_sweep(sweep: dict, name: str, out: Path, request: SweepRequest) -> Swee
     options = {"forgetting": True} if sweep.get("forgetting") else {}
     if request.compile:
         options["compile"] = True
+    if request.checkpoint_every is not None:
+        options["checkpoint_every"] = request.checkpoint_every
     return SweepPlan(request, name, out, runs, grid_runs, wanted, eval_seeds, workers, calibration,
                      max_members, split_for, grid_plan, options)
 
