@@ -303,3 +303,18 @@ def test_a_killed_sitting_is_closed_at_its_sweeps_last_progress(tmp_path):
     assert sittings[1]["wall_time_s"] == 700.0 and sittings[1]["ended"] == utc(t0 + 700)
     assert sittings[1]["exit_code"] is None and "killed" in sittings[1]
     assert sittings[2]["wall_time_s"] == 1000.0
+
+
+def test_a_sittings_last_progress_is_not_the_lock_the_next_command_takes(tmp_path):
+    # the next sitting takes the folder's lock (rewriting it) before it closes a killed one
+    import os
+
+    from plasticlab.experiments.lock import LOCK_NAME
+    from plasticlab.experiments.study import progress_times
+
+    (tmp_path / "checkpoints").mkdir()
+    checkpoint = tmp_path / "checkpoints" / "ensemble-0.ckpt"
+    checkpoint.write_bytes(b"")
+    os.utime(checkpoint, (1000.0, 1000.0))
+    (tmp_path / LOCK_NAME).write_text("pid 1 …")
+    assert progress_times(tmp_path) == [1000.0]

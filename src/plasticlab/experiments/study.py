@@ -135,12 +135,14 @@ def close_sitting(path: Path, record: dict, sitting: dict, wall_time_s: float,
 def progress_times(out: Path) -> list[float]:
     """When a sweep in ``out`` last made progress, as seconds since the epoch: each file it
     writes (a checkpoint at every task end, its plan and selection) and each run's start and
-    end in its results store. Not the store's own files: reading them (``plasticlab status``,
-    ``report``) changes their times too."""
+    end in its results store. Not the store's own files — reading them (``plasticlab status``,
+    ``report``) changes their times too — nor the folder's lock, which the next command
+    rewrites when it takes the folder (before it closes the sittings a killed one left)."""
+    from .lock import LOCK_NAME
     from .store import DB_NAME, ResultStore
 
     times = [f.stat().st_mtime for f in (out.rglob("*") if out.is_dir() else [])
-             if f.is_file() and not f.name.startswith(DB_NAME)]
+             if f.is_file() and not f.name.startswith(DB_NAME) and f.name != LOCK_NAME]
     if (out / DB_NAME).is_file():
         with ResultStore(out) as store:
             times += [datetime.fromisoformat(t).timestamp() for t in store.attempt_times()]
