@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -177,6 +178,31 @@ def test_a_signal_stops_workers_within_seconds_mid_task_and_the_resume_is_bit_id
     run_to_end(tmp_path, data_dir, "mid", workers=2, sweep=LONG_TASKS)
     run_to_end(tmp_path, data_dir, "whole", workers=2, sweep=LONG_TASKS)
     assert results(out) == results(tmp_path / "whole") and len(results(out)) == 4
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None,
+                    reason="Ray is not installed (pip install 'plasticlab[ray]')")
+def test_a_ray_sweep_stops_within_seconds_and_resumes_from_its_save_between_steps(tmp_path, data_dir):
+    # the ray executor abandons the tasks in flight: they resume from their last save, here
+    # at most a second old (--checkpoint-every 1)
+    (tmp_path / "sweep.toml").write_text(LONG_TASKS)
+    env = dict(os.environ, PLASTICLAB_DATA=str(data_dir))
+    out = tmp_path / "ray"
+    proc = subprocess.Popen([sys.executable, "-c", CLI_AS_IN_A_TERMINAL, "sweep",
+                             str(tmp_path / "sweep.toml"), "--out", str(out), "--executor", "ray",
+                             "--checkpoint-every", "1", "--no-progress"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    wait_for_checkpoints(out, 1, proc, timeout=400)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    text = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 143 and time.monotonic() - sent < 5, text
+    with sqlite3.connect(out / "results.sqlite") as db:
+        statuses = dict(db.execute("SELECT status, COUNT(*) FROM attempts GROUP BY status").fetchall())
+    assert "running" not in statuses and statuses.get("interrupted", 0) >= 1, (statuses, text)
+    run_to_end(tmp_path, data_dir, "ray", workers=2, sweep=LONG_TASKS)
+    assert len(results(out)) == 4
 
 
 def test_a_second_signal_kills_the_workers_at_once(tmp_path, data_dir):

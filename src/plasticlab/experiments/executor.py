@@ -46,7 +46,14 @@ import torch
 
 from ..engine import EnsembleResult, TrainingStopped, train_ensemble
 from ..run_config import Members, OfMembers
-from .lifecycle import StopRequested, check_stop, signal_name, stop_asked, worker_init
+from .lifecycle import (
+    StopRequested,
+    check_stop,
+    handle_sigterm,
+    signal_name,
+    stop_asked,
+    worker_init,
+)
 from .lock import writer_lock
 from .manifest import code_identity, utc_now
 from .oserrors import StorageError, storage_error
@@ -382,6 +389,9 @@ def _run_ray(jobs, order, start, finish, data_dir, device, address) -> None:
     if started_here:
         ray.init(address=address or os.environ.get("RAY_ADDRESS"), include_dashboard=False,
                  log_to_driver=False)
+        # Ray's own SIGTERM handler logs and aborts the driver: take the signal back, so that
+        # SIGTERM stops a Ray sweep as it stops the others (its runs recorded as interrupted)
+        handle_sigterm()
     try:
         gpus = 1 if str(device).startswith("cuda") else 0
         remote = ray.remote(num_cpus=1, num_gpus=gpus)(_ray_train)

@@ -48,9 +48,14 @@ class StopRequested(Exception):  # noqa: N818 - a request, not an error
         return (StopRequested, (self.task, self.step))
 
 
+_sigterm_received = False  # set by the handler: a library may re-raise it as a plain KeyboardInterrupt
+
+
 def signal_name(exc: BaseException) -> str:
-    """The signal behind an interruption: ``'SIGTERM'`` for :class:`Terminated`, else ``'SIGINT'``."""
-    return "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+    """The signal behind an interruption: ``'SIGTERM'`` for :class:`Terminated` — or once this
+    process received SIGTERM (Ray's ``ray.wait`` turns it into a plain KeyboardInterrupt) — else
+    ``'SIGINT'``."""
+    return "SIGTERM" if isinstance(exc, Terminated) or _sigterm_received else "SIGINT"
 
 
 def exit_code(exc: BaseException) -> int:
@@ -59,6 +64,8 @@ def exit_code(exc: BaseException) -> int:
 
 
 def _raise_terminated(signum, frame):
+    global _sigterm_received
+    _sigterm_received = True
     raise Terminated
 
 
