@@ -32,6 +32,11 @@ def write_sweep(tmp_path, methods=("baseline", "l2_init", "l2", "l1_init"), step
     return path
 
 
+# Where a test is not about the executor (the first ones and the Ray test are), its sweeps train
+# inline, in the test's own process: a worker process takes ~2 s of a core to start.
+INLINE = ("--executor", "inline")
+
+
 def finished_runs(out):
     with ResultStore(out) as store:
         return {r["run_id"]: r for r in store.runs(status="finished")}
@@ -122,8 +127,9 @@ evaluation_seeds = "7-8"
 def test_protocol_selects_on_the_grid_seeds_and_evaluates_on_new_seeds(data_dir, tmp_path, capsys):
     sweep = write_sweep(tmp_path, methods=("l2_init",), extra=PROTOCOL)
     out = tmp_path / "out"
+    # inline: a protocol sweep on a worker process is test_gpu_scripts' grid-pace test
     assert main(["sweep", str(sweep), "--out", str(out), "--data-dir", str(data_dir),
-                 "--no-progress"]) == 0
+                 "--no-progress", *INLINE]) == 0
     selection = json.loads((out / "selection.json").read_text())["selected"]
     assert len(selection) == 1 and selection[0]["candidates"] == 2
     chosen = selection[0]["params"]["strength"]
@@ -178,7 +184,7 @@ def test_a_grid_of_step_sizes_and_penalty_methods_trains_as_one_ensemble_of_thei
                         extra="[grid]\nlr = [1e-3, 1e-2]\n")
     out = tmp_path / "out"
     assert main(["sweep", str(sweep), "--out", str(out), "--data-dir", str(data_dir),
-                 "--workers", "1", "--no-progress"]) == 0
+                 "--workers", "1", "--no-progress", *INLINE]) == 0
     runs = finished_runs(out).values()
     assert sorted((r["config"]["method"], r["config"]["lr"], r["seed"]) for r in runs) == [
         (m, lr, s) for m in ("baseline", "l2_init") for lr in (1e-3, 1e-2) for s in (0, 1)]
@@ -208,7 +214,7 @@ def test_status_shows_how_far_each_unfinished_ensemble_has_come(data_dir, tmp_pa
     sweep = write_sweep(tmp_path, methods=("l2_init", "l2"))
     out = tmp_path / "out"
     assert main(["sweep", str(sweep), "--out", str(out), "--data-dir", str(data_dir),
-                 "--workers", "1", "--no-progress"]) == 0
+                 "--workers", "1", "--no-progress", *INLINE]) == 0
     plan = json.loads((out / "plan.json").read_text())
     entry = plan["ensembles"][0]
     # a checkpoint as an interrupted sweep leaves it: 1 of the 2 tasks done, in 3 s of training
@@ -241,7 +247,7 @@ def test_status_estimates_the_ensembles_not_started_by_the_machines_calibration(
 
     out = tmp_path / "out"
     assert main(["sweep", str(write_sweep(tmp_path, methods=("l2_init",), steps=10)), "--out", str(out),
-                 "--data-dir", str(data_dir), "--workers", "1", "--no-progress"]) == 0
+                 "--data-dir", str(data_dir), "--workers", "1", "--no-progress", *INLINE]) == 0
     plan = json.loads((out / "plan.json").read_text())
     # one ensemble of the plan under way, and one not started: the same runs with new seeds
     (out / "checkpoints").mkdir(exist_ok=True)
@@ -271,7 +277,7 @@ def test_status_names_an_ensemble_a_worker_has_taken_before_its_first_checkpoint
 
     out = tmp_path / "out"
     assert main(["sweep", str(write_sweep(tmp_path, methods=("l2_init",), steps=10)), "--out", str(out),
-                 "--data-dir", str(data_dir), "--workers", "1", "--no-progress"]) == 0
+                 "--data-dir", str(data_dir), "--workers", "1", "--no-progress", *INLINE]) == 0
     plan = json.loads((out / "plan.json").read_text())
     # two ensembles of the plan without a checkpoint: a worker has taken the runs of one (they
     # are 'running' in the store, its first task not yet ended), no worker those of the other
@@ -296,7 +302,7 @@ def test_status_names_an_ensemble_a_worker_has_taken_before_its_first_checkpoint
 def test_status_counts_the_plans_runs_not_started_as_to_run(data_dir, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["sweep", str(write_sweep(tmp_path, methods=("l2_init", "l2"), steps=5)), "--out",
-                 str(out), "--data-dir", str(data_dir), "--workers", "1", "--no-progress"]) == 0
+                 str(out), "--data-dir", str(data_dir), "--workers", "1", "--no-progress", *INLINE]) == 0
     plan = json.loads((out / "plan.json").read_text())
     # three runs of the plan no worker has taken yet: no attempt in the store
     plan["runs"] += [{**r, "run_id": f"new-{i}", "seed": 10 + i}
@@ -317,7 +323,7 @@ def test_status_counts_the_plans_runs_not_started_as_to_run(data_dir, tmp_path, 
 def test_only_with_rerun_trains_again_just_the_matching_runs(data_dir, tmp_path, capsys):
     sweep = write_sweep(tmp_path, methods=("baseline", "l2_init"))
     out = tmp_path / "out"
-    args = ["sweep", str(sweep), "--out", str(out), "--data-dir", str(data_dir), "--no-progress"]
+    args = ["sweep", str(sweep), "--out", str(out), "--data-dir", str(data_dir), "--no-progress", *INLINE]
     assert main(args) == 0
     first = finished_runs(out)
     assert main([*args, "--rerun", "--only", "method=l2_init", "--only", "seed=1"]) == 0
@@ -335,7 +341,7 @@ def test_only_with_rerun_trains_again_just_the_matching_runs(data_dir, tmp_path,
 def test_only_on_a_protocol_sweep_needs_the_rest_of_its_grid_finished(data_dir, tmp_path, capsys):
     sweep = write_sweep(tmp_path, methods=("l2_init",), extra=PROTOCOL)
     out = tmp_path / "out"
-    args = ["sweep", str(sweep), "--out", str(out), "--data-dir", str(data_dir), "--no-progress"]
+    args = ["sweep", str(sweep), "--out", str(out), "--data-dir", str(data_dir), "--no-progress", *INLINE]
     assert main([*args, "--only", "seed=0"]) == 2
     assert "selection needs its whole grid: 2 grid run(s) outside the filter" in capsys.readouterr().err
     assert not finished_runs(out)
