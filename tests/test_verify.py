@@ -30,8 +30,10 @@ def swept(data_dir, tmp_path_factory) -> Path:
     """A finished sweep of three methods, two of them (the penalties) in one ensemble."""
     root = tmp_path_factory.mktemp("verify")
     (root / "sweep.toml").write_text(SWEEP)
+    # inline, in this process: the executor is no part of what is verified (and a worker
+    # process takes ~2 s of a core to start)
     assert main(["sweep", str(root / "sweep.toml"), "--out", str(root / "out"), "--data-dir",
-                 str(data_dir), "--workers", "1", "--no-progress"]) == 0
+                 str(data_dir), "--workers", "1", "--no-progress", "--executor", "inline"]) == 0
     return root / "out"
 
 
