@@ -17,7 +17,7 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
-from conftest import needs
+from conftest import CHECKS_REQUIRED
 from plasticlab.report.stats import (
     Interval,
     bootstrap_ci,
@@ -28,16 +28,22 @@ from plasticlab.report.stats import (
     stratified_bootstrap_ci,
 )
 
-try:
-    from rliable import library as rly_library
-    from rliable import metrics as rly_metrics
 
-    RLIABLE_MISSING = ""
-except Exception as exc:  # ImportError, or arch<8's TypeError at import under pandas>=3
-    rly_library = rly_metrics = None
-    RLIABLE_MISSING = f"rliable cannot be imported here ({type(exc).__name__}: {exc})"
+@pytest.fixture(scope="module")
+def rliable():
+    """rliable's ``library`` and ``metrics``, imported by the first test that asks for them (the
+    import, arch's and scipy's with it, takes a second, which every test process would otherwise
+    spend collecting this file). Where they cannot be imported the test skips with the reason,
+    except in CI (PLASTICLAB_REQUIRE_CHECKS=1), where it fails: there a skip is a check not made."""
+    try:
+        from rliable import library, metrics
+    except Exception as exc:  # ImportError, or arch<8's TypeError at import under pandas>=3
+        missing = f"rliable cannot be imported here ({type(exc).__name__}: {exc})"
+        if CHECKS_REQUIRED:
+            pytest.fail(missing)
+        pytest.skip(missing)
+    return library, metrics
 
-needs_rliable = needs(rly_library is not None, RLIABLE_MISSING)
 
 # A fixed synthetic [10 runs × 5 tasks] score matrix of accuracies, with one diverged run (row 3).
 SCORES = np.array([
@@ -349,8 +355,8 @@ def test_probability_of_improvement_interval_matches_stored_rliable_interval():
 # Against rliable itself (where it can be imported)
 
 
-@needs_rliable
-def test_point_estimates_equal_rliable():
+def test_point_estimates_equal_rliable(rliable):
+    _, rly_metrics = rliable
     rng = np.random.default_rng(11)
     cases = [(SCORES, X, Y)]
     for runs_x, runs_y, tasks in [(3, 3, 1), (5, 4, 2), (10, 7, 6), (4, 9, 3)]:
@@ -364,8 +370,8 @@ def test_point_estimates_equal_rliable():
             float(rly_metrics.probability_of_improvement(a, b)), abs=1e-12)
 
 
-@needs_rliable
-def test_stratified_iqm_interval_matches_rliable(global_numpy_seed):
+def test_stratified_iqm_interval_matches_rliable(global_numpy_seed, rliable):
+    rly_library, rly_metrics = rliable
     reps = 5000  # rliable loops in Python: ~0.3 ms a replicate
     _, ci = rly_library.get_interval_estimates(
         {"S": SCORES}, lambda s: np.array([rly_metrics.aggregate_iqm(s)]), reps=reps)
@@ -375,12 +381,12 @@ def test_stratified_iqm_interval_matches_rliable(global_numpy_seed):
     assert abs(iv.lo - rly_lo) < tol and abs(iv.hi - rly_hi) < tol
 
 
-@needs_rliable
-def test_probability_of_improvement_interval_matches_rliable_bootstrap(global_numpy_seed):
+def test_probability_of_improvement_interval_matches_rliable_bootstrap(global_numpy_seed, rliable):
     """rliable's StratifiedIndependentBootstrap (what get_interval_estimates uses for [x, y]) with the
     probability of improvement as its statistic; ours equals rliable's metric exactly (tested above),
     and rliable's metric (scipy's Mann–Whitney per replicate) would make this test ~20× slower."""
     reps = 5000
+    rly_library, _ = rliable
     bs = rly_library.StratifiedIndependentBootstrap(X, Y)
     rly_lo, rly_hi = bs.conf_int(lambda a, b: np.array([probability_of_improvement(a, b)]),
                                  reps=reps, size=0.95, method="percentile").ravel()
