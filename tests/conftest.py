@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import pickle
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -159,6 +160,27 @@ def pytest_xdist_auto_num_workers(config) -> int:
     return default_workers()
 
 
+def _dist_chosen(config) -> bool:
+    """Whether the command line (or PYTEST_ADDOPTS, or the ini's addopts) names a --dist mode."""
+    args = [*config.invocation_params.args, *shlex.split(os.environ.get("PYTEST_ADDOPTS", "")),
+            *config.getini("addopts")]
+    return any(a in ("--dist", "-d") or a.startswith("--dist=") for a in args)
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook
+def pytest_xdist_make_scheduler(config, log):
+    """``-n``: work stealing instead of xdist's default ``load`` (unless ``--dist`` says
+    otherwise). ``load`` hands each process its share up front, so one process can be left with
+    minutes of long tests while the other idles; a process that runs out here takes half of what
+    the other has not started. With the ``slow`` tests first (below), the two end within seconds
+    of each other."""
+    if config.getvalue("dist") == "load" and not _dist_chosen(config):
+        from xdist.scheduler import WorkStealingScheduling
+
+        return WorkStealingScheduling(config, log)
+    return None
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         for fixture in REAL_DATA_MISSING:
@@ -166,6 +188,9 @@ def pytest_collection_modifyitems(items):
                 item.add_marker(needs_data(fixture))
         if item.get_closest_marker("cuda") is not None:
             item.add_marker(NO_CUDA)
+    # The long tests (marked slow: tens of seconds each) first, each file's in its order: a
+    # long test started last would keep its process running long after the other has ended.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(scope="session")

@@ -52,6 +52,7 @@ def _member(training: EnsembleTraining, k: int) -> list[torch.Tensor]:
     return [p.detach()[k].clone() for p in training.net.parameters()]
 
 
+@pytest.mark.slow
 def test_the_compiled_step_is_the_eager_step_up_to_rounding(data_dir):
     eager = _training(data_dir, ALL, compile=False, measure=False)
     compiled = _training(data_dir, ALL, compile=True, measure=False)

@@ -10,6 +10,7 @@ import pytest
 from conftest import REPO
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", ["l2_init_any_model.py", "baselines_any_model.py", "field_any_model.py"])
 def test_example_runs_and_prints_a_per_task_table(script, data_dir):
     proc = subprocess.run([sys.executable, str(REPO / "examples" / script), "--data-dir", str(data_dir),

@@ -217,6 +217,7 @@ def test_preparing_the_next_task_leaves_the_current_one_untouched(request, probl
     ("ewc", "permuted_mnist", "mnist_dir"),  # reads the finished task at its end
     ("cbp", "random_label_cifar", "cifar10_dir"),
 ])
+@pytest.mark.slow
 def test_a_run_that_prepares_each_next_task_in_the_background_equals_one_that_does_not(
         request, tmp_path, method, problem, fixture):
     from plasticlab.engine import train_ensemble

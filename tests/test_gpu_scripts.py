@@ -29,6 +29,7 @@ def test_every_test_that_needs_cuda_is_marked_so_the_gpu_scripts_run_it():
     assert own_skips == [], "mark these @pytest.mark.cuda instead"
 
 
+@pytest.mark.slow
 def test_the_study_script_runs_without_a_gpu_and_compares_its_runs_with_the_committed_ones(tmp_path,
                                                                                           data_dir):
     out, runs = tmp_path / "out", tmp_path / "runs"
@@ -50,6 +51,7 @@ def test_the_study_script_runs_without_a_gpu_and_compares_its_runs_with_the_comm
     assert compare.rstrip().endswith("agree within the spread of their seeds")
 
 
+@pytest.mark.slow
 def test_the_grid_pace_counts_a_finished_protocol_study_whole(tmp_path, data_dir):
     # benchmarks/gpu.sh reads the protocol study's wall time or pace with grid_pace.py
     import sys

@@ -140,6 +140,7 @@ def test_callback_leaves_training_bit_identical(tmp_path, quiet_lightning):
     assert all(torch.equal(a, b) for a, b in zip(plain, watched, strict=True))
 
 
+@pytest.mark.slow
 @needs_lightning
 def test_lightning_example_runs(data_dir):
     proc = subprocess.run([sys.executable, str(REPO / "examples" / "monitor_lightning.py"), "--data-dir",

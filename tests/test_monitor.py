@@ -615,6 +615,7 @@ def test_monitor_is_exported():
 
 # --- the example -------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_example_saves_the_figure_and_prints_a_per_task_table(data_dir, tmp_path):
     figure = tmp_path / "fig.png"
     proc = subprocess.run([sys.executable, str(REPO / "examples" / "monitor_any_model.py"), "--data-dir",

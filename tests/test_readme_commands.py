@@ -94,6 +94,7 @@ def test_every_readme_command_is_one_the_check_runs():
             f"README bash line is neither an install line nor a plasticlab command: {shlex.join(words)}")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(REAL_DATA_MISSING["data_dir"] is not None, reason=REAL_DATA_MISSING["data_dir"] or "")
 def test_every_readme_command_runs(tmp_path):
     env = dict(os.environ, PLASTICLAB_DATA=str(REAL_DATA), MPLBACKEND="Agg")

@@ -124,6 +124,7 @@ def test_calibrated_ensemble_size_is_the_fastest_k_per_architecture():
     assert members_for("cpu", calibration, workers=1)(runs["permuted_mnist"]) == 8
 
 
+@pytest.mark.slow
 def test_calibration_measures_each_k_alone_and_with_every_worker_at_once(data_dir):
     from plasticlab.experiments.bench import calibrate, estimate_seconds
 

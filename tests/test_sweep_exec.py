@@ -42,6 +42,7 @@ def finished_runs(out):
         return {r["run_id"]: r for r in store.runs(status="finished")}
 
 
+@pytest.mark.slow
 def test_sweep_runs_every_run_once_on_two_workers(data_dir, tmp_path, capsys):
     sweep = write_sweep(tmp_path)
     out = tmp_path / "out"
@@ -90,6 +91,7 @@ def test_a_failing_run_is_recorded_and_the_sweep_goes_on(data_dir, tmp_path):
     assert [r["config"]["problem"] for r in done] == ["permuted_mnist"]  # … and the rest ran
 
 
+@pytest.mark.slow
 def test_a_killed_sweep_resumes_and_ends_with_every_run_exactly_once(data_dir, tmp_path):
     sweep = write_sweep(tmp_path, methods=("baseline", "l2_init", "l2", "l1_init", "huber_init",
                                            "l2_init_resample"), steps=150)
@@ -168,6 +170,7 @@ def test_presets_lists_every_study(capsys):
         assert name in text
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None,
                     reason="Ray is not installed (pip install 'plasticlab[ray]')")
 def test_ray_executor_runs_a_tiny_sweep_end_to_end(data_dir, tmp_path):

@@ -117,6 +117,7 @@ PERMUTED_MNIST_STUDIES = ["ablation", "best-permuted_mnist-adam", "best-permuted
                           "field-permuted_mnist", "forgetting", "init", "lambda-sensitivity", "width"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("study", PERMUTED_MNIST_STUDIES)
 def test_the_committed_l2_init_runs_of_a_permuted_mnist_study_train_to_the_same_first_task(study, data_dir):
     runs, accuracy = recorded_runs(PAGE / study)
