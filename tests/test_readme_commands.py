@@ -67,7 +67,7 @@ def with_real_data(words: list[str], data: Path) -> list[str]:
 
 
 DEMO_COMMAND = "pip install -c constraints.txt -e . && plasticlab demo --data-dir ../shared/data"
-TEST_COMMAND = 'pip install -c constraints.txt -e ".[test]" && python -m pytest -q -n auto'
+TEST_COMMAND = 'pip install -c constraints.txt -e ".[test]" && python -m pytest -q -n auto --durations=10'
 
 
 def test_readme_opens_with_the_two_setup_commands():
@@ -79,11 +79,20 @@ def test_readme_opens_with_the_two_setup_commands():
 
 
 def test_ci_runs_the_readme_test_command_and_fails_on_any_nonzero_exit():
-    # CI's verdict is the README's test command on a fresh clone; `set -e` makes pytest's exit
-    # code 5 (no tests collected) fail it like any other.
+    # CI's verdict is the README's test command on a fresh clone, verbatim, as the body of a
+    # function the script calls under `set -e`: a failure of either side of its `&&` (pytest's
+    # exit code 5, no tests collected, too) ends the script with that code, before the package
+    # checks that follow it.
     script = (REPO / ".ci" / "run").read_text().splitlines()
     assert "set -euo pipefail" in script
-    assert [line for line in script if line and not line.startswith("#")][-1] == TEST_COMMAND
+    i = script.index(TEST_COMMAND)
+    assert script[i - 1] == "readme_test_command() {" and script[i + 1] == "}"
+    assert script[i + 2] == "readme_test_command"
+    function = "\n".join(script[i - 1:i + 3])
+    for body, code in (("(exit 3) && true", 3), ("true && (exit 5)", 5), ("true && true", 0)):
+        done = subprocess.run(["bash", "-c", "set -euo pipefail\n" + function.replace(TEST_COMMAND, body)
+                               + "\necho after"], capture_output=True, text=True)
+        assert done.returncode == code and ("after" in done.stdout) == (code == 0), (body, done)
 
 
 def test_every_readme_command_is_one_the_check_runs():
