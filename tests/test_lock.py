@@ -183,3 +183,18 @@ def test_a_file_system_without_working_locks_is_said_and_refused_unless_no_lock(
         assert main([*args, "--no-lock"]) == 0
         assert "--no-lock: nothing stops another command" in capsys.readouterr().err
     assert [r["status"] for r in ResultStore(out).runs()] == ["finished"]
+
+
+def test_a_folder_the_lock_created_goes_when_nothing_was_written_into_it(tmp_path):
+    made, kept = tmp_path / "made", tmp_path / "kept"
+    kept.mkdir()
+    for out in (made, kept):
+        with pytest.raises(ValueError, match="bad grid"):
+            with writer_lock(out):
+                assert (out / LOCK_NAME).exists()
+                raise ValueError("bad grid")
+    assert not made.exists()  # created by the lock, nothing in it: gone
+    assert kept.is_dir() and [p.name for p in kept.iterdir()] == [LOCK_NAME]  # the user's: stays
+    with writer_lock(made):
+        (made / "runs.sqlite").write_text("")
+    assert sorted(p.name for p in made.iterdir()) == [LOCK_NAME, "runs.sqlite"]  # written: stays

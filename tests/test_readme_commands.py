@@ -57,7 +57,11 @@ def is_demo(words: list[str]) -> bool:
 
 
 def with_real_data(words: list[str], data: Path) -> list[str]:
-    out = list(words)
+    """``words`` as the test runs them: ``--data-dir`` at the real datasets, and an argument
+    naming a folder of the clone (``docs/reproduction``) made absolute, since the commands run
+    in a temporary folder where the README's user stands in the clone's root."""
+    out = [str(REPO / w) if not w.startswith("-") and "/" in w and (REPO / w).exists() else w
+           for w in words]
     for i, w in enumerate(out):
         if w == "--data-dir":
             out[i + 1] = str(data)

@@ -88,8 +88,11 @@ def writer_lock(out, *, enabled: bool = True) -> Iterator[None]:
     :class:`FolderBusy` when another process holds it; :class:`LocksUnsupported` when its file
     system keeps no working locks (``enabled=False`` — ``--no-lock`` — writes without one);
     a :class:`~.oserrors.StorageError` when the folder cannot be created or written. Entered
-    again by the process that holds it, it only counts."""
+    again by the process that holds it, it only counts. A folder it created that holds nothing
+    but its lock when the block ends (a command that failed before writing: a bad grid value)
+    is removed, so a refused command leaves no trace."""
     global _taken
+    created = not Path(out).exists()
     key = _make_folder(out)
     if key in _holds:
         _holds[key][1] += 1
@@ -98,15 +101,34 @@ def writer_lock(out, *, enabled: bool = True) -> Iterator[None]:
         finally:
             _holds[key][1] -= 1
         return
-    fd = _acquire(Path(out)) if enabled else None
+    try:
+        fd = _acquire(Path(out)) if enabled else None
+    except BaseException:
+        if created:
+            _remove_if_unused(Path(out))
+        raise
     _holds[key] = [fd, 1]
     _taken += 1
     try:
         yield
     finally:
         del _holds[key]
+        if created:
+            _remove_if_unused(Path(out), fd)
         if fd is not None:
             _release(fd)
+
+
+def _remove_if_unused(out: Path, fd: int | None = None) -> None:
+    """Remove the folder ``out`` this process created when nothing but the lock file is in it.
+    The lock file goes while still held (``fd``), so no other command can have taken it."""
+    try:
+        if any(entry.name != LOCK_NAME for entry in out.iterdir()):
+            return
+        (out / LOCK_NAME).unlink(missing_ok=True)
+        out.rmdir()
+    except OSError:  # written into meanwhile, or not ours to remove: it stays
+        pass
 
 
 def _key(out) -> Path:
