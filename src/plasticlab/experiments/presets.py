@@ -146,6 +146,9 @@ def forgetting() -> dict:
 FIELD_PROBLEMS = ("permuted_mnist", "random_label_mnist")
 FIELD_METHODS = ("snr", "hare_tortoise", "parseval", "swr", "full_reset", "head_reset", "fire")
 """The methods of SPEC §10 (UPGD is an optimizer: :data:`FIELD_OPTIMIZERS`)."""
+TOOLKIT_METHODS: tuple[str, ...] = ()
+"""The methods the other plasticity toolkits have (issue 47), each with its ``field-METHOD-PROBLEM``
+grid preset; they join the ``field-PROBLEM`` comparisons once those studies are extended."""
 FIELD_OPTIMIZERS = {"upgd": (1e-2, {}), "upgd_nonprotecting": (1e-3, {"beta": 0.9})}
 """UPGD's two variants: reference step size and settings (SPEC §10, input-permuted MNIST;
 σ 0.1 and λ 0.01 are the optimizer's defaults)."""
@@ -260,7 +263,7 @@ def _registry() -> dict[str, Callable[[], dict]]:
     presets["reference-modes"] = reference_modes
     for problem in FIELD_PROBLEMS:
         presets[f"field-{problem}"] = (lambda p=problem: field_comparison(p))
-        for method in FIELD_METHODS:
+        for method in (*FIELD_METHODS, *TOOLKIT_METHODS):
             presets[f"field-{method}-{problem}"] = (lambda m=method, p=problem: field_method_grid(m, p))
         for optimizer in FIELD_OPTIMIZERS:
             presets[f"field-{optimizer}-{problem}"] = (
