@@ -13,6 +13,7 @@ Each regularizer is a penalty Σᵢ λ·ρ(θᵢ − targetᵢ) over a set of pa
 | ``L1Init``       | θ₀              | abs(d)                        |
 | ``HuberInit``    | θ₀              | huber_δ(d)                    |
 | ``L2InitResample`` | φₜ ~ init, fresh every step | ½d²                |
+| ``WassersteinInit`` | θ₀'s value of the same rank | ½d²                 |
 
 λ is the authors' code's λ: the penalty is (λ/2)‖θ − θ₀‖², so its gradient is λ(θ − θ₀) — the
 paper writes λ‖θ − θ₀‖², i.e. its λ is half of ours; the paper's hyper-parameter tables were
@@ -239,6 +240,36 @@ class HuberInit(_InitTarget):
         return torch.maximum(torch.minimum(d, delta), -delta)
 
 
+class WassersteinInit(Regularizer):
+    """Wasserstein regularization toward θ₀'s distribution (Lewandowski et al. 2024):
+    (λ/2)·Σ_ℓ ‖sort(θ_ℓ) − sort(θ⁰_ℓ)‖² over each parameter tensor θ_ℓ.
+
+    In one dimension the optimal transport between two equal-sized samples pairs them in sorted
+    order, so Σ_i (θ_(i) − θ⁰_(i))² is n_ℓ times the squared 2-Wasserstein distance between the
+    empirical distributions of θ_ℓ and θ⁰_ℓ. Each weight is pulled toward the initial value of
+    its own rank, gradient λ(θ − θ⁰_(rank θ)): only the distribution of θ₀ is kept, not which
+    weight held which value — less restrictive than L2 Init, whose penalty bounds this one from
+    above (equal while no two weights have swapped ranks). Ties are ranked by position.
+    """
+
+    def __init__(self, params, strength, *, member_dim: bool = False, initial=None):
+        super().__init__(params, strength, member_dim=member_dim)
+        initial = self.params if initial is None else list(initial)
+        # sort(θ⁰) per tensor (per member with member_dim), flat: [K, n] or [n]
+        self.sorted_initial = [self._flat(t.detach()).sort(dim=-1).values for t in initial]
+
+    def _flat(self, t: torch.Tensor) -> torch.Tensor:
+        return t.flatten(1) if self.member_dim else t.flatten()
+
+    def targets(self):
+        """θ⁰_(rank θ): each entry's target is the initial value of the rank it holds now."""
+        out = []
+        for p, sorted0 in zip(self.params, self.sorted_initial, strict=True):
+            order = self._flat(p.detach()).argsort(dim=-1, stable=True)
+            out.append(torch.empty_like(sorted0).scatter_(-1, order, sorted0).view_as(p))
+        return out
+
+
 class L2InitResample(Regularizer):
     """L2 Init + Resample: (λ/2)‖θ − φₜ‖², φₜ a fresh draw from the init distribution at every
     step (the ablation showing that the pull must be to the *same* θ₀).
@@ -382,4 +413,4 @@ def _module_sampler(module: nn.Module) -> Callable[[], list[torch.Tensor]]:
 
 
 __all__ = ["EWC", "L1Init", "L2", "L2Init", "L2InitResample", "HuberInit", "Regularizer",
-           "TargetPenalty", "add_penalty_gradient_", "regularized_parameters"]
+           "TargetPenalty", "WassersteinInit", "add_penalty_gradient_", "regularized_parameters"]

@@ -9,6 +9,7 @@ from .base import Method, MethodContext, Needs, PenaltyMethod
 from .baseline import Baseline
 from .cbp import ContinualBackprop
 from .concat_relu import ConcatReLU
+from .dash import DirectionAwareShrinking
 from .ewc import EWCMethod
 from .fire import FIRE
 from .full_reset import FullReset, HeadReset
@@ -20,11 +21,16 @@ from .l2_init import L2InitMethod
 from .l2_init_ewc import L2InitEWC
 from .l2_init_resample import L2InitResampleMethod
 from .layer_norm import LayerNorm
+from .normalize_project import NormalizeProjectMethod
 from .parseval import ParsevalMethod
 from .redo import ReDo
+from .regrama import ReGraMa
 from .shrink_perturb import ShrinkPerturbMethod
 from .snr import SelfNormalizedResets
+from .spectral import SpectralMethod
 from .swr import SelectiveWeightReinit
+from .wasserstein_init import WassersteinInitMethod
+from .weight_clip import WeightClipMethod
 
 METHODS: dict[str, type[Method]] = {
     cls.name: cls for cls in (Baseline, L2Method, L2InitMethod, L1InitMethod, HuberInitMethod,
@@ -32,7 +38,10 @@ METHODS: dict[str, type[Method]] = {
                               ConcatReLU, LayerNorm, ReDo, EWCMethod, L2InitEWC,
                               # the field since the paper (SPEC §10)
                               SelfNormalizedResets, HareTortoiseMethod, ParsevalMethod,
-                              SelectiveWeightReinit, FullReset, HeadReset, FIRE)
+                              SelectiveWeightReinit, FullReset, HeadReset, FIRE,
+                              # the other toolkits' methods (issue 47)
+                              WeightClipMethod, NormalizeProjectMethod, SpectralMethod,
+                              WassersteinInitMethod, ReGraMa, DirectionAwareShrinking)
 }
 
 
