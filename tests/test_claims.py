@@ -15,6 +15,7 @@ import pytest
 
 from conftest import REPO
 from plasticlab.cli import main
+from plasticlab.experiments.presets import AUTHORS_CBP, AUTHORS_REDO
 from plasticlab.report import claims as C
 from plasticlab.report.data import ConfigRuns, Results
 from plasticlab.report.stats import (
@@ -323,7 +324,8 @@ def test_the_matrix_and_the_tables_by_study():
     (marked with its scale where shortened; "—" where the claim has no part), the claim's verdict
     over the judged parts beside "not judged", and under it the studies read; the tables by study
     group the judged rows by the study (and scale) they were judged on."""
-    pm, rlm = C.Part("comparison", "permuted_mnist", "adam", ()), C.Part("comparison", "random_label_mnist", "adam", ())
+    pm = C.Part("comparison", "permuted_mnist", "adam", ())
+    rlm = C.Part("comparison", "random_label_mnist", "adam", ())
     claim = C.Claim("k", "words | with a bar", (pm, rlm))
     full = "full length (500 tasks × 625 steps)"
     half = "--scale 0.5: 25 of 50 tasks × 15,000 of 30,000 steps"
@@ -343,7 +345,8 @@ def test_the_matrix_and_the_tables_by_study():
     assert matrix[2] == ("| k: words \\| with a bar | holds | partly (`--scale 0.5`) | — | — | — "
                          "| **partly** |")
     assert matrix[3] == "| m: one problem | — | — | — | not judged | — | **not judged** |"
-    assert "- Random Label MNIST: `best-random_label_mnist-adam` `--scale 0.5` (the paper's reported best)" in matrix
+    assert ("- Random Label MNIST: `best-random_label_mnist-adam` `--scale 0.5` (the paper's reported best)"
+            in matrix)
     assert matrix[-1] == "- CBP and ReDo: plasticlab's form"
     tables = C.claims_by_study([judged, missing])
     assert list(tables) == [f"best-permuted_mnist-adam · {full}", f"best-random_label_mnist-adam · {half}",
@@ -365,7 +368,6 @@ def test_a_negated_test_and_a_missing_method():
 
 
 def test_the_cbp_and_redo_forms_are_read_from_the_runs_parameters():
-    from plasticlab.experiments.presets import AUTHORS_CBP, AUTHORS_REDO
 
     assert C.cbp_redo_form({"method": "cbp", "params": {}}) == "plasticlab's form"
     assert C.cbp_redo_form({"method": "cbp", "params": dict(AUTHORS_CBP)}) == "the authors' form"
@@ -376,11 +378,76 @@ def test_the_cbp_and_redo_forms_are_read_from_the_runs_parameters():
     assert C.cbp_redo_form({"method": "redo", "params": {"reinit": "initial"}}).startswith("mixed form")
 
 
+def _claim(key: str) -> C.Claim:
+    return next(c for c in C.CLAIMS if c.key == key)
+
+
+def _authors_study(cbp_offset: float, redo_offset: float, tasks: int = 40) -> C.Study:
+    """``reference-modes-permuted_mnist``: CBP and ReDo in the authors' form, flat at L2 Init's
+    level (0.8, seed effects as in :func:`_comparison_study`) plus the offsets."""
+    flat = np.full((3, tasks), 0.8) + np.array([[0.0], [0.01], [-0.01]])
+    configs = [_runs("cbp", flat + cbp_offset, **AUTHORS_CBP),
+               _runs("redo", flat + redo_offset, **AUTHORS_REDO)]
+    return _study(configs, name="reference-modes-permuted_mnist")
+
+
+def test_claim_3_is_judged_with_each_form_of_cbp_and_redo():
+    """The plasticlab's-form rows read the comparison's CBP and ReDo; the authors'-form rows put
+    reference-modes-P's CBP and ReDo beside the comparison's L2 Init, seed by seed: L2 Init is
+    2 points above plasticlab's CBP (holds) and 3 points below the authors' (does not hold)."""
+    comparison, authors = _comparison_study(), _authors_study(cbp_offset=0.03, redo_offset=-0.01)
+    rows = {v.claim.key: v.rows[0] for v in C.judge_claims([comparison, authors])}
+    ours, theirs = rows["adam-3 CBP (plasticlab's)"], rows["adam-3 CBP (authors')"]
+    assert ours.verdict == C.HOLDS and ours.figures.startswith("L2 Init − CBP (total): +2.00 [+2.00, +2.00]")
+    assert ours.study == "best-permuted_mnist-adam" and "CBP: plasticlab's form" in ours.forms
+    assert theirs.verdict == C.DOES_NOT_HOLD
+    assert theirs.figures.startswith("L2 Init − CBP (total): -3.00 [-3.00, -3.00]")
+    assert theirs.study == "reference-modes-permuted_mnist + best-permuted_mnist-adam"
+    assert theirs.forms == "CBP: the authors' form; ReDo: the authors' form"
+    assert rows["adam-3 ReDo (authors')"].verdict == C.HOLDS  # ReDo 1 point below L2 Init
+    assert rows["adam-3 ReDo (plasticlab's)"].verdict == C.HOLDS
+    # without the study, the authors' rows are not judged, and say which study is missing
+    alone = {v.claim.key: v.rows[0] for v in C.judge_claims([comparison])}
+    assert alone["adam-3 CBP (authors')"].verdict == C.NOT_JUDGED
+    assert "reference-modes-permuted_mnist" in alone["adam-3 CBP (authors')"].figures
+    assert alone["adam-3 CBP (plasticlab's)"].verdict == C.HOLDS
+
+
+def test_the_authors_form_is_judged_only_beside_a_comparison_as_long():
+    """Pairing L2 Init with CBP needs both at the same length: a comparison of 40 tasks does not
+    judge the authors' CBP of 20, and a comparison only is not enough."""
+    short = _authors_study(cbp_offset=-0.01, redo_offset=-0.01, tasks=20)
+    row = C.judge_part(_claim("adam-3 CBP (authors')"), _claim("adam-3 CBP (authors')").parts[0], short,
+                       [_comparison_study(), short])
+    assert row.verdict == C.NOT_JUDGED and "as long as reference-modes-permuted_mnist" in row.figures
+    assert row.study == "reference-modes-permuted_mnist"
+
+
+def test_a_form_judges_only_the_rows_of_its_form():
+    """A comparison whose CBP ran in the authors' form does not judge the plasticlab's-form row,
+    and a reference-modes study run with plasticlab's defaults does not judge the authors' row."""
+    comparison = _comparison_study()
+    cbp = next(c for c in comparison.results.configs if c.method == "cbp")
+    cbp.config["params"].update(AUTHORS_CBP)
+    claim = _claim("adam-3 CBP (plasticlab's)")
+    row = C.judge_part(claim, claim.parts[0], comparison, [comparison])
+    assert row.verdict == C.NOT_JUDGED
+    assert row.figures == "CBP ran in the authors' form in best-permuted_mnist-adam, not in plasticlab's form"
+    defaults = _study([_runs("cbp", np.full((3, 40), 0.8)), _runs("redo", np.full((3, 40), 0.8))],
+                      name="reference-modes-permuted_mnist")
+    claim = _claim("adam-3 ReDo (authors')")
+    row = C.judge_part(claim, claim.parts[0], defaults, [_comparison_study(), defaults])
+    assert row.verdict == C.NOT_JUDGED and row.figures.startswith("ReDo ran in plasticlab's form")
+
+
 def test_study_names_and_the_preferred_study():
     assert C.study_kind("main-permuted_mnist-sgd") == ("comparison", "permuted_mnist", "sgd", C.PROTOCOL)
     assert C.study_kind("best-random_label_cifar-adam")[3] == C.PAPER_BEST
     assert C.study_kind("forgetting")[0] == "forgetting"
     assert C.study_kind("field-permuted_mnist") is None
+    assert C.study_kind("reference-modes-random_label_cifar") == ("reference-modes", "random_label_cifar",
+                                                                 "adam", C.PAPER_BEST)
+    assert C.study_kind("reference-modes") is None  # both problems at a tenth: no comparison as long
     best, main_half = _comparison_study(), _comparison_study()
     main_half.name, main_half.configurations, main_half.fraction = "main-permuted_mnist-adam", C.PROTOCOL, 0.5
     part = C.CLAIMS[0].parts[0]

@@ -44,3 +44,19 @@ def test_reference_modes_run_cbp_and_redo_at_the_papers_best_in_both_forms():
             reference = [r for r in mine if all(r.config.params[k] == v for k, v in authors.items())]
             assert len(reference) == 10  # the other 10 are plasticlab's defaults
             assert {r.seed for r in reference} == set(range(100, 110))
+
+
+def test_reference_modes_at_a_problem_run_the_best_studys_cbp_and_redo_in_the_authors_form():
+    """``reference-modes-P`` is ``best-P-adam``'s CBP and ReDo, same seeds, step sizes and
+    settings, with only the authors' forms changed: claim 3 pairs the two seed by seed."""
+    for problem in ("permuted_mnist", "random_label_mnist", "random_label_cifar"):
+        authors_runs = expand(get_preset(f"reference-modes-{problem}"))
+        best_runs = expand(get_preset(f"best-{problem}-adam"))
+        for method, authors in (("cbp", AUTHORS_CBP), ("redo", AUTHORS_REDO)):
+            theirs = {r.seed: r.config for r in authors_runs if r.config.method == method}
+            ours = {r.seed: r.config for r in best_runs if r.config.method == method}
+            assert set(theirs) == set(ours) == set(range(100, 110))
+            for seed, config in theirs.items():
+                assert config.lr == ours[seed].lr and config.problem == problem
+                assert config.params == ours[seed].params | authors
+        assert {r.config.method for r in authors_runs} == {"cbp", "redo"}

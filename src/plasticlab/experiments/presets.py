@@ -180,6 +180,20 @@ def reference_modes() -> dict:
             "optimizer": "adam", "seeds": EVALUATION_SEEDS, "variants": variants}
 
 
+def reference_modes_at(problem: str) -> dict:
+    """CBP and ReDo on ``problem`` in the form the authors' code ran (:data:`AUTHORS_CBP`,
+    :data:`AUTHORS_REDO`) at the paper's best Adam configurations (SPEC §6), 10 seeds: the
+    companion of ``best-PROBLEM-adam``, whose same seeds and configurations run plasticlab's
+    forms, so that claim 3 is judged with both forms at the study's scale."""
+    best = {m: BEST["adam"][problem][m] for m in ("cbp", "redo")}
+    authors = {"cbp": AUTHORS_CBP, "redo": AUTHORS_REDO}
+    return {"name": f"reference-modes-{problem}",
+            "description": f"CBP and ReDo in the authors' code's forms, paper's best configs, {problem}",
+            "problem": problem, "methods": list(best), "optimizer": "adam", "seeds": EVALUATION_SEEDS,
+            "per_method_lr": {m: lr for m, (lr, _) in best.items()},
+            "params": {m: dict(p) | authors[m] for m, (_, p) in best.items()}}
+
+
 def _decades(reference: float) -> list[float]:
     """``reference`` and one decade either side."""
     return [reference * 10, reference, reference / 10]
@@ -261,6 +275,8 @@ def _registry() -> dict[str, Callable[[], dict]]:
     presets["lambda-sensitivity"] = lambda_sensitivity
     presets["forgetting"] = forgetting
     presets["reference-modes"] = reference_modes
+    for problem in BEST["adam"]:
+        presets[f"reference-modes-{problem}"] = (lambda p=problem: reference_modes_at(p))
     for problem in FIELD_PROBLEMS:
         presets[f"field-{problem}"] = (lambda p=problem: field_comparison(p))
         for method in (*FIELD_METHODS, *TOOLKIT_METHODS):

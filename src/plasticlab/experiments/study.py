@@ -24,6 +24,8 @@ STUDY_SCALES = {
     "best-random_label_cifar-adam": 0.2,
     "field-random_label_mnist": 0.5,
     "reference-modes": 0.1,
+    "reference-modes-random_label_mnist": 0.5,
+    "reference-modes-random_label_cifar": 0.2,
 }
 """The default ``--scale`` of studies too long to run at full length on a CPU (SPEC §3:
 Random Label problems train 30,000 steps per task), the scale at which docs/reproduction ran

@@ -51,6 +51,8 @@ from .stats import (
 )
 
 HOLDS, PARTLY, DOES_NOT_HOLD, NOT_JUDGED = "holds", "partly", "does not hold", "not judged"
+PLASTICLABS_FORM, AUTHORS_FORM = "plasticlab's form", "the authors' form"
+"""The two forms of CBP and ReDo (:func:`cbp_redo_form`): the defaults, and what the authors' code does."""
 VERDICTS = (HOLDS, PARTLY, DOES_NOT_HOLD, NOT_JUDGED)
 """Every verdict a claim, a part or a criterion can get."""
 REPS, SEED = 2000, 0
@@ -385,7 +387,11 @@ class Part:
     ``width``, ``depth``, ``forgetting``), combined with ``all`` or ``any``. ``each_view``: judged
     on each setting of the study (each initialisation scheme) and holds where all do.
     ``companion``: the Adam comparison of the same problem is read too (SGD against Adam; the
-    Baseline of a study that has none)."""
+    Baseline of a study that has none). ``joins_companion``: the study's runs take the place of
+    the same methods' in the Adam comparison of the same problem *and length* (the authors'
+    CBP and ReDo of ``reference-modes-PROBLEM`` beside the comparison's L2 Init, seed by seed).
+    ``form``: the form of CBP and ReDo the part is about (:func:`cbp_redo_form`); a study whose
+    CBP or ReDo ran in another does not judge it."""
 
     study: str
     problem: str
@@ -395,6 +401,8 @@ class Part:
     combine: str = "all"
     each_view: bool = False
     companion: bool = False
+    joins_companion: bool = False
+    form: str = ""
 
     @property
     def title(self) -> str:
@@ -418,6 +426,14 @@ def _each(problems: Iterable[str], optimizer: str, *tests: Test, **kw) -> tuple[
     return tuple(Part("comparison", p, optimizer, tests, **kw) for p in problems)
 
 
+def _authors_form(*tests: Test) -> tuple[Part, ...]:
+    """The same tests on each problem with CBP and ReDo as the authors' code ran them: their runs
+    from ``reference-modes-PROBLEM``, every other method from the Adam comparison of that
+    problem at the same length."""
+    return tuple(Part("reference-modes", p, "adam", tests, joins_companion=True, form=AUTHORS_FORM)
+                 for p in PAPER_PROBLEMS)
+
+
 def _in_order(*groups: tuple[Part, ...]) -> tuple[Part, ...]:
     """Parts of several :func:`_each` in the paper's order of problems."""
     return tuple(sorted((p for g in groups for p in g), key=lambda p: PAPER_PROBLEMS.index(p.problem)))
@@ -438,11 +454,16 @@ CLAIMS: tuple[Claim, ...] = (
           _in_order(_each(_BUT_FIVE, _ADAM, _t("keeps_plasticity", "l2_init"), _t("top_3", "l2_init")),
                     _each((_FIVE,), _ADAM, _t("keeps_plasticity", "l2_init"), _t("top_3", "l2_init"),
                           _t("clearly_beats_every_other", "l2_init")))),
-    Claim("adam-3 CBP", "L2 Init is as good as or better than Continual Backprop on four of five problems.",
-          _each(_ALL, _ADAM, _t("as_good_as_or_better", "l2_init", "cbp")), need=4),
-    Claim("adam-3 ReDo", "… roughly the same holds against ReDo (L2 Init as good as or better, on "
-                         "four of five).",
-          _each(_ALL, _ADAM, _t("as_good_as_or_better", "l2_init", "redo")), need=4),
+    Claim("adam-3 CBP (plasticlab's)", "L2 Init is as good as or better than Continual Backprop on four "
+                                       "of five problems.",
+          _each(_ALL, _ADAM, _t("as_good_as_or_better", "l2_init", "cbp"), form=PLASTICLABS_FORM), need=4),
+    Claim("adam-3 CBP (authors')", "The same, against CBP as the authors' code ran it.",
+          _authors_form(_t("as_good_as_or_better", "l2_init", "cbp")), need=4),
+    Claim("adam-3 ReDo (plasticlab's)", "… roughly the same holds against ReDo (L2 Init as good as or "
+                                        "better, on four of five).",
+          _each(_ALL, _ADAM, _t("as_good_as_or_better", "l2_init", "redo"), form=PLASTICLABS_FORM), need=4),
+    Claim("adam-3 ReDo (authors')", "The same, against ReDo as the authors' code ran it.",
+          _authors_form(_t("as_good_as_or_better", "l2_init", "redo")), need=4),
     Claim("adam-4", "Concat ReLU does well everywhere except 5+1 CIFAR, where it loses plasticity "
                     "completely; it loses some plasticity on the two random-label problems.",
           _in_order(_each((_PM, _CI), _ADAM, _t("top_3", "concat_relu")),
@@ -530,17 +551,22 @@ _FIXED_STUDIES = {"ablation": PROTOCOL, "width": PROTOCOL, "depth": PROTOCOL,
 """The studies other than the main comparison that a claim reads, with how their
 configurations were chosen; all are Permuted MNIST with Adam."""
 _COMPARISON = re.compile(r"(main|best)-(\w+)-(adam|sgd)")
+_REFERENCE_MODES = re.compile(r"reference-modes-(\w+)")
 
 
 def study_kind(name: str) -> tuple[str, str, str, str] | None:
     """``(kind, problem, optimizer, configurations)`` of the study ``name`` (a preset's name),
     or None for a study no claim reads: ``main-P-O`` is the comparison of P × O in the
-    protocol's selection, ``best-P-O`` at the paper's reported best configurations."""
+    protocol's selection, ``best-P-O`` at the paper's reported best configurations,
+    ``reference-modes-P`` the authors' CBP and ReDo on P at the paper's best (Adam)."""
     match = _COMPARISON.fullmatch(name)
     if match and match[2] in PAPER_PROBLEMS:
         return "comparison", match[2], match[3], PROTOCOL if match[1] == "main" else PAPER_BEST
     if name in _FIXED_STUDIES:
         return name, "permuted_mnist", "adam", _FIXED_STUDIES[name]
+    match = _REFERENCE_MODES.fullmatch(name)
+    if match and match[1] in PAPER_PROBLEMS:  # the authors' CBP and ReDo, the paper's best (Adam)
+        return "reference-modes", match[1], "adam", PAPER_BEST
     return None
 
 
@@ -831,9 +857,9 @@ def cbp_redo_form(config: Mapping, optimizer: str = "adam") -> str:
         authors.pop("adam_variant")
     params, defaults = config.get("params") or {}, METHODS[method].default_params()
     if all(params.get(k, defaults[k]) == v for k, v in authors.items()):
-        return "the authors' form"
+        return AUTHORS_FORM
     if all(params.get(k, defaults[k]) == defaults[k] for k in authors):
-        return "plasticlab's form"
+        return PLASTICLABS_FORM
     return "mixed form: " + " ".join(f"{k}={params.get(k, defaults[k])}" for k in authors)
 
 
@@ -886,11 +912,19 @@ def candidates(part: Part, studies: Iterable[Study]) -> list[Study]:
     return sorted(found, key=lambda s: (_PREFERENCE[s.configurations], -s.fraction, str(s.folder)))
 
 
-def _companion(study: Study, studies: Sequence[Study]) -> Study | None:
+def _length(study: Study) -> tuple[int, int]:
+    """The most tasks and steps per task of ``study``'s runs."""
+    configs = [c.config for c in study.results.configs]
+    return (max(int(c.get("tasks") or 0) for c in configs),
+            max(int(c.get("steps_per_task") or 0) for c in configs))
+
+
+def _companion(study: Study, studies: Sequence[Study], same_length: bool = False) -> Study | None:
     """The Adam comparison of ``study``'s problem: with the same configurations and scale where
-    there is one, else the preferred."""
+    there is one, else the preferred; with ``same_length``, only one whose runs are as long
+    (tasks and steps) as ``study``'s."""
     adam = candidates(Part("comparison", study.problem, "adam", ()), studies)
-    adam = [s for s in adam if s is not study]
+    adam = [s for s in adam if s is not study and (not same_length or _length(s) == _length(study))]
     return min(adam, key=lambda s: (s.configurations != study.configurations,
                                     abs(s.fraction - study.fraction)), default=None)
 
@@ -899,7 +933,26 @@ def _missing(part: Part) -> str:
     if part.study == "comparison":
         return (f"no study: main-{part.problem}-{part.optimizer} or best-{part.problem}-{part.optimizer} "
                 "is not among the folders read")
+    if part.study == "reference-modes":
+        return f"no study: reference-modes-{part.problem} is not among the folders read"
     return f"no study: {part.study} is not among the folders read"
+
+
+def _joined(view: View, companion: View) -> View:
+    """``view``'s runs in place of the same methods' in ``companion``'s (one setting): a study's
+    CBP and ReDo beside the comparison's other methods."""
+    return View(view.study, view.label, {**companion.runs, **view.runs})
+
+
+def _other_form(part: Part, view: View) -> str:
+    """Why ``view`` does not judge ``part``: its CBP or ReDo ran in another form than the part
+    is about ("" when it did not, or when the part names no form)."""
+    for m in sorted({m for t in part.tests for m in t.methods} & {"cbp", "redo"} if part.form else ()):
+        if m in view.runs:
+            form = cbp_redo_form(view.runs[m].config, view.study.optimizer)
+            if form != part.form:
+                return f"{_name(m)} ran in {form} in {view.study.name}, not in {part.form}"
+    return ""
 
 
 def judge_part(claim: Claim, part: Part, study: Study | None, studies: Sequence[Study] = ()) -> Row:
@@ -907,9 +960,21 @@ def judge_part(claim: Claim, part: Part, study: Study | None, studies: Sequence[
     where the part's companion (the Adam comparison) is looked for."""
     if study is None:
         return Row(claim.key, part.title, NOT_JUDGED, _missing(part))
-    companion_study = _companion(study, studies) if part.companion else None
+    joins = part.joins_companion
+    companion_study = _companion(study, studies, joins) if part.companion or joins else None
+    if joins and companion_study is None:
+        return Row(claim.key, part.title, NOT_JUDGED,
+                   f"no study: main-{study.problem}-adam or best-{study.problem}-adam as long as "
+                   f"{study.name} ({study.scale}) is not among the folders read",
+                   study.name, str(study.folder), study.scale, study.configurations)
     companion = companion_study.views()[0] if companion_study else None
     views = study.views() if part.each_view else study.views()[:1]
+    if joins:
+        views, companion = [_joined(v, companion) for v in views], None
+    other = next(filter(None, (_other_form(part, v) for v in views)), "")
+    if other:
+        return Row(claim.key, part.title, NOT_JUDGED, other, study.name, str(study.folder), study.scale,
+                   study.configurations)
     per_view = [(v, combine([apply_test(t, v, companion) for t in part.tests], part.combine)) for v in views]
     if part.each_view:
         finding = combine([Finding(f.verdict, f"{v.label}: {f.verdict} — {f.figures}") for v, f in per_view])
