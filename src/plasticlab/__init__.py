@@ -37,10 +37,10 @@ its top-level module's layer:
 
 from importlib.metadata import PackageNotFoundError, version
 
-from .dropin_field import SNR, SWR, UPGD, HareTortoise, Parseval
+from .dropin_field import SNR, SWR, UPGD, HareTortoise, NormalizeProject, Parseval, Spectral, WeightClip
 from .monitor import Monitor
 from .perturb import ShrinkPerturb
-from .regularizers import EWC, L2, HuberInit, L1Init, L2Init, L2InitResample, Regularizer
+from .regularizers import EWC, L2, HuberInit, L1Init, L2Init, L2InitResample, Regularizer, WassersteinInit
 
 try:
     __version__ = version("plasticlab")
@@ -48,4 +48,5 @@ except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0+unknown"
 
 __all__ = ["EWC", "HuberInit", "L1Init", "L2", "L2Init", "L2InitResample", "Monitor", "Regularizer",
-           "ShrinkPerturb", "__version__", "HareTortoise", "Parseval", "SNR", "SWR", "UPGD"]
+           "ShrinkPerturb", "__version__", "HareTortoise", "Parseval", "SNR", "SWR", "UPGD",
+           "NormalizeProject", "Spectral", "WassersteinInit", "WeightClip"]

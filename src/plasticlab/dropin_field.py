@@ -39,10 +39,13 @@ from torch import nn
 
 from .methods.base import MethodContext
 from .methods.hare_tortoise import follow_hare_, reset_hare_
-from .methods.parseval import parseval_penalty
+from .methods.normalize_project import joint_norm, project_to_norm_
+from .methods.parseval import as_matrices, parseval_penalty
 from .methods.schedule import due_members
 from .methods.snr import adapt_thresholds, empty_histograms, fired, observe_firing, reset_silent_units
+from .methods.spectral import initial_vectors, power_iteration, spectral_penalty
 from .methods.swr import reinitialize_low_utility_
+from .methods.weight_clip import clip_, init_bound
 from .nets.init import check_scheme, draw_members
 from .nets.units import sequential_hidden_layers
 from .optim.unit_reset import unit_reset_state
@@ -336,3 +339,84 @@ class UPGD(torch.optim.Optimizer):
                 perturbed_update_(p, p.grad, s, next(noise) * group["sigma"], group["lr"],
                                   group["weight_decay"], self.protecting)
         return loss
+
+
+class WeightClip:
+    """Weight Clipping: :meth:`step`, after every ``optimizer.step()``, clips every weight and bias
+    of every ``nn.Linear``/``nn.Conv2d`` (the output layer included) to ±κ·s_ℓ, s_ℓ the bound of
+    the layer's init distribution under ``init`` (``torch_default``, PyTorch's own: 1/√fan_in;
+    a normal scheme: √3·σ) — what the engine's ``weight_clip`` computes."""
+
+    def __init__(self, model: nn.Module, kappa: float = 2.0, *, init: str = "torch_default"):
+        if not kappa > 0:
+            raise ValueError(f"WeightClip: kappa κ must be > 0, got {kappa}")
+        self.params, self.bounds = [], []
+        for layer in _affine_modules(model, "WeightClip"):
+            s = float(kappa) * init_bound(init, *_fans(layer))
+            for p in (layer.weight, layer.bias):
+                if p is not None:
+                    self.params.append(p)
+                    self.bounds.append(torch.full((1,) * (p.dim() + 1), s, dtype=p.dtype, device=p.device))
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """θ ← clip(θ, −κ·s_ℓ, κ·s_ℓ) for every clipped weight and bias."""
+        for p, bound in zip(self.params, self.bounds, strict=True):
+            clip_(_member(p), bound)
+
+
+class NormalizeProject:
+    """Normalize-and-Project's projection for a model that already has its normalization layers
+    (NaP puts an ``nn.LayerNorm`` before every nonlinearity): :meth:`step`, after every
+    ``optimizer.step()``, rescales every ``nn.Linear``/``nn.Conv2d`` weight (the output layer
+    included; biases left alone) back to its norm at construction, and each ``nn.LayerNorm``'s
+    (weight, bias) jointly back to theirs — what the engine's ``normalize_project`` computes."""
+
+    def __init__(self, model: nn.Module):
+        norms = [m for m in model.modules() if isinstance(m, nn.LayerNorm) and m.weight is not None]
+        if not norms:
+            raise ValueError("NormalizeProject: the model has no nn.LayerNorm with a learned scale; "
+                             "NaP normalizes before every nonlinearity: add nn.LayerNorm layers first")
+        self.groups = ([[layer.weight] for layer in _affine_modules(model, "NormalizeProject")]
+                       + [[t for t in (n.weight, n.bias) if t is not None] for n in norms])
+        with torch.no_grad():
+            self.initial_norms = [joint_norm([_member(t) for t in group]) for group in self.groups]
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """Project every weight, and every LayerNorm's (weight, bias), onto its initial norm."""
+        for group, target in zip(self.groups, self.initial_norms, strict=True):
+            project_to_norm_([_member(t) for t in group], target)
+
+
+class Spectral:
+    """Spectral regularization, λ·Σ_ℓ [(σ_max(W_ℓ)^k − 1)² + ‖b_ℓ‖^{2k}] over every
+    ``nn.Linear``/``nn.Conv2d`` (the output layer included; a conv filter bank is
+    out × in·kh·kw). Each call ``reg()`` runs ``power_iterations`` rounds of power iteration
+    from the kept left vectors (drawn first from the stream of member ``seed``) and returns the
+    penalty, a differentiable scalar whose gradient is what the engine's ``spectral`` adds —
+    so call it once per step."""
+
+    def __init__(self, model: nn.Module, strength: float = 1e-3, exponent: float = 2.0,
+                 power_iterations: int = 1, *, seed: int = 0):
+        if not strength >= 0 or not exponent >= 1 or int(power_iterations) < 1:
+            raise ValueError(f"Spectral: need strength λ >= 0, exponent k >= 1 and power_iterations "
+                             f">= 1, got {strength}, {exponent}, {power_iterations}")
+        layers = _affine_modules(model, "Spectral")
+        self.weights = [layer.weight for layer in layers]
+        self.biases = [layer.bias for layer in layers if layer.bias is not None]
+        self.strength, self.exponent, self.iters = float(strength), float(exponent), int(power_iterations)
+        # member `seed`'s stream of the method: torch_generator(seed, "method", "spectral")
+        generator = MethodContext([int(seed)], torch.device("cpu")).generators("spectral")
+        self.u = [initial_vectors(w.shape[0], generator, w) for w in self.weights]
+
+    def __call__(self) -> torch.Tensor:
+        """Advance the power iteration one step's worth, then the penalty (a scalar)."""
+        vectors = []
+        with torch.no_grad():
+            for i, w in enumerate(self.weights):
+                u, v, _ = power_iteration(as_matrices(_member(w)), self.u[i], self.iters)
+                self.u[i] = u
+                vectors.append((u, v))
+        return spectral_penalty([_member(w) for w in self.weights], [_member(b) for b in self.biases],
+                                vectors, self.strength, self.exponent)[0]

@@ -146,7 +146,7 @@ def forgetting() -> dict:
 FIELD_PROBLEMS = ("permuted_mnist", "random_label_mnist")
 FIELD_METHODS = ("snr", "hare_tortoise", "parseval", "swr", "full_reset", "head_reset", "fire")
 """The methods of SPEC §10 (UPGD is an optimizer: :data:`FIELD_OPTIMIZERS`)."""
-TOOLKIT_METHODS: tuple[str, ...] = ()
+TOOLKIT_METHODS: tuple[str, ...] = ("weight_clip", "normalize_project", "spectral", "wasserstein_init")
 """The methods the other plasticity toolkits have (issue 47), each with its ``field-METHOD-PROBLEM``
 grid preset; they join the ``field-PROBLEM`` comparisons once those studies are extended."""
 FIELD_OPTIMIZERS = {"upgd": (1e-2, {}), "upgd_nonprotecting": (1e-3, {"beta": 0.9})}
@@ -213,7 +213,10 @@ def field_grids() -> dict:
     return {"snr": {"percentile": [1 - x for x in _decades(1e-2)]},
             "hare_tortoise": {"momentum": [1 - x for x in _decades(1e-3)]},
             "parseval": {"strength": _decades(1e-3)},
-            "swr": {"threshold": _decades(1e-5)}}
+            "swr": {"threshold": _decades(1e-5)},
+            # κ by decades of κ − 1, its headroom over the init range (κ < 1 clips θ₀ itself)
+            "weight_clip": {"kappa": [1 + x for x in _decades(1.0)]},
+            "spectral": {"strength": _decades(1e-3)}, "wasserstein_init": {"strength": _decades(1e-2)}}
 
 
 def field_method_grid(method: str, problem: str) -> dict:
