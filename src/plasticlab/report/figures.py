@@ -43,6 +43,9 @@ METHOD_COLORS = {
     # the methods since the paper, drawn beside all of the above in the field-* studies
     "snr": "#393b79", "hare_tortoise": "#637939", "parseval": "#b5cf6b", "swr": "#8c6d31",
     "full_reset": "#7b4173", "head_reset": "#e7ba52", "fire": "#e6550d",
+    # the other toolkits' methods (issue 47)
+    "weight_clip": "#fd8d3c", "normalize_project": "#6baed6", "spectral": "#74c476",
+    "wasserstein_init": "#9e9ac8",
 }
 HIGHLIGHT_METHOD = "l2_init"
 
