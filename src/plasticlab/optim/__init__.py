@@ -3,17 +3,21 @@
 from ..rng import torch_generator
 from .adam import Adam
 from .sgd import SGD
+from .trac import TRAC
 from .upgd import UPGD, NonprotectingUPGD
 
-OPTIMIZERS = {"adam": Adam, "sgd": SGD, "upgd": UPGD, "upgd_nonprotecting": NonprotectingUPGD}
+OPTIMIZERS = {"adam": Adam, "sgd": SGD, "upgd": UPGD, "upgd_nonprotecting": NonprotectingUPGD,
+              # the other toolkits' optimizers (issue 47)
+              "trac": TRAC}
 
-MEMBER_LR_OPTIMIZERS = ("adam", "sgd")
-"""The optimizers that take one step size per member (``lr=[α_1, …, α_K]``)."""
+MEMBER_LR_OPTIMIZERS = ("adam", "sgd", "trac")
+"""The optimizers that take one step size per member (``lr=[α_1, …, α_K]``; TRAC's is its base
+Adam's)."""
 
 
 def optimizer_hyperparameters(name: str) -> tuple:
-    """The settings optimizer ``name`` takes besides its step size (UPGD's β, σ, λ; none for
-    Adam and SGD), as :class:`plasticlab.params.Param`."""
+    """The settings optimizer ``name`` takes besides its step size (UPGD's β, σ, λ; TRAC's
+    s_init, ε; none for Adam and SGD), as :class:`plasticlab.params.Param`."""
     if name not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {name!r}; valid: {', '.join(OPTIMIZERS)}")
     return getattr(OPTIMIZERS[name], "hyperparameters", ())
@@ -30,7 +34,8 @@ def optimizer_options(name: str, seeds, device, settings: dict | None = None) ->
 
 
 def make_optimizer(name: str, params, lr, member_dim: bool = False, **options):
-    """The optimizer called ``name`` (``adam`` | ``sgd`` | ``upgd`` | ``upgd_nonprotecting``)
+    """The optimizer called ``name`` (``adam`` | ``sgd`` | ``upgd`` | ``upgd_nonprotecting`` |
+    ``trac``)
     over ``params`` with step size ``lr`` (α, or one α_k per member for
     :data:`MEMBER_LR_OPTIMIZERS`); ``member_dim``: the parameters are stacked ensemble members
     ``[K, …]``; ``options``: the optimizer's own (:func:`optimizer_options`)."""
@@ -39,5 +44,5 @@ def make_optimizer(name: str, params, lr, member_dim: bool = False, **options):
     return OPTIMIZERS[name](params, lr=lr, member_dim=member_dim, **options)
 
 
-__all__ = ["MEMBER_LR_OPTIMIZERS", "OPTIMIZERS", "SGD", "UPGD", "Adam", "NonprotectingUPGD", "make_optimizer",
-           "optimizer_hyperparameters", "optimizer_options"]
+__all__ = ["MEMBER_LR_OPTIMIZERS", "OPTIMIZERS", "SGD", "TRAC", "UPGD", "Adam", "NonprotectingUPGD",
+           "make_optimizer", "optimizer_hyperparameters", "optimizer_options"]
