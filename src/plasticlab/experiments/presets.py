@@ -152,6 +152,11 @@ grid preset; they join the ``field-PROBLEM`` comparisons once those studies are 
 FIELD_OPTIMIZERS = {"upgd": (1e-2, {}), "upgd_nonprotecting": (1e-3, {"beta": 0.9})}
 """UPGD's two variants: reference step size and settings (SPEC §10, input-permuted MNIST;
 σ 0.1 and λ 0.01 are the optimizer's defaults)."""
+TOOLKIT_OPTIMIZERS = {"trac": (1e-3, {})}
+"""The optimizers the other toolkits have (issue 47), each with its ``field-OPTIMIZER-PROBLEM``
+grid preset as UPGD's: reference step size and settings (TRAC: its base Adam's α of the
+reference's README). Apart from :data:`FIELD_OPTIMIZERS`, whose every entry is a variant of the
+committed ``field-PROBLEM`` studies: they join those once the studies are extended."""
 
 
 AUTHORS_CBP = {"adam_variant": "reference", "replacement_init": "kaiming"}
@@ -234,13 +239,16 @@ def field_method_grid(method: str, problem: str) -> dict:
 
 
 def field_optimizer_grid(optimizer: str, problem: str) -> dict:
-    """UPGD (one variant) on ``problem`` in the paper's protocol: its reference step size and
-    one decade either side, on 3 seeds; the best on 10 new seeds."""
+    """UPGD (one variant), or a toolkit's optimizer (TRAC), on ``problem`` in the paper's
+    protocol: its reference step size and one decade either side, on 3 seeds; the best on 10
+    new seeds."""
+    optimizers = FIELD_OPTIMIZERS | TOOLKIT_OPTIMIZERS
     return {"name": f"field-{optimizer}-{problem}",
-            "description": f"{optimizer} (SPEC §10) on {problem}: grid on 3 seeds, best on 10 new",
+            "description": f"{optimizer} ({'SPEC §10' if optimizer in FIELD_OPTIMIZERS else 'issue 47'}) "
+                           f"on {problem}: grid on 3 seeds, best on 10 new",
             "problem": problem, "method": "baseline", "optimizer": optimizer, "seeds": SELECTION_SEEDS,
-            "grid": {"lr": _decades(FIELD_OPTIMIZERS[optimizer][0])},
-            "optimizer_params": dict(FIELD_OPTIMIZERS[optimizer][1]),
+            "grid": {"lr": _decades(optimizers[optimizer][0])},
+            "optimizer_params": dict(optimizers[optimizer][1]),
             "protocol": {"evaluation_seeds": EVALUATION_SEEDS}}
 
 
@@ -284,7 +292,7 @@ def _registry() -> dict[str, Callable[[], dict]]:
         presets[f"field-{problem}"] = (lambda p=problem: field_comparison(p))
         for method in (*FIELD_METHODS, *TOOLKIT_METHODS):
             presets[f"field-{method}-{problem}"] = (lambda m=method, p=problem: field_method_grid(m, p))
-        for optimizer in FIELD_OPTIMIZERS:
+        for optimizer in (*FIELD_OPTIMIZERS, *TOOLKIT_OPTIMIZERS):
             presets[f"field-{optimizer}-{problem}"] = (
                 lambda o=optimizer, p=problem: field_optimizer_grid(o, p))
     return presets
