@@ -9,8 +9,10 @@ host synchronisation inside a task.
 Measurement points (SPEC §5, :mod:`plasticlab.measure`): at the end of every task — after its
 last step, before the next task starts and before a method's ``on_task_end`` — the network is
 measured (weight magnitude, feature srank and effective rank, dead and dormant units, the last
-step's gradient norm, test accuracy, and with ``forgetting`` every earlier task's test
-accuracy); with ``measure_every=N`` the network internals and gradient norm are also measured
+step's gradient norm, test accuracy, with ``forgetting`` every earlier task's test accuracy,
+and the optional measurements asked for by name, :mod:`plasticlab.measure.optional`; churn's
+reference logits are recorded at the task's start); with ``measure_every=N`` the network
+internals and gradient norm are also measured
 after every N-th optimizer step. Measurements stay on the device and are read back with the
 task's accuracies, so the per-step loop gains only an integer comparison.
 """
@@ -18,7 +20,7 @@ task's accuracies, so the per-step loop gains only an integer comparison.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +29,7 @@ import torch
 from . import checkpoint as ckpt
 from . import metrics
 from .measure import Measurer, test_example_count, to_host
+from .measure.optional import parse_measurements
 from .methods import MethodContext, get_method
 from .methods.penalty_members import PenaltyMembers
 from .nets import build_network
@@ -149,6 +152,7 @@ def train_ensemble(
     sitting: Mapping | None = None,
     checkpoint_every: float | None = None,
     stop: Callable[[], bool] | None = None,
+    measurements: Sequence[str] = (),
 ) -> EnsembleResult:
     """Train one ensemble: member k is the run of ``members.config`` with ``members[k]``'s seed,
     method, parameters and step size (:class:`~plasticlab.run_config.Members`: one step size per
@@ -163,7 +167,9 @@ def train_ensemble(
     (default); ``measure_every=N`` adds network internals and gradient norm after every N-th
     step; ``forgetting`` evaluates every earlier task's test set at each task end (the
     accuracy matrix, BWT); ``measure_samples`` inputs per member (default: the measurer's) are
-    used for the feature measurements. None of them changes training.
+    used for the feature measurements; ``measurements`` names the optional task-end
+    measurements to add (:data:`plasticlab.measure.optional.MEASUREMENTS`, ``"all"`` for
+    every one; none by default). None of them changes training.
 
     ``checkpoint``: a file to save the whole training state to at every task end — and, with
     ``checkpoint_every`` seconds, between two steps of a task once that long has passed since
@@ -205,7 +211,8 @@ def train_ensemble(
     training = EnsembleTraining(members, data_dir=data_dir, device=device,
                                 threads=threads, measure=measure, measure_every=measure_every,
                                 forgetting=forgetting, measure_samples=measure_samples,
-                                backprop=backprop, prefetch=prefetch, compile=compile)
+                                backprop=backprop, prefetch=prefetch, compile=compile,
+                                measurements=measurements)
     try:
         if checkpoint is not None and training.resume(checkpoint) and on_steps is not None:
             on_steps(training.next_task * training.problem.steps_per_task + training.steps_in_flight)
@@ -289,21 +296,24 @@ class TaskInFlight:
     grad_norm: torch.Tensor | None  # the last measured task gradient's norm
     elapsed: float = 0.0  # seconds trained on it before this sitting
     started: float = field(default_factory=time.perf_counter)  # this sitting's start on it
+    reference: torch.Tensor | None = None  # what the task's start recorded for its end (churn)
 
     def to_state(self) -> dict:
         """What a checkpoint keeps of it (tensors and plain values)."""
         return {"task": self.task, "step": self.step, "correct": self.correct.cpu(),
                 "pending": [[at, {k: v.cpu() for k, v in m.items()}] for at, m in self.pending],
                 "grad_norm": None if self.grad_norm is None else self.grad_norm.cpu(),
-                "elapsed": self.elapsed + time.perf_counter() - self.started}
+                "elapsed": self.elapsed + time.perf_counter() - self.started,
+                **({} if self.reference is None else {"reference": self.reference.cpu()})}
 
     @classmethod
     def from_state(cls, state: dict, device: torch.device) -> TaskInFlight:
         """:meth:`to_state`'s output, its tensors on ``device``."""
+        reference = state.get("reference")
         return cls(state["task"], state["step"], state["correct"].to(device),
                    [(at, {k: v.to(device) for k, v in m.items()}) for at, m in state["pending"]],
                    None if state["grad_norm"] is None else state["grad_norm"].to(device),
-                   state["elapsed"])
+                   state["elapsed"], reference=None if reference is None else reference.to(device))
 
 
 class EnsembleTraining:
@@ -316,13 +326,17 @@ class EnsembleTraining:
                  device: str | torch.device = "cpu", threads: int | None = None,
                  measure: bool = True, measure_every: int | None = None, forgetting: bool = False,
                  measure_samples: int | None = None, backprop: str = "auto",
-                 prefetch: bool | None = None, compile: bool = False):
+                 prefetch: bool | None = None, compile: bool = False,
+                 measurements: Sequence[str] = ()):
         if backprop not in BACKPROPS:
             raise ValueError(f"backprop must be 'auto', 'autograd' or 'manual', got {backprop!r}")
         if measure_every is not None and int(measure_every) < 1:
             raise ValueError(f"measure_every must be >= 1 step, got {measure_every}")
         if (measure_every or forgetting) and not measure:
             raise ValueError("measure_every and forgetting need measurements on (measure=True)")
+        self.measurements = parse_measurements(measurements)
+        if self.measurements and not measure:
+            raise ValueError("optional measurements need the task-end measurements on (measure=True)")
         self.config = config = members.config
         self.members = members
         _check_member_lr(members)
@@ -357,7 +371,8 @@ class EnsembleTraining:
         self.optimizer = self.method.optimizer  # a method may replace it (CBP's adam_variant=reference)
         self.measure, self.forgetting = bool(measure), bool(forgetting)
         self.every = int(measure_every or 0)
-        self.measurer = _measurer(net, problem, config, measure_samples, forgetting) if measure else None
+        self.measurer = (_measurer(net, problem, config, measure_samples, forgetting, self.measurements)
+                         if measure else None)
         self.step = Step(net, self.method, self.optimizer, backprop=backprop, compile=compile,
                          device=device)
         # what the run has produced so far (a checkpoint's contents besides the training state)
@@ -422,6 +437,10 @@ class EnsembleTraining:
         flight = self.in_flight
         if flight is None or flight.task != task:
             flight = TaskInFlight(task, 0, torch.zeros(len(self.seeds), device=self.device), [], None)
+            if measurer is not None:
+                t0 = time.perf_counter()
+                flight.reference = measurer.task_start()
+                self.measure_time += time.perf_counter() - t0
         flight.started = started
         self.in_flight = flight
         for step in range(flight.step, steps):
@@ -453,7 +472,7 @@ class EnsembleTraining:
         self.accuracies.append(task_acc)
         if measurer is not None:
             t0 = time.perf_counter()
-            self.task_measures.append(to_host({**measurer.task_end(task, flight.grad_norm),
+            self.task_measures.append(to_host({**measurer.task_end(task, flight.grad_norm, flight.reference),
                                                **self.method.extra_measurements(measurer, task)}))
             self.step_measures.extend(_read_back(flight.pending))
             self.measure_time += time.perf_counter() - t0
@@ -489,17 +508,20 @@ class EnsembleTraining:
                                     "forgetting": self.forgetting,
                                     "samples": measurer.samples if measurer else None,
                                     "test_examples": config.test_examples,
-                                    "internals_on": config.internals_on},
+                                    "internals_on": config.internals_on,
+                                    **({"optional": list(self.measurements)}
+                                       if self.measurements else {})},
                    "method": self.method.notes(),
                    "sittings": [dict(s) for s in self.sittings]})
 
 
-def _measurer(net, problem, config: RunConfig, samples: int | None, forgetting: bool) -> Measurer:
+def _measurer(net, problem, config: RunConfig, samples: int | None, forgetting: bool,
+              measurements: tuple[str, ...] = ()) -> Measurer:
     """The run's :class:`Measurer`, under its measurement conventions (``test_examples``,
-    ``internals_on``)."""
+    ``internals_on``), with the optional ``measurements``."""
     return Measurer(net, problem, samples=samples, forgetting=forgetting,
                     test_examples=test_example_count(config.test_examples),
-                    internals_on=config.internals_on)
+                    internals_on=config.internals_on, measurements=measurements)
 
 
 def _read_back(pending: list[tuple[int, dict]]) -> list[list[dict]]:

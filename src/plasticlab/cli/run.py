@@ -24,7 +24,8 @@ from .common import (
 )
 
 # Keys a TOML run file may hold besides the config keys of SPEC §8.
-RUN_FILE_KEYS = ("seeds", "data_dir", "out", "device", "threads", "forgetting", "measure_every")
+RUN_FILE_KEYS = ("seeds", "data_dir", "out", "device", "threads", "forgetting", "measure_every",
+                 "measure")
 
 
 def build_run_request(args: argparse.Namespace) -> tuple[dict, dict]:
@@ -62,6 +63,7 @@ def _run(args: argparse.Namespace, hold: ExitStack) -> int:
     """:func:`cmd_run`, holding ``--out`` in ``hold`` once the request is checked."""
     from ..experiments.runner import run_ensemble, strict_json
     from ..loggers import make_loggers
+    from ..measure.optional import parse_measurements
     from ..problems import get_problem
 
     raw, ex = build_run_request(args)
@@ -80,6 +82,12 @@ def _run(args: argparse.Namespace, hold: ExitStack) -> int:
         raise CLIError(f"--measure-every must be >= 1 step, got {args.measure_every}")
     if args.forgetting and not get_problem(config.problem).has_test_sets:
         raise CLIError(f"--forgetting needs held-out test sets; {config.problem} has none")
+    try:
+        measurements = parse_measurements(ex.get("measure"))
+    except ValueError as e:
+        raise CLIError(f"--measure: {e}") from None
+    if args.no_measure and measurements:
+        raise CLIError("--no-measure cannot be combined with --measure")
     hold.enter_context(writing_into(out, args.no_lock))
     seeds = _unfinished_seeds(config, seeds, out, rerun=args.rerun)
     if not seeds:
@@ -90,7 +98,7 @@ def _run(args: argparse.Namespace, hold: ExitStack) -> int:
                            device=device, threads=threads,
                            progress=not args.no_progress, measure=not args.no_measure,
                            measure_every=args.measure_every, forgetting=args.forgetting,
-                           backprop=args.backprop, compile=args.compile,
+                           measurements=measurements, backprop=args.backprop, compile=args.compile,
                            checkpoint_every=args.checkpoint_every,
                            loggers=make_loggers(args.tensorboard, args.wandb),
                            resume=not args.no_resume, on_resume=_say_resumed)
@@ -183,6 +191,12 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"  {name}")
         for p in optimizer_hyperparameters(name):
             print(f"  {'':<24}{p.name} = {p.default!r}: {p.doc}")
+    from ..measure.optional import MEASUREMENTS
+
+    print("\noptional task-end measurements (--measure NAME,… or all; a sweep's measure = [...]):")
+    for name, (metrics, doc) in MEASUREMENTS.items():
+        print(f"  {name:<22} {doc}")
+        print(f"  {'':<22} records: {', '.join(metrics)}")
     print("\nrun parameters (--set KEY=VALUE or a TOML key):")
     for p in RUN_PARAMETERS:
         choices = f" ({' | '.join(p.choices)})" if p.choices else ""
@@ -248,6 +262,9 @@ def register(sub) -> None:
                           "test accuracy, ...)")
     run.add_argument("--measure-every", dest="measure_every", type=int, metavar="N",
                      help="also measure the network internals every N steps")
+    run.add_argument("--measure", metavar="NAME,…",
+                     help="optional task-end measurements to add, by name, or all (see "
+                          "`plasticlab list`; the Hessian's is the costly one)")
     run.set_defaults(func=cmd_run)
 
     lst = sub.add_parser("list", help="problems and methods with their parameters")

@@ -27,6 +27,7 @@ def run_ensemble(
     measure: bool = True,
     measure_every: int | None = None,
     forgetting: bool = False,
+    measurements: Sequence[str] = (),
     backprop: str = "auto",
     compile: bool = False,
     checkpoint_every: float | None = None,
@@ -42,9 +43,10 @@ def run_ensemble(
 
     ``loggers`` (:mod:`plasticlab.loggers`) mirror each recorded run.
 
-    ``measure``, ``measure_every`` and ``forgetting`` are passed to
+    ``measure``, ``measure_every``, ``forgetting`` and ``measurements`` are passed to
     :func:`~plasticlab.engine.train_ensemble` (task-end measurements, every-N-steps
-    measurements, the accuracy matrix); they change what is recorded, never the training.
+    measurements, the accuracy matrix, the optional measurements); they change what is
+    recorded, never the training.
     ``backprop`` (``auto`` | ``autograd`` | ``manual``) and ``compile`` (the compiled step,
     :mod:`plasticlab.step.compiled`) are passed on too.
 
@@ -67,6 +69,7 @@ def run_ensemble(
     options = dict(threads=threads, measure=measure, measure_every=measure_every,
                    forgetting=forgetting, backprop=backprop, compile=compile,
                    **({} if checkpoint_every is None else {"checkpoint_every": checkpoint_every}),
+                   **({"measurements": tuple(measurements)} if measurements else {}),
                    checkpoint=str(path))
     job = Job(members, options=options)
     run_jobs([job], out=out, data_dir=data_dir, device=device, progress=progress,

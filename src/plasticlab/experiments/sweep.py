@@ -17,6 +17,7 @@ A sweep is a plain dict (a TOML file, or a preset)::
     [per_method_lr]                      # a step size per method (e.g. the paper's best)
     [protocol]                           # SPEC §6 selection: evaluation_seeds = "100-109"
     forgetting = true                    # measure the accuracy matrix (BWT) too
+    measure = ["churn", "hessian"]       # optional task-end measurements (or "all")
     [[variants]]                         # linked settings, each expanded in turn
 
 Every point of the grid × every seed is one run. Runs that share everything an ensemble must
@@ -45,7 +46,7 @@ from .config import RUN_PARAMETERS, RunConfig, parse_seeds, resolve_config
 
 SWEEP_KEYS = ("name", "description", "problem", "problems", "method", "methods", "optimizer",
               "optimizers", "seeds", "grid", "params", "problem_params", "scale", "per_method_lr",
-              "protocol", "forgetting", "variants", "optimizer_params",
+              "protocol", "forgetting", "measure", "variants", "optimizer_params",
               *(p.name for p in RUN_PARAMETERS if p.name != "optimizer"))
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..measure.optional import parse_measurements
 from . import bench
 from .executor import Job, default_workers
 from .orchestrate import (
@@ -159,6 +160,8 @@ def plan_sweep(sweep: dict, name: str, out: Path, request: SweepRequest) -> Swee
     split_for = workers if str(request.device).startswith("cpu") else 1
     grid_plan = plan(grid_runs, out, max_members, workers=split_for, rerun=request.rerun)
     options = {"forgetting": True} if sweep.get("forgetting") else {}
+    if measurements := parse_measurements(sweep.get("measure")):
+        options["measurements"] = measurements
     if request.compile:
         options["compile"] = True
     if request.checkpoint_every is not None:

@@ -33,6 +33,9 @@ What is measured, per member (definitions in :mod:`plasticlab.metrics`):
 - **forgetting** (opt-in): the row A[j, 0..j] of the accuracy matrix — every task's test set
   evaluated after task j — from which :func:`plasticlab.metrics.bwt` and
   :func:`~plasticlab.metrics.one_step_bwt` follow.
+- **the optional measurements** (opt-in, each by name: :mod:`plasticlab.measure.optional`):
+  effective learning rate, feature norm and variance, active fraction, rank variants, the
+  Hessian's top eigenvalue, churn, zero-gradient ratio, distance to θ₀.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from ..nets.layers import EnsembleLinear
 from ..nets.units import dormant_mask, unit_activity
 from ..problems.base import Problem, TaskData
 from . import folded_permutation
+from .optional import TaskEndMeasurements
 
 DEFAULT_SAMPLES = 500
 """Inputs of the current task per member on which the feature measurements are made."""
@@ -60,7 +64,7 @@ INTERNALS = ("weight_magnitude", "weight_magnitude_per_layer", "srank", "effecti
              "dormant_fraction_per_layer")
 """The names :meth:`Measurer.internals` returns."""
 
-COUNTS = ("srank",)
+COUNTS = ("srank", "approximate_rank", "feature_rank", "matrix_rank")
 """Metrics whose values are whole numbers (reported as ints)."""
 
 INTERNALS_ON = ("current", "next")
@@ -202,14 +206,16 @@ def held_out_accuracy(net: EnsembleNet, problem: Problem, task: int, chunk: int 
 
 @torch.no_grad()
 def network_internals(net: EnsembleNet, x: torch.Tensor,
-                      dormant_threshold: float = metrics.DORMANT_THRESHOLD) -> dict[str, torch.Tensor]:
+                      dormant_threshold: float = metrics.DORMANT_THRESHOLD,
+                      optional: TaskEndMeasurements | None = None) -> dict[str, torch.Tensor]:
     """Every internal measurement of the ensemble on inputs ``x`` ``[K, n, …]``: see the module
     docstring. Returns float64 device tensors named as :data:`INTERNALS`: ``[K]`` for overall
     values, ``[K, L]`` per hidden layer, ``[K, A]`` per affine layer. A member whose features
-    are not finite (a diverged run) gets NaN ranks."""
+    are not finite (a diverged run) gets NaN ranks. ``optional``: also its measurements of the
+    same features and singular values (:meth:`TaskEndMeasurements.from_features`)."""
     _, features = net(x, return_features=True)
     activity = [unit_activity(f) for f in features]  # E|h_i| [K, U], shared by the unit counts
-    ranks, eranks = [], []
+    ranks, eranks, svs, finites = [], [], [], []
     for f, a in zip(features, activity, strict=True):
         phi = metrics.feature_matrix(f)
         try:
@@ -221,11 +227,13 @@ def network_internals(net: EnsembleNet, x: torch.Tensor,
         nan = torch.full(finite.shape, float("nan"), dtype=torch.float64, device=phi.device)
         ranks.append(torch.where(finite, metrics.srank(sv).double(), nan))
         eranks.append(torch.where(finite, metrics.effective_rank(sv), nan))
+        svs.append(sv)
+        finites.append(finite)
     dead, dead_layers = metrics.unit_fractions([a == 0 for a in activity])
     dormant, dormant_layers = metrics.unit_fractions([dormant_mask(a, dormant_threshold)
                                                       for a in activity])
     layers = [(layer.weight, layer.bias) for layer in net.affine_layers]
-    return {
+    out = {
         "weight_magnitude": metrics.weight_magnitude(net.regularized_parameters()),
         "weight_magnitude_per_layer": metrics.layer_weight_magnitude(layers),
         "srank": torch.stack(ranks, dim=1),
@@ -235,6 +243,9 @@ def network_internals(net: EnsembleNet, x: torch.Tensor,
         "dormant_fraction": dormant,
         "dormant_fraction_per_layer": dormant_layers,
     }
+    if optional is not None:
+        out |= optional.from_features(features, svs, finites)
+    return out
 
 
 class Measurer:
@@ -245,13 +256,15 @@ class Measurer:
     ``forgetting``: also evaluate every earlier task's test set at each task end (the accuracy
     matrix); ``test_examples``: test accuracy on the first N of each member's seed-shuffled test
     set (None: all of it); ``internals_on``: see :data:`INTERNALS_ON`; ``test_chunk``: test
-    examples per member per forward pass. Results stay on the device until :func:`to_host`.
+    examples per member per forward pass; ``measurements``: the optional task-end measurements
+    asked for (:data:`plasticlab.measure.optional.MEASUREMENTS`; made here, before training:
+    the parameters now are θ₀). Results stay on the device until :func:`to_host`.
     """
 
     def __init__(self, net: EnsembleNet, problem: Problem, *, samples: int | None = None,
                  forgetting: bool = False, dormant_threshold: float = metrics.DORMANT_THRESHOLD,
                  test_chunk: int = TEST_CHUNK, test_examples: int | None = None,
-                 internals_on: str = "current"):
+                 internals_on: str = "current", measurements: tuple[str, ...] = ()):
         if internals_on not in INTERNALS_ON:
             raise ValueError(f"internals_on must be one of {', '.join(INTERNALS_ON)}, got {internals_on!r}")
         if internals_on == "next" and not problem.has_test_sets:
@@ -270,21 +283,35 @@ class Measurer:
         self.samples, self.forgetting = int(samples), bool(forgetting)
         self.test_examples, self.internals_on = test_examples, internals_on
         self.dormant_threshold, self.test_chunk = float(dormant_threshold), int(test_chunk)
-        self._inputs: torch.Tensor | None = None
+        self._examples: tuple[torch.Tensor, torch.Tensor] | None = None
         self._inputs_task = -1
+        self.optional = (TaskEndMeasurements(net, problem, measurements, self.samples)
+                         if measurements else None)
 
-    def inputs(self) -> torch.Tensor:
-        """The current task's measurement batch ``[K, samples, …]`` (drawn once per task): its
-        training inputs, or with ``internals_on="next"`` the next task's first test inputs."""
-        if self._inputs is None or self._inputs_task != self.problem.task:
+    def examples(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The current task's measurement batch ``[K, samples, …]`` and its labels
+        ``[K, samples]`` (drawn once per task): its training examples, or with
+        ``internals_on="next"`` the next task's first test examples."""
+        if self._examples is None or self._inputs_task != self.problem.task:
             task = self.problem.task
             if self.internals_on == "current":
-                self._inputs = self.problem.sample_inputs(self.samples, "measure")
+                self._examples = self.problem.sample_examples(self.samples, "measure")
             else:
-                self._inputs = self.problem.test_examples(min(task + 1, self.problem.tasks - 1),
-                                                          self.samples)[0]
+                self._examples = self.problem.test_examples(min(task + 1, self.problem.tasks - 1),
+                                                            self.samples)
             self._inputs_task = task
-        return self._inputs
+        return self._examples
+
+    def inputs(self) -> torch.Tensor:
+        """The inputs of :meth:`examples`."""
+        return self.examples()[0]
+
+    def task_start(self) -> torch.Tensor | None:
+        """What a task's start records for its end (the stream on the task, the network as it
+        starts it): the churn reference logits when churn is asked for, else None."""
+        if self.optional is None or not self.optional.wants_reference:
+            return None
+        return self.optional.reference()
 
     def internals(self) -> dict[str, torch.Tensor]:
         """:func:`network_internals` on the current task's measurement batch."""
@@ -295,11 +322,18 @@ class Measurer:
         ``[K]``; None without test sets."""
         return held_out_accuracy(self.net, self.problem, task, self.test_chunk, self.test_examples)
 
-    def task_end(self, task: int, grad_norm: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    def task_end(self, task: int, grad_norm: torch.Tensor | None = None,
+                 reference: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """All task-end measurements of ``task`` (the stream must still be on it): the
-        internals, ``grad_norm`` as given, ``task_test_accuracy`` (problems with test sets) and,
-        with forgetting, ``accuracy_row`` ``[K, task+1]`` = A[task, 0..task]."""
-        out = self.internals()
+        internals, ``grad_norm`` as given, ``task_test_accuracy`` (problems with test sets),
+        with forgetting ``accuracy_row`` ``[K, task+1]`` = A[task, 0..task], and the optional
+        measurements asked for (``reference``: what :meth:`task_start` recorded)."""
+        if self.optional is None:
+            out = self.internals()
+        else:
+            x, y = self.examples()
+            out = network_internals(self.net, x, self.dormant_threshold, self.optional)
+            out |= self.optional.from_network(x, y, task, reference)
         if grad_norm is not None:
             out["grad_norm"] = grad_norm
         if self.forgetting:

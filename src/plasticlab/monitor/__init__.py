@@ -28,6 +28,12 @@ What it measures (definitions: SPEC §5 and :mod:`plasticlab.metrics`, whose fun
   being the parameters when the monitor was made (make it before the first update, as L2 Init).
 - **gradient**: ‖∇‖₂ of the last backward (``grad_norm``), read from the parameters' ``.grad``
   (no extra pass), overall and per module; NaN where no gradient is there.
+- **optional measurements** (``measurements=[...]``, none by default; :mod:`~plasticlab.monitor.extras`):
+  effective learning rate ‖g‖/‖θ‖ and zero-gradient ratio of the last backward per module,
+  distance to θ₀ per module, feature norm and variance, the active fraction suited to each
+  activation (ReLU h > 0, tanh |h| ≤ 0.99, sigmoid in [0.01, 0.99]) and the rank variants per
+  layer, churn of the outputs since the probe was set; and ``hessian=HessianProbe(...)``, the
+  Hessian's top eigenvalue every M steps (definitions: docs/measurements.md).
 - **trainability** (optional, off by default): every M steps a copy of the model is fitted for
   k full-batch steps to fresh random labels on the probe inputs; the loss reduction
   (L₀ − L_k) / L₀ is how much the network can still learn. It costs a model copy and k
@@ -48,10 +54,12 @@ measurement (optional extras, as for runs).
 The package, one concern a module (each imports only from those listed before it):
 
 - :mod:`~plasticlab.monitor.history` — :class:`MonitorHistory`, the tidy table (CSV, pandas);
+- :mod:`~plasticlab.monitor.extras` — the optional measurements, per layer and per module;
 - :mod:`~plasticlab.monitor.measurements` — what one probe pass and the parameters measure, read
   back in one transfer; θ₀ and the parameter groups;
 - :mod:`~plasticlab.monitor.capture` — the feature modules and the forward hooks of the probe pass;
 - :mod:`~plasticlab.monitor.probe` — :class:`TrainabilityProbe` and its fit of a model copy;
+- :mod:`~plasticlab.monitor.hessian_probe` — :class:`HessianProbe`, the Hessian's top eigenvalue;
 - :mod:`~plasticlab.monitor.alerts` — :class:`Thresholds`, :class:`PlasticityWarning`, the checks;
 - :mod:`~plasticlab.monitor.mirrors` — TensorBoard and W&B, :mod:`plasticlab.loggers`' writer and
   run with the monitor's tags;
@@ -62,11 +70,12 @@ The package, one concern a module (each imports only from those listed before it
 from .alerts import L2_INIT_FIX as L2_INIT_FIX
 from .alerts import Alert, PlasticityWarning, Thresholds
 from .capture import ACTIVATION_TYPES, find_activation_modules
+from .hessian_probe import HessianProbe
 from .history import OVERALL as OVERALL
 from .history import MonitorHistory
 from .mirrors import PREFIX as PREFIX
 from .monitor import Monitor
 from .probe import TrainabilityProbe
 
-__all__ = ["ACTIVATION_TYPES", "Alert", "Monitor", "MonitorHistory", "PlasticityWarning", "Thresholds",
-           "TrainabilityProbe", "find_activation_modules"]
+__all__ = ["ACTIVATION_TYPES", "Alert", "HessianProbe", "Monitor", "MonitorHistory", "PlasticityWarning",
+           "Thresholds", "TrainabilityProbe", "find_activation_modules"]

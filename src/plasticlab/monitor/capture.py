@@ -83,6 +83,21 @@ def to_device(probe, device: torch.device):
     return probe
 
 
+@torch.no_grad()
+def probe_pass(model: nn.Module, probe, cuda_devices: list[int]):
+    """``model``'s output on ``probe`` in one no-grad pass in eval mode, under a forked RNG
+    state (of the CPU and ``cuda_devices``), every module's mode restored after: training goes
+    on as if it had not happened."""
+    modes = [(m, m.training) for m in model.modules()]
+    with torch.random.fork_rng(devices=cuda_devices):
+        model.eval()
+        try:
+            return call(model, probe)
+        finally:
+            for m, training in modes:
+                m.training = training
+
+
 def remove_hooks(handles: list) -> None:
     """Remove the hooks of ``handles`` and empty the list."""
     for h in handles:
@@ -96,11 +111,14 @@ class Capture:
     the monitor, so a monitor that is no longer referenced is collected (and any hook left
     removed)."""
 
-    def __init__(self, unit_dim: int, dormant_threshold: float):
+    def __init__(self, unit_dim: int, dormant_threshold: float, extras: frozenset[str] = frozenset(),
+                 rules: dict[str, str | None] | None = None):
         self.unit_dim, self.dormant_threshold = unit_dim, dormant_threshold
+        self.extras, self.rules = extras, dict(rules or {})  # optional measurements; rule per module
         self.layers: dict[str, dict] = {}
         self.calls: dict[str, int] = {}
         self.handles: list = []
+        self.output = None  # the model's output in the last probe pass
 
     def hook(self, name: str) -> Callable:
         """The forward hook of module ``name``: measures its output into :attr:`layers`."""
@@ -115,7 +133,8 @@ class Capture:
             self.calls[name] = calls + 1
             key = name if calls == 0 else f"{name}#{calls}"
             # Measured here, at once: a later in-place op (x += skip) cannot change it.
-            self.layers[key] = layer_measurements(output, self.unit_dim, self.dormant_threshold)
+            self.layers[key] = layer_measurements(output, self.unit_dim, self.dormant_threshold,
+                                                  self.extras, self.rules.get(name))
         return record
 
     @torch.no_grad()
@@ -126,18 +145,14 @@ class Capture:
 
         The pass runs under a forked RNG state (of the CPU and ``cuda_devices``) and every
         module's mode is restored after, so training goes on as if it had not happened."""
-        modes = [(m, m.training) for m in model.modules()]
         self.layers, self.calls = {}, {}
-        with torch.random.fork_rng(devices=cuda_devices):
-            model.eval()
-            try:
-                self.handles.extend(module.register_forward_hook(self.hook(name))
-                                    for name, module in hooked)
-                call(model, probe)
-            finally:
-                remove_hooks(self.handles)
-                for m, training in modes:
-                    m.training = training
+        try:
+            self.handles.extend(module.register_forward_hook(self.hook(name))
+                                for name, module in hooked)
+            output = probe_pass(model, probe, cuda_devices)
+            self.output = output if "churn" in self.extras else None  # kept for churn alone
+        finally:
+            remove_hooks(self.handles)
         layers = self.layers
         self.layers, self.calls = {}, {}
         if not layers:

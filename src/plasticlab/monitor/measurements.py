@@ -14,6 +14,7 @@ from torch import nn
 
 from .. import metrics
 from ..nets.units import dormant_mask, unit_activity
+from .extras import COUNTS, layer_extras
 
 
 def _as_units(f: torch.Tensor, unit_dim: int) -> torch.Tensor:
@@ -30,10 +31,12 @@ def _as_units(f: torch.Tensor, unit_dim: int) -> torch.Tensor:
     return f.reshape(f.shape[0], f.shape[1], -1, 1).unsqueeze(0)
 
 
-def layer_measurements(features: torch.Tensor, unit_dim: int, dormant_threshold: float) -> dict:
+def layer_measurements(features: torch.Tensor, unit_dim: int, dormant_threshold: float,
+                       extras: frozenset[str] = frozenset(), rule: str | None = None) -> dict:
     """Per-layer measurements of one probe pass (device tensors; nothing read back): the
     ``dead`` and ``dormant`` unit masks, ``srank`` and ``effective_rank`` (NaN where the
-    features are not finite)."""
+    features are not finite), and the optional ``extras`` asked for
+    (:func:`~plasticlab.monitor.extras.layer_extras`; ``rule``: the activation's rule of active)."""
     f = features.detach()
     if f.dtype not in (torch.float32, torch.float64):
         f = f.float()
@@ -51,6 +54,7 @@ def layer_measurements(features: torch.Tensor, unit_dim: int, dormant_threshold:
         "dormant": dormant_mask(activity, dormant_threshold),
         "srank": torch.where(finite, metrics.srank(sv).double(), nan),
         "effective_rank": torch.where(finite, metrics.effective_rank(sv), nan),
+        **(layer_extras(f, phi, sv, finite, extras, rule) if extras else {}),
     }
 
 
@@ -129,10 +133,13 @@ def _gradients(base: ParameterBaseline, device: torch.device) -> list[torch.Tens
 
 
 @torch.no_grad()
-def measure(layers: dict[str, dict], base: ParameterBaseline) -> dict:
+def measure(layers: dict[str, dict], base: ParameterBaseline,
+            extras: dict[str, torch.Tensor] | None = None) -> dict:
     """The measurements of a step as a flat dict (whole-network values under their metric's
     name, per-layer and per-module ones under ``metric/name``), from the per-layer
-    :func:`layer_measurements` of a probe pass and the parameters now."""
+    :func:`layer_measurements` of a probe pass and the parameters now; ``extras``: the optional
+    measurements as ``key → one-value tensor`` (:func:`~plasticlab.monitor.extras.row_extras`),
+    read back in the same transfer."""
     names = list(layers)
     dead, dead_layers = metrics.unit_fractions([layers[n]["dead"] for n in names])
     dormant, dormant_layers = metrics.unit_fractions([layers[n]["dormant"] for n in names])
@@ -140,8 +147,9 @@ def measure(layers: dict[str, dict], base: ParameterBaseline) -> dict:
     erank = torch.cat([layers[n]["effective_rank"] for n in names])
     device = base.device
     # One read-back for everything.
+    extras = extras or {}
     tensors = [dead, dormant, dead_layers[0], dormant_layers[0], srank, erank,
-               *_weights(base, device), *_gradients(base, device)]
+               *_weights(base, device), *_gradients(base, device), *extras.values()]
     it = iter(torch.cat([t.to(device) for t in tensors]).tolist())
     out = {"dead_fraction": next(it), "dormant_fraction": next(it)}
     per_layer = {m: [next(it) for _ in names] for m in ("dead_fraction", "dormant_fraction")}
@@ -157,4 +165,7 @@ def measure(layers: dict[str, dict], base: ParameterBaseline) -> dict:
         out |= {f"{metric}/{n}": v for n, v in zip(names, vals, strict=True)}
     for metric, vals in per_module.items():
         out |= {f"{metric}/{n}": v for n, v in zip(modules, vals, strict=True)}
+    for key in extras:
+        v = next(it)
+        out[key] = int(v) if key.partition("/")[0] in COUNTS and math.isfinite(v) else v
     return out

@@ -11,12 +11,15 @@ import torch
 from torch import nn
 
 from .. import metrics
+from ..measure.active_units import rule_for_module
 from .alerts import AlertChecks, Thresholds
-from .capture import Capture, feature_modules, remove_hooks, to_device
+from .capture import Capture, feature_modules, probe_pass, remove_hooks, to_device
+from .extras import FEATURE_MEASUREMENTS, parse_monitor_measurements, row_extras
+from .hessian_probe import HessianProbe, hessian_eigenvalue
 from .history import MonitorHistory
 from .measurements import ParameterBaseline, measure
 from .mirrors import make_mirrors
-from .probe import TrainabilityProbe, trainability
+from .probe import TrainabilityProbe, output_tensor, trainability
 
 
 def _close_all(closers: list) -> None:
@@ -74,6 +77,14 @@ class Monitor:
     seed:
         seed of the trainability probe's random targets (drawn from a generator of the
         monitor's own, never from the global RNG).
+    measurements:
+        optional measurements to add at each measurement, by name (``all``: every one):
+        ``effective_lr``, ``feature_stats``, ``active_fraction``, ``rank_variants``, ``churn``,
+        ``zero_grad_ratio``, ``distance_to_init`` (:mod:`plasticlab.monitor.extras`; none by
+        default). Churn compares the outputs with those when the probe was set.
+    hessian:
+        ``None`` (default: off) or a :class:`HessianProbe`: the Hessian's top eigenvalue
+        every M steps.
     """
 
     def __init__(self, model: nn.Module, probe, *, every: int = 100,
@@ -81,7 +92,8 @@ class Monitor:
                  dormant_threshold: float = metrics.DORMANT_THRESHOLD,
                  thresholds: Thresholds | None = Thresholds(),  # noqa: B008 - frozen, shared safely
                  trainability: TrainabilityProbe | int | None = None,
-                 tensorboard=None, wandb=None, seed: int = 0):
+                 tensorboard=None, wandb=None, seed: int = 0,
+                 measurements: Sequence[str] | str = (), hessian: HessianProbe | None = None):
         if not isinstance(model, nn.Module):
             raise TypeError(f"Monitor needs an nn.Module, got {type(model).__name__}")
         if int(every) < 1:
@@ -96,6 +108,10 @@ class Monitor:
             raise TypeError(f"trainability must be None, a TrainabilityProbe or a number of steps, "
                             f"got {trainability!r}")
         self.trainability = trainability
+        if hessian is not None and not isinstance(hessian, HessianProbe):
+            raise TypeError(f"hessian must be None or a HessianProbe, got {hessian!r}")
+        self.hessian = hessian
+        self.measurements = frozenset(parse_monitor_measurements(measurements))
         self.steps = 0
         self.history = MonitorHistory()
         self._checks = AlertChecks()
@@ -104,14 +120,21 @@ class Monitor:
 
         # The feature modules. Their forward hooks are attached for the probe pass only
         # (Capture.run), so training forwards run without them and the model stays picklable.
-        self._capture = Capture(unit_dim, float(dormant_threshold))
         self.layer_names = feature_modules(model, layers)
         modules = dict(model.named_modules())
         self._hooked = [(name, modules[name]) for name in self.layer_names]
+        rules = {name: rule_for_module(module) for name, module in self._hooked}
+        if "active_fraction" in self.measurements and not any(rules.values()):
+            raise ValueError("Monitor: active_fraction is defined for the outputs of nn.ReLU, "
+                             "nn.ReLU6, nn.Tanh, nn.Hardtanh, nn.Sigmoid and nn.Hardsigmoid; none "
+                             "of the hooked layers is one")
+        self._capture = Capture(unit_dim, float(dormant_threshold),
+                                self.measurements & (FEATURE_MEASUREMENTS | {"churn"}), rules)
         self._handles = self._capture.handles  # the hooks attached now (empty outside a probe pass)
 
         # θ₀ and the parameter groups (one per module owning trainable parameters).
         self._baseline = ParameterBaseline(model)
+        self._reference = self._reference_outputs()  # churn: the outputs when the probe was set
 
         # Mirrors, then the finalizer that undoes hooks and closes mirrors at close() or GC.
         self._mirrors = make_mirrors(tensorboard, wandb)
@@ -122,6 +145,14 @@ class Monitor:
     def set_probe(self, probe) -> None:
         """Use ``probe`` for the measurements from now on (e.g. inputs of a new task)."""
         self.probe, self._probe_cache = probe, None
+        self._reference = self._reference_outputs()
+
+    def _reference_outputs(self) -> torch.Tensor | None:
+        """With churn asked for, the model's outputs on the probe now (a probe pass), else None."""
+        if "churn" not in self.measurements:
+            return None
+        out = probe_pass(self.model, self._probe_on_device(), self._baseline.cuda_devices())
+        return output_tensor(out).detach()
 
     def _probe_on_device(self):
         device = self._baseline.device
@@ -137,9 +168,10 @@ class Monitor:
         self.steps += 1
         measure = self.steps % self.every == 0
         train = self.trainability is not None and self.steps % self.trainability.every == 0
-        if not (measure or train):
+        curvature = self.hessian is not None and self.steps % self.hessian.every == 0
+        if not (measure or train or curvature):
             return None
-        return self._record(measure, train, stacklevel=3)
+        return self._record(measure, train, stacklevel=3, curvature=curvature)
 
     def measure(self, trainability: bool = False) -> dict:
         """Measure now, at the current step count (e.g. once before training for step 0);
@@ -150,14 +182,20 @@ class Monitor:
             raise ValueError("measure(trainability=True) needs Monitor(..., trainability=...)")
         return self._record(True, trainability, stacklevel=3)
 
-    def _record(self, measure_now: bool, train: bool, stacklevel: int) -> dict:
+    def _record(self, measure_now: bool, train: bool, stacklevel: int, curvature: bool = False) -> dict:
         if self.closed:
             raise RuntimeError("Monitor: closed; make a new one to go on measuring")
         row: dict = {"step": self.steps}
         if measure_now:
             layers = self._capture.run(self.model, self._hooked, self._probe_on_device(),
                                        self._baseline.cuda_devices())
-            row |= measure(layers, self._baseline)
+            output = self._capture.output
+            extras = row_extras(layers, self._baseline, self.measurements, self._reference,
+                                None if output is None else output_tensor(output))
+            row |= measure(layers, self._baseline, extras)
+        if curvature:
+            row |= hessian_eigenvalue(self.model, self._probe_on_device(), self.hessian,
+                                      self._baseline.cuda_devices())
         if train:
             row |= trainability(self.model, self._probe_on_device(), self.trainability,
                                 self._generator, self._baseline.cuda_devices())

@@ -55,7 +55,7 @@ class TrainabilityProbe:
         return cls(params, lr=self.lr)
 
 
-def _first_tensor(out) -> torch.Tensor:
+def output_tensor(out) -> torch.Tensor:
     """The output tensor of a model that returns a tensor, a tuple (its first) or a dict (its
     ``"logits"``)."""
     if torch.is_tensor(out):
@@ -80,7 +80,7 @@ def trainability(model: nn.Module, probe, config: TrainabilityProbe, generator: 
             p.grad = None
         optimizer = config.make_optimizer(params)
         with torch.no_grad():
-            out = _first_tensor(call(clone, probe))
+            out = output_tensor(call(clone, probe))
         if config.target == "labels":
             if out.dim() != 2 or out.shape[1] < 2:
                 raise ValueError(f"trainability probe with random labels needs [n, classes] "
@@ -93,7 +93,7 @@ def trainability(model: nn.Module, probe, config: TrainabilityProbe, generator: 
         targets = targets.to(out.device)
 
         def loss():
-            return loss_fn(_first_tensor(call(clone, probe)), targets)
+            return loss_fn(output_tensor(call(clone, probe)), targets)
 
         with torch.no_grad():
             start = loss().item()

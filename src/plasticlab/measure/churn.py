@@ -1,0 +1,40 @@
+"""Churn across a task: how much training on one task changes the network's outputs on a fixed
+reference batch (bluecontra/C-CHAIN, Tang et al. ICML 2025, ``crl_minatar/agents/
+double_dqn_c_chain.py`` ``invest_policy_churn``: the mean |Q_now − Q_before| and the fraction of
+states whose greedy action changed, on a reference batch of states).
+
+plasticlab fixes the reference batch X_ref for each task — ``samples`` training inputs of the
+task, a stream of their own (``problem.sample_inputs(n, "churn")``) — records the logits
+z₀(x) of the network that starts the task (after the previous task's boundary action, if the
+method has one) and compares them with the logits z₁(x) of the network that ends it. C-CHAIN
+measures churn over a window of updates; here the window is the whole task. Definitions:
+docs/measurements.md.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _check(before: torch.Tensor, after: torch.Tensor) -> None:
+    if before.shape != after.shape or before.dim() != 3:
+        raise ValueError(f"churn compares logits [K, n, classes] of the same reference batch, got "
+                         f"{tuple(before.shape)} and {tuple(after.shape)}")
+
+
+def churn(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
+    """Output churn (1/(n·C)) Σₓ Σ_c |z₁(x)_c − z₀(x)_c|: the mean absolute change of the
+    logits over the n reference inputs and C outputs, ``[K]`` float64 (C-CHAIN's
+    ``q_diff_abs``)."""
+    _check(before, after)
+    return (after.detach().double() - before.detach().double()).abs().flatten(1).mean(1)
+
+
+def prediction_churn(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
+    """Prediction churn: the fraction of reference inputs whose predicted class argmax_c z(x)_c
+    changed, ``[K]`` float64 (C-CHAIN's ``greedy_a_diff``)."""
+    _check(before, after)
+    return (after.argmax(-1) != before.argmax(-1)).double().mean(1)
+
+
+__all__ = ["churn", "prediction_churn"]
