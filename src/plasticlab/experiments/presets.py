@@ -146,7 +146,8 @@ def forgetting() -> dict:
 FIELD_PROBLEMS = ("permuted_mnist", "random_label_mnist")
 FIELD_METHODS = ("snr", "hare_tortoise", "parseval", "swr", "full_reset", "head_reset", "fire")
 """The methods of SPEC §10 (UPGD is an optimizer: :data:`FIELD_OPTIMIZERS`)."""
-TOOLKIT_METHODS: tuple[str, ...] = ("weight_clip", "normalize_project", "spectral", "wasserstein_init")
+TOOLKIT_METHODS: tuple[str, ...] = ("weight_clip", "normalize_project", "spectral", "wasserstein_init",
+                                     "deep_fourier", "plasticity_injection")
 """The methods the other plasticity toolkits have (issue 47), each with its ``field-METHOD-PROBLEM``
 grid preset; they join the ``field-PROBLEM`` comparisons once those studies are extended."""
 FIELD_OPTIMIZERS = {"upgd": (1e-2, {}), "upgd_nonprotecting": (1e-3, {"beta": 0.9})}

@@ -10,7 +10,8 @@ first layer's outputs equal up to rounding (a different matmul), so the accuraci
 predictions whose top two logits are that close.
 
 Applies: members whose test examples share one image set under per-member permutations, a
-network whose first layer is an :class:`plasticlab.nets.EnsembleLinear`, outside
+network whose first layer is an :class:`plasticlab.nets.EnsembleLinear` and that adds no
+frozen heads to its logits, outside
 :func:`plasticlab.fast.plain_forms`.
 Test: ``tests/test_measurements.py`` (every MLP variant against the test set),
 ``tests/test_fast_kernels.py``.
@@ -33,7 +34,9 @@ from ..problems.base import Problem, TaskData
 
 def applies(net: EnsembleNet, parts: Sequence[TaskData]) -> bool:
     """Whether :func:`held_out_accuracy` evaluates ``net`` on the members' test ``parts``."""
-    return (enabled() and isinstance(net.blocks[0].affine, EnsembleLinear)
+    # the blocks are run here one by one: a network with frozen heads added to its logits
+    # (plasticity injection) is evaluated through its own forward
+    return (enabled() and isinstance(net.blocks[0].affine, EnsembleLinear) and net.head_offset is None
             and parts[0].perm is not None and all(p.x is parts[0].x for p in parts))
 
 

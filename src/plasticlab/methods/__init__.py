@@ -9,6 +9,7 @@ from .base import Method, MethodContext, Needs, PenaltyMethod
 from .baseline import Baseline
 from .cbp import ContinualBackprop
 from .concat_relu import ConcatReLU
+from .deep_fourier import DeepFourierFeatures
 from .dash import DirectionAwareShrinking
 from .ewc import EWCMethod
 from .fire import FIRE
@@ -23,6 +24,7 @@ from .l2_init_resample import L2InitResampleMethod
 from .layer_norm import LayerNorm
 from .normalize_project import NormalizeProjectMethod
 from .parseval import ParsevalMethod
+from .plasticity_injection import PlasticityInjectionMethod
 from .redo import ReDo
 from .regrama import ReGraMa
 from .shrink_perturb import ShrinkPerturbMethod
@@ -41,7 +43,8 @@ METHODS: dict[str, type[Method]] = {
                               SelectiveWeightReinit, FullReset, HeadReset, FIRE,
                               # the other toolkits' methods (issue 47)
                               WeightClipMethod, NormalizeProjectMethod, SpectralMethod,
-                              WassersteinInitMethod, ReGraMa, DirectionAwareShrinking)
+                              WassersteinInitMethod, ReGraMa, DirectionAwareShrinking,
+                              DeepFourierFeatures, PlasticityInjectionMethod)
 }
 
 

@@ -17,11 +17,12 @@ from .network import (
     concat_relu_scale,
     hidden_sizes,
     layer_plan,
+    matched_scale,
     plan_parameter_count,
 )
 
 __all__ = [
     "ACTIVATIONS", "INIT_SCHEMES", "Block", "EnsembleConv2d", "EnsembleLayerNorm",
     "EnsembleLinear", "EnsembleNet", "build_network", "concat_relu", "hidden_sizes", "max_pool",
-    "relu", "concat_relu_scale", "layer_plan", "plan_parameter_count",
+    "relu", "concat_relu_scale", "layer_plan", "matched_scale", "plan_parameter_count",
 ]

@@ -104,7 +104,13 @@ def concat_relu(h: torch.Tensor) -> torch.Tensor:
     return torch.relu(torch.cat([h, -h], dim=2))
 
 
-ACTIVATIONS = {"relu": (relu, 1), "concat_relu": (concat_relu, 2)}
+def deep_fourier(h: torch.Tensor) -> torch.Tensor:
+    """Deep Fourier features [sin(h), cos(h)] along the feature/channel dim (dim 2): doubles the
+    features (Lewandowski, Schuurmans & Machado, ICLR 2025)."""
+    return torch.cat([torch.sin(h), torch.cos(h)], dim=2)
+
+
+ACTIVATIONS = {"relu": (relu, 1), "concat_relu": (concat_relu, 2), "deep_fourier": (deep_fourier, 2)}
 """name → (function, factor by which it multiplies the number of features)."""
 
 

@@ -16,6 +16,7 @@ from torch import nn
 
 from . import init as init_schemes
 from . import pool_before_relu
+from .injection import FrozenHeads
 from .layers import ACTIVATIONS, EnsembleConv2d, EnsembleLayerNorm, EnsembleLinear, max_pool
 
 
@@ -58,6 +59,8 @@ class EnsembleNet(nn.Module):
         self.blocks = nn.ModuleList(blocks)
         self.members = members
         self.init = init_schemes.check_scheme(init)
+        # plasticity injection's frozen heads, added to the logits (None: a plain network)
+        self.head_offset: FrozenHeads | None = None
 
     @property
     def hidden_blocks(self) -> list[Block]:
@@ -69,16 +72,25 @@ class EnsembleNet(nn.Module):
 
     def forward(self, x: torch.Tensor, return_features: bool = False):
         """Logits ``[K, B, outputs]``; with ``return_features``, also each hidden block's
-        post-activation features (before pooling)."""
+        post-activation features (before pooling). With :attr:`head_offset`, the frozen heads'
+        Σ_j h_{θ_j}(z) is added, z being what the first of its last ``layers`` blocks reads."""
         features = []
         h = x
-        for block in self.blocks[:-1]:
+        head_from = len(self.blocks) - self.head_offset.layers if self.head_offset is not None else -1
+        head_input = x
+        for i, block in enumerate(self.blocks[:-1]):
+            if i == head_from:
+                head_input = h
             if return_features:
                 f, h = block(h)
                 features.append(f)
             else:
                 h = block.output(h)
         logits = self.blocks[-1].pre_activation(h)
+        if self.head_offset is not None:
+            frozen = self.head_offset(h if head_from == len(self.blocks) - 1 else head_input)
+            if frozen is not None:
+                logits = logits + frozen
         return (logits, features) if return_features else logits
 
     def regularized_parameters(self) -> list[nn.Parameter]:
@@ -194,16 +206,24 @@ def plan_parameter_count(plan: list[dict], layer_norm: bool = False) -> int:
 
 def concat_relu_scale(arch: str, input_shape: tuple[int, ...], num_outputs: int, *,
                       width: float = 1.0, extra_layers: int = 0) -> float:
-    """The hidden-width multiplier s for a Concat ReLU network: the smallest s on a 0.01 grid
-    whose CReLU network has at least as many parameters as the plain ReLU network (CReLU
-    doubles each next layer's fan-in). 1 − s is the fraction of units removed: 0.09 for the
-    MLP, 0.27 for the CNN with 10 or 2 outputs, 0.31 with 100 (the paper's numbers)."""
+    """The hidden-width multiplier s for a Concat ReLU network (:func:`matched_scale`). 1 − s
+    is the fraction of units removed: 0.09 for the MLP, 0.27 for the CNN with 10 or 2 outputs,
+    0.31 with 100 (the paper's numbers)."""
+    return matched_scale(arch, input_shape, num_outputs, "concat_relu", width=width,
+                         extra_layers=extra_layers)
+
+
+def matched_scale(arch: str, input_shape: tuple[int, ...], num_outputs: int, activation: str, *,
+                  width: float = 1.0, extra_layers: int = 0) -> float:
+    """The hidden-width multiplier s for a network with ``activation``: the smallest s on a
+    0.01 grid whose network has at least as many parameters as the plain ReLU network (an
+    activation that doubles the features doubles each next layer's fan-in)."""
     common = {"width": width, "extra_layers": extra_layers}
     target = plan_parameter_count(layer_plan(arch, input_shape, num_outputs, **common))
     best = 1.0
     for step in range(100, 0, -1):
         s = step / 100
-        plan = layer_plan(arch, input_shape, num_outputs, activation="concat_relu",
+        plan = layer_plan(arch, input_shape, num_outputs, activation=activation,
                           hidden_scale=s, **common)
         if plan_parameter_count(plan) < target:
             break

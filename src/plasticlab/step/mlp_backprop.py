@@ -36,7 +36,10 @@ from ..nets.network import EnsembleNet
 
 def supports(net: EnsembleNet) -> bool:
     """Whether ``net`` is an ensemble ReLU MLP that :class:`ManualBackprop` can train: every
-    block a bare :class:`EnsembleLinear`, ReLU on the hidden ones, nothing on the last."""
+    block a bare :class:`EnsembleLinear`, ReLU on the hidden ones, nothing on the last, and no
+    frozen heads added to its logits (plasticity injection)."""
+    if net.head_offset is not None:
+        return False
     blocks = list(net.blocks)
     return (all(isinstance(b.affine, EnsembleLinear) and b.norm is None and not b.pool
                 and not b.flatten for b in blocks)
