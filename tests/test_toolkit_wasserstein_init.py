@@ -13,6 +13,7 @@ from plasticlab.experiments.config import resolve_config
 from plasticlab.regularizers import L2Init, WassersteinInit
 from plasticlab.run_config import Members
 from test_field_methods import TINY_CNN, TINY_MLP, TINY_MNIST, f32, tiny
+from test_toolkit_spectral import trained_parameters
 
 LAMBDAS = [1e-2, 3e-1]
 
@@ -93,12 +94,14 @@ def test_member_k_equals_seed_k_alone_with_each_members_own_lambda(data_dir):
     assert together.members[1].task_online_accuracy == alone.members[0].task_online_accuracy
 
 
-def test_member_k_equals_seed_k_alone_on_the_cnn(data_dir):
-    cfg = resolve_config({**TINY_MNIST, "problem": "random_label_cifar", "problem_params": {"examples": 64},
-                          "lr": 1e-2, "method": "wasserstein_init", "params": {"strength": 1.0}})
-    together = train_ensemble(Members.from_config(cfg, [0, 1, 2]), data_dir=data_dir, measure=False)
-    alone = train_ensemble(Members.from_config(cfg, [2]), data_dir=data_dir, measure=False)
-    assert together.members[2].task_online_accuracy == alone.members[0].task_online_accuracy
+@pytest.mark.parametrize("problem", ["permuted_mnist", "random_label_cifar"], ids=["mlp", "cnn"])
+def test_member_k_of_eight_equals_seed_k_alone_to_the_bit(data_dir, problem):
+    size = {"examples_per_task": 96} if problem == "permuted_mnist" else {"examples": 64}
+    cfg = resolve_config({**TINY_MNIST, "problem": problem, "problem_params": size, "lr": 1e-2,
+                          "method": "wasserstein_init", "params": {"strength": 1.0}})
+    together = trained_parameters(cfg, list(range(8)), data_dir)
+    alone = trained_parameters(cfg, [5], data_dir)
+    assert all(torch.equal(t[5], a[0]) for t, a in zip(together, alone, strict=True))
 
 
 def test_no_host_round_trip_per_step(data_dir, monkeypatch):

@@ -16,6 +16,7 @@ from plasticlab.methods.weight_clip import init_bound
 from plasticlab.nets.init import INIT_SCHEMES, draw
 from plasticlab.run_config import Members
 from test_field_methods import TINY_CNN, TINY_MLP, TINY_MNIST, f32, tiny
+from test_toolkit_spectral import trained_parameters
 
 # --- the init bound s_ℓ ---------------------------------------------------------------------------
 
@@ -70,13 +71,15 @@ def test_weights_inside_the_range_and_the_optimizer_state_are_left_as_they_are()
 
 # --- in the engine ----------------------------------------------------------------------------------
 
-def test_member_k_equals_seed_k_alone_with_each_members_own_kappa(data_dir):
-    cfg = resolve_config({**TINY_MNIST, "lr": 1e-2, "method": "weight_clip", "params": {}})
-    grid = [{"kappa": 1.0}, {"kappa": 1.1}, {"kappa": 3.0}]
-    together = train_ensemble(Members.from_config(cfg, [0, 1, 2], params=grid), data_dir=data_dir,
-                              measure=False)
-    alone = train_ensemble(Members.from_config(cfg, [2], params=grid[2:]), data_dir=data_dir, measure=False)
-    assert together.members[2].task_online_accuracy == alone.members[0].task_online_accuracy
+@pytest.mark.parametrize("problem", ["permuted_mnist", "random_label_cifar"], ids=["mlp", "cnn"])
+def test_member_k_of_eight_with_its_own_kappa_equals_seed_k_alone_to_the_bit(data_dir, problem):
+    size = {"examples_per_task": 96} if problem == "permuted_mnist" else {"examples": 64}
+    cfg = resolve_config({**TINY_MNIST, "problem": problem, "problem_params": size, "lr": 1e-2,
+                          "method": "weight_clip"})
+    grid = [{"kappa": 1.0 + k / 4} for k in range(8)]
+    together = trained_parameters(cfg, list(range(8)), data_dir, grid)
+    alone = trained_parameters(cfg, [5], data_dir, grid[5:6])
+    assert all(torch.equal(t[5], a[0]) for t, a in zip(together, alone, strict=True))
 
 
 def test_no_host_round_trip_per_step(data_dir, monkeypatch):

@@ -43,8 +43,15 @@ def _normalize(x: torch.Tensor) -> torch.Tensor:
 
 
 def _apply(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """W x for ``[K, m, n]`` matrices and ``[K, n]`` vectors → ``[K, m]``."""
-    return torch.bmm(w, x.unsqueeze(2)).squeeze(2)
+    """W x for ``[K, m, n]`` matrices and ``[K, n]`` vectors → ``[K, m]``, as a product and a sum:
+    a batched matrix-vector product (``bmm``) adds in another order for another K, so member k
+    would leave seed k alone (measured: benchmarks/member_independence.py)."""
+    return (w * x.unsqueeze(1)).sum(2)
+
+
+def _apply_t(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Wᵀ x for ``[K, m, n]`` matrices and ``[K, m]`` vectors → ``[K, n]`` (as :func:`_apply`)."""
+    return (w * x.unsqueeze(2)).sum(1)
 
 
 def power_iteration(w: torch.Tensor, u: torch.Tensor, iters: int | Sequence[int]
@@ -54,11 +61,10 @@ def power_iteration(w: torch.Tensor, u: torch.Tensor, iters: int | Sequence[int]
     count per member held on the host (each member stops at its own; at least 1, so v is
     defined) — host numbers, so deciding who iterates reads nothing back from the device."""
     counts = [int(iters)] * w.shape[0] if isinstance(iters, int) else [int(c) for c in iters]
-    wt = w.transpose(1, 2)
-    v = _normalize(_apply(wt, u))
+    v = _normalize(_apply_t(w, u))
     u = _normalize(_apply(w, v))
     for i in range(1, max(counts)):
-        v_next = _normalize(_apply(wt, u))
+        v_next = _normalize(_apply_t(w, u))
         u_next = _normalize(_apply(w, v_next))
         if min(counts) > i:  # every member takes this round
             v, u = v_next, u_next
