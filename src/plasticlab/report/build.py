@@ -5,7 +5,9 @@ What is shown, per problem × optimizer (a *study*):
 1. Average online task accuracy vs task, one line per method with a 95 % bootstrap band across
    seeds (5+1 CIFAR: hard tasks only; hundreds of tasks are averaged in bins per seed first).
 2. Total average online accuracy per method: mean with a 95 % bootstrap interval, and the
-   interquartile mean (IQM) with a stratified-bootstrap interval, as a figure and a table.
+   interquartile mean (IQM) with a stratified-bootstrap interval, as a figure and a table;
+   where the study has ``full_reset`` runs, each method's plasticity gap to them task by task
+   (:mod:`.plasticity_gap`).
 3. Probability of improvement of L2 Init (or, without it, the best method) over each other
    method, with its stratified-bootstrap interval.
 4. Network internals at every task end (weight magnitude, srank, effective rank, dead and
@@ -47,6 +49,8 @@ from .data import (
     varying_settings,
 )
 from .page import FigureRef, Report, Section, Table, write_html, write_markdown
+from .plasticity_gap import REFERENCE_METHOD as FROM_SCRATCH
+from .plasticity_gap import study_gaps
 
 PROBLEM_TITLES = {
     "permuted_mnist": "Permuted MNIST", "random_label_mnist": "Random Label MNIST",
@@ -157,6 +161,7 @@ def _study_section(results: Results, problem: str, optimizer: str, ctx: _Context
     section = Section(_study_title(problem, optimizer), text)
     _add_online_accuracy(section, headline, stem, ctx)
     _add_total_accuracy(section, headline, stem, ctx)
+    _add_plasticity_gap(section, headline, stem, ctx)
     # 2b. plasticity over the run: the first, best and last windows of tasks
     plasticity = _plasticity_table(headline, ctx)
     if plasticity is not None:
@@ -209,6 +214,24 @@ def _add_total_accuracy(section: Section, headline: list[ConfigRuns], stem: str,
         "mean: percentile bootstrap over seeds; IQM: interquartile mean over seeds with a "
         "stratified-bootstrap interval; test accuracy on the last reported task's held-out set."
         + _oracle_note(c.method for c in headline)))
+
+
+def _add_plasticity_gap(section: Section, headline: list[ConfigRuns], stem: str, ctx: _Context) -> None:
+    """Part 2, where the study has ``full_reset`` runs: the figure of each method's plasticity
+    gap, the from-scratch runs' online accuracy minus its own, task by task, seed by seed."""
+    gaps = study_gaps(headline)
+    if not gaps:
+        return
+    bands, notes = zip(*(_band(g.runs, g.gap, np.arange(g.gap.shape[1]), ctx, g.runs.reported)
+                         for g in gaps), strict=True)
+    section.figures.append(ctx.save(
+        F.line_figure(bands, xlabel="task", ylabel=f"plasticity gap: {FROM_SCRATCH} − method",
+                      title=f"{section.title}: plasticity gap", note=notes[0]),
+        f"{stem}-plasticity_gap",
+        f"Plasticity gap: the online accuracy of the {FROM_SCRATCH} runs (every task learnt from "
+        f"scratch) minus the method's, task by task on the same seed, in points; above 0 the "
+        f"method learns the task worse than a fresh network. Line = mean over the shared seeds, "
+        f"band = 95 % bootstrap interval. {notes[0]}".strip()))
 
 
 def _add_improvement(section: Section, headline: list[ConfigRuns], stem: str, ctx: _Context) -> None:
