@@ -176,7 +176,7 @@ def test_l2_init_ewc_adds_both_penalties_gradients():
 
 
 BOUNDARY_ORACLES = {"ewc", "l2_init_ewc", "full_reset", "head_reset", "fire",  # SPEC §1, §10
-                    "plasticity_injection"}  # issue 47
+                    "dash", "plasticity_injection"}  # issue 47
 
 
 def test_only_the_boundary_oracles_use_the_task_end_signal_and_are_marked():

@@ -146,7 +146,8 @@ def forgetting() -> dict:
 FIELD_PROBLEMS = ("permuted_mnist", "random_label_mnist")
 FIELD_METHODS = ("snr", "hare_tortoise", "parseval", "swr", "full_reset", "head_reset", "fire")
 """The methods of SPEC §10 (UPGD is an optimizer: :data:`FIELD_OPTIMIZERS`)."""
-TOOLKIT_METHODS: tuple[str, ...] = ("weight_clip", "normalize_project", "spectral", "wasserstein_init",
+TOOLKIT_METHODS: tuple[str, ...] = ("regrama", "dash",
+                                     "weight_clip", "normalize_project", "spectral", "wasserstein_init",
                                      "deep_fourier", "plasticity_injection")
 """The methods the other plasticity toolkits have (issue 47), each with its ``field-METHOD-PROBLEM``
 grid preset; they join the ``field-PROBLEM`` comparisons once those studies are extended."""
@@ -210,7 +211,7 @@ def field_fixed(problem: str) -> dict:
     (SNR adapts every 16 tasks, as its reference code does)."""
     steps = PROBLEMS[problem].defaults["steps_per_task"]
     return {"snr": {"adapt_period": 16 * steps}, "hare_tortoise": {"momentum": 0.999},
-            "swr": {"period": 2048}}
+            "swr": {"period": 2048}, "regrama": {"period": 1000}, "dash": {"alpha": 0.3}}
 
 
 def field_grids() -> dict:
@@ -219,7 +220,8 @@ def field_grids() -> dict:
     return {"snr": {"percentile": [1 - x for x in _decades(1e-2)]},
             "hare_tortoise": {"momentum": [1 - x for x in _decades(1e-3)]},
             "parseval": {"strength": _decades(1e-3)},
-            "swr": {"threshold": _decades(1e-5)},
+            "swr": {"threshold": _decades(1e-5)}, "regrama": {"threshold": _decades(1e-2)},
+            "dash": {"lambda": _decades(5e-2)},
             # κ by decades of κ − 1, its headroom over the init range (κ < 1 clips θ₀ itself)
             "weight_clip": {"kappa": [1 + x for x in _decades(1.0)]},
             "spectral": {"strength": _decades(1e-3)}, "wasserstein_init": {"strength": _decades(1e-2)}}

@@ -107,26 +107,44 @@ class UnitRecycler:
             self.initial = [(layer.in_weight.detach().clone(), layer.in_bias.detach().clone())
                             for layer in self.layers]
 
-    def replacement(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def replacement(self, index: int, members: Sequence[bool] | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Candidate incoming (weight, bias) for every unit of layer ``index``, ``[K, …]``.
 
         A fresh draw covers the whole layer, dormant or not: the number of draws then never
         depends on which units are dormant, so the random stream stays in step without a
-        host synchronisation, and the only per-member loop is inside the draws.
+        host synchronisation, and the only per-member loop is inside the draws. ``members``:
+        only the members flagged draw (the others' rows are zeros, never written), so a member
+        whose schedule is not due leaves its stream where it would be alone.
         """
         if self.reinit == "initial":
             return self.initial[index]
-        return self.layers[index].sample_init(self.scheme, self.generators[index])
+        layer, generators = self.layers[index], self.generators[index]
+        if members is None or all(members):
+            return layer.sample_init(self.scheme, generators)
+        acting = [k for k, due in enumerate(members) if due]
+        weight = torch.zeros_like(layer.in_weight)
+        bias = torch.zeros_like(layer.in_bias)
+        if acting:
+            drawn_w, drawn_b = layer.sample_init(self.scheme, [generators[k] for k in acting])
+            rows = torch.tensor(acting, device=weight.device)
+            weight[rows], bias[rows] = drawn_w.to(weight.dtype), drawn_b.to(bias.dtype)
+        return weight, bias
 
     @torch.no_grad()
-    def recycle(self, activity: Sequence[torch.Tensor], threshold: torch.Tensor | float
-                ) -> torch.Tensor:
+    def recycle(self, activity: Sequence[torch.Tensor], threshold: torch.Tensor | float,
+                members: Sequence[bool] | None = None) -> torch.Tensor:
         """Recycle the dormant units of every layer; return how many per member and layer, ``[K, L]``.
 
-        ``activity[l]``: layer l's :func:`unit_activity` ``[K, U_l]``, all measured on the same
-        batch *before* anything changes; ``threshold``: τ, a float or ``[K]``.
+        ``activity[l]``: layer l's per-unit score before normalisation, ``[K, U_l]`` (ReDo's
+        :func:`unit_activity`; ReGraMa's gradient magnitude), all measured on the same batch
+        *before* anything changes; ``threshold``: τ, a float or ``[K]``; ``members``: which
+        members act (host booleans, e.g. whose period is due; None: all).
         """
         masks = [dormant_mask(a, threshold) for a in activity]
+        if members is not None and not all(members):
+            acting = torch.tensor(list(members), device=masks[0].device)[:, None]
+            masks = [m & acting for m in masks]
         # "incoming_first": every layer's incoming sides, then the outgoing zeros: where a
         # dormant unit of layer l meets a dormant unit of layer l+1, the weight ends at 0, so a
         # recycled unit never feeds the next layer at the moment it is recycled. "per_layer"
@@ -134,7 +152,7 @@ class UnitRecycler:
         # recycled rows, written after layer l's zeros, keep their new value there.
         per_layer = self.layer_order == "per_layer"
         for i, (layer, mask) in enumerate(zip(self.layers, masks, strict=True)):
-            weight, bias = self.replacement(i)
+            weight, bias = self.replacement(i, members)
             layer.in_weight.copy_(torch.where(layer.incoming_mask(mask), weight, layer.in_weight))
             layer.in_bias.copy_(torch.where(mask, bias, layer.in_bias))
             if per_layer:

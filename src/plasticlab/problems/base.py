@@ -207,6 +207,13 @@ class Problem:
         x = self._x.view(-1, *self._x.shape[2:]).index_select(0, rows).view(K, B, *self._x.shape[2:])
         return self.normalize(x), self._y.view(-1).index_select(0, rows).view(K, B)
 
+    @property
+    def current_task_size(self) -> int:
+        """How many training examples each member's current task holds."""
+        if self._x is None:
+            raise RuntimeError(f"{self.name}: call start_task(task) before current_task_size")
+        return int(self._x.shape[1])
+
     def sample_inputs(self, n: int, key: str) -> torch.Tensor:
         """``n`` training inputs of the current task per member, ``[K, n, …]`` network inputs,
         drawn without replacement from ``(seed, task, key)`` — for measurements and for EWC's
