@@ -44,8 +44,8 @@ def _normalize(x: torch.Tensor) -> torch.Tensor:
 
 def _apply(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """W x for ``[K, m, n]`` matrices and ``[K, n]`` vectors → ``[K, m]``, as a product and a sum:
-    a batched matrix-vector product (``bmm``) adds in another order for another K, so member k
-    would leave seed k alone (measured: benchmarks/member_independence.py)."""
+    a batched matrix-vector product (``bmm``) adds in another order for another K, and member k
+    would differ from seed k alone (measured: benchmarks/member_independence.py)."""
     return (w * x.unsqueeze(1)).sum(2)
 
 
