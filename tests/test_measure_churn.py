@@ -4,6 +4,8 @@ themselves, a resume between two steps, and the Monitor since its probe was set.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -26,6 +28,9 @@ def test_churn_is_the_mean_absolute_logit_change_and_prediction_churn_the_change
     assert churn(before, after).tolist() == [0.75]
     assert prediction_churn(before, after).tolist() == [0.5]
     assert churn(before, before).tolist() == [0.0]
+    masked = torch.tensor([[[1.0, float("-inf")], [0.0, float("-inf")]]])  # a growing head's output
+    assert churn(masked, masked + 0.5).tolist() == [0.5]
+    assert math.isnan(prediction_churn(before[..., :1], after[..., :1]).item())  # one output: no class
 
 
 def test_the_engines_churn_compares_the_networks_that_start_and_end_the_task(data_dir):

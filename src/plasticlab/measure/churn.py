@@ -7,8 +7,10 @@ plasticlab fixes the reference batch X_ref for each task — ``samples`` trainin
 task, a stream of their own (``problem.sample_inputs(n, "churn")``) — records the logits
 z₀(x) of the network that starts the task (after the previous task's boundary action, if the
 method has one) and compares them with the logits z₁(x) of the network that ends it. C-CHAIN
-measures churn over a window of updates; here the window is the whole task. Definitions:
-docs/measurements.md.
+measures churn over a window of updates; here the window is the whole task. These are the
+reference code's measurements of churn; the churn its loss reduces (the mean squared change,
+or the KL divergence of the softmaxes, between two consecutive updates) is
+:func:`plasticlab.methods.c_chain.churn`. Definitions: docs/measurements.md.
 """
 
 from __future__ import annotations
@@ -25,15 +27,22 @@ def _check(before: torch.Tensor, after: torch.Tensor) -> None:
 def churn(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
     """Output churn (1/(n·C)) Σₓ Σ_c |z₁(x)_c − z₀(x)_c|: the mean absolute change of the
     logits over the n reference inputs and C outputs, ``[K]`` float64 (C-CHAIN's
-    ``q_diff_abs``)."""
+    ``q_diff_abs``). Outputs that are −∞ (a growing head's outputs not yet in it) take no part:
+    the mean runs over the entries finite at both ends."""
     _check(before, after)
-    return (after.detach().double() - before.detach().double()).abs().flatten(1).mean(1)
+    z0, z1 = before.detach().double(), after.detach().double()
+    both = torch.isfinite(z0) & torch.isfinite(z1)
+    change = torch.where(both, z1 - z0, 0.0).abs()
+    return change.flatten(1).sum(1) / both.flatten(1).sum(1).clamp(min=1)
 
 
 def prediction_churn(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
     """Prediction churn: the fraction of reference inputs whose predicted class argmax_c z(x)_c
-    changed, ``[K]`` float64 (C-CHAIN's ``greedy_a_diff``)."""
+    changed, ``[K]`` float64 (C-CHAIN's ``greedy_a_diff``); NaN for a single output (a
+    regression's: no class is predicted)."""
     _check(before, after)
+    if before.shape[-1] < 2:
+        return torch.full(before.shape[:1], float("nan"), dtype=torch.float64, device=before.device)
     return (after.argmax(-1) != before.argmax(-1)).double().mean(1)
 
 
