@@ -15,7 +15,7 @@ from scipy.special import erfi as scipy_erfi
 from plasticlab.engine import train_ensemble
 from plasticlab.experiments.config import resolve_config
 from plasticlab.optim import MEMBER_LR_OPTIMIZERS, OPTIMIZERS, make_optimizer
-from plasticlab.optim.trac import BETAS, SIGMA_START, TRAC, TRACWrapper, erfi
+from plasticlab.optim.trac import BETAS, SIGMA_START, TRAC, TRACWrapper, TuneState, erfi, tune_
 from plasticlab.run_config import Members
 
 LR = 0.05
@@ -29,6 +29,23 @@ def test_erfi_equals_scipys_on_both_sides_of_the_switch_and_is_odd():
     np.testing.assert_allclose(ours, scipy_erfi(x), rtol=1e-13, atol=0)
     assert ours[x == 0.0][0] == 0.0
     assert erfi(torch.tensor([27.0], dtype=torch.float64)).isinf().all()  # beyond float64, as e^{x²}
+
+
+def test_each_members_tuners_are_the_same_to_the_bit_in_any_ensemble():
+    g = torch.Generator().manual_seed(4)
+    members = 7
+    tuners = TuneState(members, torch.device("cpu"))
+    tuners.v.copy_(torch.rand(members, 6, generator=g, dtype=torch.float64) * 1e-4)
+    tuners.sigma.copy_(torch.randn(members, 6, generator=g, dtype=torch.float64) * 3e-2)
+    h = torch.randn(members, generator=g, dtype=torch.float64) * 1e-3
+    together = [t.clone() for t in (tuners.s, tuners.v, tuners.sigma)]
+    tune_(*together, h, tuners.betas, 1e-8, 1e-8)
+    arguments = (together[2] / (math.sqrt(2) * together[1].sqrt() + 1e-8)).abs()
+    assert (arguments < 7).any() and (arguments >= 7).any()  # both sides of erfi's switch
+    for k in range(members):
+        alone = [t[k:k + 1].clone() for t in (tuners.s, tuners.v, tuners.sigma)]
+        tune_(*alone, h[k:k + 1], tuners.betas, 1e-8, 1e-8)
+        assert all(torch.equal(a, t[k:k + 1]) for a, t in zip(alone, together, strict=True))
 
 
 def quadratic_grads(params, centre):

@@ -3,32 +3,39 @@ A Parameter-Free Optimizer for Lifelong Reinforcement Learning", NeurIPS 2024; r
 ``ComputationalRobotics/TRAC``, ``package/src/trac_optimizer/trac.py``, which
 RLE-Foundation/Plasticine ships as ``plasticine/trac.py``).
 
-The base optimizer (Adam) runs as usual; TRAC keeps its iterates as a displacement x from the
-parameters θ_ref at the first step and plays θ = θ_ref + S·x, with one scale S per run tuned
-online by n one-dimensional "erfi" tuners, one per discount factor β_j ∈ {0.9, 0.99, …,
-0.999999}. At step t, with the gradient g_t taken at θ_t and the base update u_t:
+The base optimizer (Adam) runs as usual on its own iterate x, the displacement from the
+parameters θ_ref of the first step; the network plays θ = θ_ref + max(S, 0)·x, one scale S per
+run tuned online by n one-dimensional "erfi" tuners, one per discount factor β_j ∈ {0.9, 0.99,
+…, 0.999999}. At step t, with the gradient g_t taken at θ_t and the base's update u_t:
 
-    x_t = (θ_t − θ_ref) / (S_{t−1} + ε)                 the base iterate, recovered from θ_t
     h_t = ⟨x_t, g_t⟩                                     the tuners' 1-D gradient
     v_j ← β_j²·v_j + h_t²,   σ_j ← β_j·σ_j − h_t
     s_j = s_init / erfi(1/√2) · erfi(σ_j / (√2·√v_j + ε)),   S_t = Σ_j s_j
-    θ_{t+1} = θ_ref + max(S_t, 0) · (x_t + u_t)
+    x_{t+1} = x_t + u_t,     θ_{t+1} = θ_ref + max(S_t, 0) · x_{t+1}
 
-with s_j = 0 and v_j = 0 at the start, σ_j = 10⁻⁸ (so the first S is positive and x can grow),
-s_init = ε = 10⁻⁸ — the reference code's values and arithmetic. S shrinks when recent
-gradients point along the displacement (h > 0: moving further out raises the loss) and grows
-when they point back — the "adaptive regularization toward θ_ref" of the paper. Differences
-from the paper's algorithm, in which the base optimizer keeps its own iterate: the reference
-code (and plasticlab) recovers it from θ by dividing by S_{t−1} + ε, which shrinks it by
-S/(S + ε) per step while S is near ε, and clips the played scale at 0 (the reference's JAX port
-does not clip, and starts every s_j at s_init; plasticlab follows the PyTorch code). The tuners
-run in float64 here (float32 in the reference), with an erfi of plasticlab's own (torch has
-none): erfi overflows for arguments beyond ≈ 26.6 (≈ 9.4 in float32), as the reference's does.
+with x = 0, s_j = 0, v_j = 0 and σ_j = 10⁻⁸ at the start (so the first S is positive), s_init =
+ε = 10⁻⁸ — the reference code's values. S shrinks when recent gradients point along the
+displacement (h > 0: moving further out raises the loss) and grows when they point back: the
+paper's adaptive regularization toward θ_ref.
 
-On stacked ensemble parameters each member has its own θ_ref, tuners and S, and its h is a sum
-over its own slabs only; the base Adam takes one step size for all members or one each. The
-rule's steps are functions (:func:`erfi`, :func:`tune_`, :func:`trac_update_`) that the
-drop-in :class:`TRACWrapper`, for any ``torch.optim`` optimizer, shares.
+``iterate``: ``kept`` (the default) keeps x as a tensor of its own (the base Adam steps it);
+``recovered`` is the reference code's arithmetic, which stores no x and recovers it at every
+step as x_t = (θ_t − θ_ref)/(S_{t−1} + ε). That shrinks x by S/(S + ε) per step while S is near
+ε, and once the played scale is 0 (S ≤ 0: θ = θ_ref) it gives x_t = 0 and h = 0 at every later
+step, so σ only decays and S never turns positive again — the run stays at θ_ref for good
+(tests/test_toolkit_trac.py). With a kept x, what a method writes into the parameters between
+steps moves θ_ref by the write (:func:`absorb_writes_`), where the reference's division folds
+it into x. The played scale is clipped at 0 as in the PyTorch code (its JAX port does not clip,
+and starts every s_j at s_init). The tuners run in float64 (float32 in the reference) with an
+erfi of plasticlab's own (torch has none), which overflows beyond ≈ 26.6 (≈ 9.4 in float32),
+as the reference's does.
+
+On stacked ensemble parameters each member has its own θ_ref, x, tuners and S, and its h is a
+sum over its own slabs only; the base Adam takes one step size for all members or one each.
+The rule's steps are functions (:func:`erfi`, :func:`tune_`, :func:`inner_products`,
+:func:`play_`, :func:`absorb_writes_`, :func:`recover_iterate_`, held together by
+:class:`TracCore`) that the drop-in :class:`TRACWrapper`, for any ``torch.optim`` optimizer,
+shares.
 """
 
 from __future__ import annotations
@@ -57,24 +64,35 @@ _SERIES_TERMS = 160
 _ASYMPTOTIC_TERMS = 30
 
 
+_ERFI_CONSTANTS: dict[torch.device, tuple[torch.Tensor, ...]] = {}
+
+
+def _erfi_constants(device: torch.device) -> tuple[torch.Tensor, ...]:
+    """The series' 2n + 1 and log(n!·(2n + 1)), the asymptotic terms' k and log((2k−1)!!),
+    float64 on ``device`` (computed once per device)."""
+    if device not in _ERFI_CONSTANTS:
+        n = torch.arange(_SERIES_TERMS, dtype=torch.float64, device=device)
+        k = torch.arange(_ASYMPTOTIC_TERMS, dtype=torch.float64, device=device)
+        # (2k−1)!! = (2k)!/(2ᵏ k!), as a log so no factorial overflows
+        _ERFI_CONSTANTS[device] = (2 * n + 1, torch.lgamma(n + 1) + torch.log(2 * n + 1), k,
+                                   torch.lgamma(2 * k + 1) - k * math.log(2) - torch.lgamma(k + 1))
+    return _ERFI_CONSTANTS[device]
+
+
 def erfi(x: torch.Tensor) -> torch.Tensor:
     """The imaginary error function erfi(x) = −i·erf(ix) = (2/√π)∫₀ˣ e^{t²} dt, elementwise, in
     float64: the series (2/√π) Σₙ |x|^{2n+1}/(n!(2n+1)) below |x| = 7 (every term of one sign,
     so nothing cancels), the asymptotic e^{x²}/(|x|√π) Σₖ (2k−1)!!/(2x²)ᵏ above; odd in x."""
     x = x.to(torch.float64)
+    odd, log_series, k, log_double_factorial = _erfi_constants(x.device)
     a = x.abs()
     small = a < ERFI_SWITCH
-    n = torch.arange(_SERIES_TERMS, dtype=torch.float64, device=x.device)
-    t = torch.where(small, a, torch.zeros_like(a)).unsqueeze(-1)
+    t = torch.where(small, a, 0.0).unsqueeze(-1)
     # log(0) = −inf makes every term of erfi(0) exactly 0
-    series = torch.exp((2 * n + 1) * torch.log(t) - torch.lgamma(n + 1) - torch.log(2 * n + 1)).sum(-1)
-    series = series * (2 / math.sqrt(math.pi))
-    k = torch.arange(_ASYMPTOTIC_TERMS, dtype=torch.float64, device=x.device)
-    u = torch.where(small, torch.full_like(a, ERFI_SWITCH), a).unsqueeze(-1)
-    # (2k−1)!! = (2k)!/(2ᵏ k!), each term as a log so no factorial overflows
-    log_terms = torch.lgamma(2 * k + 1) - k * math.log(2) - torch.lgamma(k + 1) - k * torch.log(2 * u * u)
-    u = u.squeeze(-1)
-    asymptotic = torch.exp(u * u) / (u * math.sqrt(math.pi)) * torch.exp(log_terms).sum(-1)
+    series = torch.exp(odd * torch.log(t) - log_series).sum(-1) * (2 / math.sqrt(math.pi))
+    u = torch.where(small, ERFI_SWITCH, a)
+    terms = torch.exp(log_double_factorial - k * torch.log(2 * u * u).unsqueeze(-1)).sum(-1)
+    asymptotic = torch.exp(u * u) / (u * math.sqrt(math.pi)) * terms
     return torch.sign(x) * torch.where(small, series, asymptotic)
 
 
@@ -88,17 +106,31 @@ ERFI_AT_ONE_OVER_SQRT2 = _erfi_of(1 / math.sqrt(2))
 """erfi(1/√2), the tuners' normaliser: s_j = s_init when σ_j/√(2v_j) = 1."""
 
 
+ERFI_LANES = 16
+"""erfi's arguments per member, padded: 16 float64 (128 bytes, two AVX-512 vectors), so the
+vector loops of exp and log treat every member's values alike whatever K (module-level note in
+:func:`tune_`)."""
+
+
 def tune_(s: torch.Tensor, v: torch.Tensor, sigma: torch.Tensor, h: torch.Tensor,
           betas: torch.Tensor, s_init: float, eps: float) -> None:
     """One step of the erfi tuners, in place, for ``[K, n]`` states and each member's 1-D
     gradient h ``[K]``: v_j ← β_j²v_j + h², σ_j ← β_jσ_j − h, s_j = s_init/erfi(1/√2)·
-    erfi(σ_j/(√2·√v_j + ε)). erfi runs member by member: its vector loop would otherwise round
-    an element by where it sits in a ``[K, n]`` tensor, and member k would depend on K."""
+    erfi(σ_j/(√2·√v_j + ε)).
+
+    erfi's exp and log run a vector loop and finish a tensor's last elements in a scalar one that
+    rounds differently: over a ``[K, n]`` tensor, which of member k's values land there would
+    depend on K. Each member's n arguments are padded to :data:`ERFI_LANES` (all of erfi's
+    per-member blocks are then whole vectors, none in a tail), so member k's s is the same to
+    the bit in any ensemble — one call for all members, not K."""
     v.mul_(betas * betas).add_(h.square().unsqueeze(1))
     sigma.mul_(betas).sub_(h.unsqueeze(1))
-    scale = s_init / ERFI_AT_ONE_OVER_SQRT2
-    for k in range(s.shape[0]):
-        s[k] = scale * erfi(sigma[k] / (math.sqrt(2) * v[k].sqrt() + eps))
+    members, n = s.shape
+    if n > ERFI_LANES:
+        raise ValueError(f"TRAC takes at most {ERFI_LANES} discount factors, got {n}")
+    arguments = torch.zeros(members, ERFI_LANES, dtype=torch.float64, device=s.device)
+    arguments[:, :n] = sigma / (math.sqrt(2) * v.sqrt() + eps)
+    s.copy_(s_init / ERFI_AT_ONE_OVER_SQRT2 * erfi(arguments)[:, :n])
 
 
 class TuneState:
@@ -124,37 +156,42 @@ class TuneState:
             getattr(self, name).copy_(state[name])
 
 
-def trac_update_(params: Sequence[torch.Tensor], before: Sequence[torch.Tensor],
-                 grads: Sequence[torch.Tensor], reference: Sequence[torch.Tensor], tuners: TuneState,
-                 s_init: float, eps: float, iterate: Sequence[torch.Tensor] | None = None) -> None:
-    """TRAC's step after the base optimizer's, in place, for stacked ``[K, …]`` tensors:
-    ``params`` hold θ_t + u_t (the base's step from ``before`` = θ_t), ``grads`` g_t, and
-    ``reference`` θ_ref. Takes the base iterate x_t — ``iterate``, kept as tensors of its own
-    and advanced here to x_t + u_t, or (None) recovered as (θ_t − θ_ref)/(S_{t−1} + ε), the
-    reference code's form — then h_t = Σ over the member's tensors of ⟨x_t, g_t⟩, steps the
-    tuners (:func:`tune_`) and sets θ ← θ_ref + max(S_t, 0)·(x_t + u_t)."""
-    if iterate is None:
-        denominator = tuners.s.sum(1) + eps  # S_{t−1} + ε, the unclipped sum
-        iterate = [(b - r) / per_member(denominator.to(b.dtype), b)
-                   for b, r in zip(before, reference, strict=True)]
-    h = torch.zeros(tuners.s.shape[0], dtype=torch.float64, device=tuners.s.device)
-    for p, b, g, x in zip(params, before, grads, iterate, strict=True):
-        h += (x * g).flatten(1).sum(1).to(torch.float64)
-        x.add_(p - b)  # x_{t+1} = x_t + u_t
-    tune_(tuners.s, tuners.v, tuners.sigma, h, tuners.betas, s_init, eps)
-    scale = tuners.scale()
-    for p, x, r in zip(params, iterate, reference, strict=True):
-        p.copy_(r + x * per_member(scale.to(p.dtype), p))
+def recover_iterate_(out: Sequence[torch.Tensor], before: Sequence[torch.Tensor],
+                     reference: Sequence[torch.Tensor], tuners: TuneState, eps: float) -> None:
+    """The reference code's base iterate, x_t = (θ_t − θ_ref)/(S_{t−1} + ε) with the unclipped
+    S_{t−1}, written into ``out`` for stacked ``[K, …]`` tensors."""
+    denominator = tuners.s.sum(1) + eps
+    for x, b, r in zip(out, before, reference, strict=True):
+        torch.sub(b, r, out=x).div_(per_member(denominator.to(x.dtype), x))
 
 
-def absorb_writes_(before: Sequence[torch.Tensor], reference: Sequence[torch.Tensor],
-                   iterate: Sequence[torch.Tensor], scale: torch.Tensor) -> None:
+def inner_products(iterate: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],
+                   scratch: Sequence[torch.Tensor]) -> torch.Tensor:
+    """h_t = Σ over each member's tensors of ⟨x_t, g_t⟩, ``[K]`` (float64), for stacked
+    ``[K, …]`` tensors; ``scratch``: a buffer per tensor."""
+    h = torch.zeros(iterate[0].shape[0], dtype=torch.float64, device=iterate[0].device)
+    for x, g, w in zip(iterate, grads, scratch, strict=True):
+        h += torch.mul(x, g, out=w).flatten(1).sum(1).to(torch.float64)
+    return h
+
+
+def play_(params: Sequence[torch.Tensor], reference: Sequence[torch.Tensor],
+          iterate: Sequence[torch.Tensor], scale: torch.Tensor) -> None:
+    """θ ← θ_ref + max(S, 0)·x, in place, with the played scale ``scale`` ``[K]``."""
+    for p, r, x in zip(params, reference, iterate, strict=True):
+        torch.mul(x, per_member(scale.to(p.dtype), p), out=p).add_(r)
+
+
+def absorb_writes_(params: Sequence[torch.Tensor], reference: Sequence[torch.Tensor],
+                   iterate: Sequence[torch.Tensor], scale: torch.Tensor,
+                   scratch: Sequence[torch.Tensor]) -> None:
     """With a kept iterate: θ_ref ← θ_ref + (θ_t − (θ_ref + max(S, 0)·x_t)), in place — what a
     method wrote into the parameters since TRAC's last step (a reset, a perturbation) moves the
     reference point, so the next θ = θ_ref + S·x keeps it. Nothing written: nothing changes, to
-    the bit (θ_t is that very expression)."""
-    for b, r, x in zip(before, reference, iterate, strict=True):
-        r.add_(b - (r + x * per_member(scale.to(b.dtype), b)))
+    the bit (θ_t is that very expression, rounded the same way, :func:`play_`)."""
+    for p, r, x, w in zip(params, reference, iterate, scratch, strict=True):
+        played = torch.mul(x, per_member(scale.to(p.dtype), p), out=w).add_(r)
+        r.add_(torch.sub(p, played, out=w))
 
 
 S_INIT = Param("s_init", 1e-8, float, "s_init: the tuners' initial scale (the reference's s_prev)",
@@ -168,11 +205,12 @@ ITERATE = Param("iterate", "kept", str, "kept: the base iterate x is a tensor of
 
 
 class TracCore:
-    """TRAC's own state for K members — θ_ref (taken at the first step), the kept iterate x,
-    the tuners — and its step around a base optimizer's, on stacked ``[K, …]`` tensors."""
+    """TRAC's own state for K members — θ_ref (taken at the first step), the iterate x, the
+    tuners — and the parts of its step, on stacked ``[K, …]`` tensors: :meth:`prepare` before
+    the base's step, :meth:`finish` after it."""
 
     def __init__(self, members: int, device: torch.device, s_init: float, eps: float,
-                 iterate: str):
+                 iterate: str, iterate_tensors: Sequence[torch.Tensor] | None = None):
         if not s_init > 0 or not eps > 0:
             raise ValueError(f"TRAC needs s_init > 0 and eps > 0, got s_init {s_init}, eps {eps}")
         if iterate not in ITERATES:
@@ -180,30 +218,42 @@ class TracCore:
         self.s_init, self.eps, self.iterate_form = float(s_init), float(eps), iterate
         self.tuners = TuneState(members, device)
         self.reference: list[torch.Tensor] | None = None
-        self.iterate: list[torch.Tensor] | None = None  # x, with iterate="kept"
+        # x (zeros before the first step): kept from step to step, or recovered at each
+        self.iterate = None if iterate_tensors is None else list(iterate_tensors)
+        self._scratch: list[torch.Tensor] | None = None  # a buffer per tensor, for the whole run
 
     @torch.no_grad()
-    def step(self, params: Sequence[torch.Tensor], base_step, gradients) -> None:
-        """θ_t is ``params`` now; ``base_step()`` takes the base's step on them; then TRAC's on
-        the tensors with a gradient, ``gradients()`` (read after the base's step, which may
-        compute them; None for a tensor without one), :func:`absorb_writes_` first with a kept
-        iterate."""
-        before = [p.clone() for p in params]
-        base_step()  # reads the gradients, leaves them as they are
-        grads = gradients()
+    def prepare(self, params: Sequence[torch.Tensor]) -> None:
+        """Before the base's step from θ_t = ``params``: θ_ref ← θ_t at the first step; then
+        x_t — a method's writes absorbed into θ_ref (kept), or recovered from θ_t (recovered)."""
+        if self._scratch is None:
+            self._scratch = [torch.empty_like(p) for p in params]
+        if self.iterate is None:
+            self.iterate = [torch.zeros_like(p) for p in params]
         if self.reference is None:
-            self.reference = [b.clone() for b in before]
-            if self.iterate_form == "kept":
-                self.iterate = [torch.zeros_like(b) for b in before]
-        elif self.iterate is not None:
-            absorb_writes_(before, self.reference, self.iterate, self.tuners.scale())
+            self.reference = [p.clone() for p in params]
+        elif self.iterate_form == "kept":
+            absorb_writes_(params, self.reference, self.iterate, self.tuners.scale(), self._scratch)
+        if self.iterate_form == "recovered":
+            recover_iterate_(self.iterate, params, self.reference, self.tuners, self.eps)
+
+    def inner_products(self, grads: Sequence[torch.Tensor | None]) -> torch.Tensor:
+        """h_t over the tensors with a gradient (x_t still as :meth:`prepare` left it)."""
         active = [i for i, g in enumerate(grads) if g is not None]
-        pick = lambda seq: None if seq is None else [seq[i] for i in active]  # noqa: E731
-        trac_update_(pick(params), pick(before), pick(grads),
-                     pick(self.reference), self.tuners, self.s_init, self.eps, pick(self.iterate))
+        return inner_products([self.iterate[i] for i in active], [grads[i] for i in active],
+                              [self._scratch[i] for i in active])
+
+    @torch.no_grad()
+    def finish(self, params: Sequence[torch.Tensor], active: Sequence[int], h: torch.Tensor) -> None:
+        """After the base's step has made the iterate x_t + u_t: the tuners take h_t, and the
+        tensors ``active`` (those with a gradient) play θ_ref + max(S_t, 0)·x."""
+        tuners = self.tuners
+        tune_(tuners.s, tuners.v, tuners.sigma, h, tuners.betas, self.s_init, self.eps)
+        play_([params[i] for i in active], [self.reference[i] for i in active],
+              [self.iterate[i] for i in active], tuners.scale())
 
     def state_dict(self) -> dict:
-        """TRAC's state (no θ_ref or x before the first step)."""
+        """TRAC's state (no θ_ref before the first step)."""
         copy = lambda seq: None if seq is None else [t.clone() for t in seq]  # noqa: E731
         return {"s_init": self.s_init, "eps": self.eps, "iterate_form": self.iterate_form,
                 "tuners": self.tuners.state_dict(), "reference": copy(self.reference),
@@ -211,16 +261,24 @@ class TracCore:
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`'s output (a fresh one restarts TRAC: θ_ref is taken again
-        at the next step)."""
+        at the next step, from x = 0); x is written into its tensors in place (a base optimizer
+        may hold them)."""
         self.s_init, self.eps, self.iterate_form = state["s_init"], state["eps"], state["iterate_form"]
         self.tuners.load_state_dict(state["tuners"])
-        copy = lambda seq: None if seq is None else [t.clone() for t in seq]  # noqa: E731
-        self.reference, self.iterate = copy(state["reference"]), copy(state["iterate"])
+        self.reference = None if state["reference"] is None else [r.clone() for r in state["reference"]]
+        saved = state["iterate"]
+        if self.iterate is None:
+            self.iterate = None if saved is None else [t.clone() for t in saved]
+        else:
+            for x, t in zip(self.iterate, saved or [torch.zeros_like(x) for x in self.iterate], strict=True):
+                x.copy_(t)
 
 
 class TRAC(StackedOptimizer):
     """TRAC over Adam on a list of tensors whose gradients are in ``.grad`` (module docstring).
 
+    The base Adam steps the iterates x itself (its update u depends on the gradients alone), so
+    x_t + u_t needs no copy of θ; the parameters are then θ_ref + max(S, 0)·x.
     ``member_dim`` (default): the tensors are stacked ensemble members ``[K, …]``, each with its
     own θ_ref, iterate and tuners; ``False``: one run. ``lr``: the base Adam's step size, one
     for all members or one each. ``iterate``: ``kept`` or ``recovered`` (the reference code's).
@@ -235,22 +293,38 @@ class TRAC(StackedOptimizer):
         if not self.params:
             raise ValueError("TRAC needs parameters to optimize")
         self.member_dim = bool(member_dim)
-        self.base = Adam(self.params, lr=lr, member_dim=member_dim)
+        self.iterates = [torch.zeros_like(p) for p in self.params]  # x, which the base Adam steps
+        self.base = Adam(self.iterates, lr=lr, member_dim=member_dim)
         self.lr = self.base.lr
         members = self.params[0].shape[0] if self.member_dim else 1
-        self.core = TracCore(members, self.params[0].device, s_init, eps, iterate)
-        # the tensors TRAC steps, each with a member dimension (a one-member view for one run)
-        self._stacked = self.params if self.member_dim else [p.unsqueeze(0) for p in self.params]
+        self.core = TracCore(members, self.params[0].device, s_init, eps, iterate,
+                             self._stacked(self.iterates))
 
+    def _stacked(self, tensors: Sequence[torch.Tensor | None]) -> list[torch.Tensor | None]:
+        """``tensors`` with a member dimension (a one-member view for one run)."""
+        if self.member_dim:
+            return list(tensors)
+        return [None if t is None else t.unsqueeze(0) for t in tensors]
+
+    @torch.no_grad()
     def step(self) -> None:
-        """The base Adam's step, then TRAC's (:meth:`TracCore.step`)."""
-        if any(p.grad is not None for p in self.params):
-            self.core.step(self._stacked, self.base.step, self._gradients)
-
-    def _gradients(self) -> list[torch.Tensor | None]:
-        """Each tensor's gradient with a member dimension, None where it has none."""
+        """x_t (:meth:`TracCore.prepare`), h_t, the base Adam's step on x, then the tuners and
+        θ ← θ_ref + max(S, 0)·x on every tensor with a gradient."""
         grads = [p.grad for p in self.params]
-        return grads if self.member_dim else [None if g is None else g.unsqueeze(0) for g in grads]
+        active = [i for i, g in enumerate(grads) if g is not None]
+        if not active:
+            return
+        params = self._stacked(self.params)
+        self.core.prepare(params)
+        h = self.core.inner_products(self._stacked(grads))
+        for x, g in zip(self.iterates, grads, strict=True):
+            x.grad = g
+        try:
+            self.base.step()
+        finally:
+            for x in self.iterates:
+                x.grad = None
+        self.core.finish(params, active, h)
 
     def scale(self) -> torch.Tensor:
         """The scale max(S, 0) each member plays now, ``[K]``."""
@@ -289,6 +363,7 @@ class TRACWrapper:
         if not self.params:
             raise ValueError("TRACWrapper: the base optimizer has no parameters")
         self.core = TracCore(1, self.params[0].device, s_init, eps, iterate)
+        self._before: list[torch.Tensor] | None = None  # θ_t, rewritten at every step
 
     @property
     def param_groups(self) -> list[dict]:
@@ -300,17 +375,25 @@ class TRACWrapper:
         self.base.zero_grad(set_to_none=set_to_none)
 
     def step(self, closure=None):
-        """The base's step (``closure`` as torch's), then TRAC's; returns the closure's loss."""
-        out = {}
-
-        def base_step():
-            out["loss"] = self.base.step(closure)  # torch's step runs a closure with gradients on
-
-        def gradients():
-            return [None if p.grad is None else p.grad.unsqueeze(0) for p in self.params]
-
-        self.core.step([p.detach().unsqueeze(0) for p in self.params], base_step, gradients)
-        return out["loss"]
+        """The base's step (``closure`` as torch's), then TRAC's; returns the closure's loss.
+        The base moves θ here, so x advances by its move θ_after − θ_t."""
+        core = self.core
+        params = [p.detach().unsqueeze(0) for p in self.params]
+        core.prepare(params)
+        with torch.no_grad():
+            if self._before is None:
+                self._before = [torch.empty_like(p) for p in params]
+            for b, p in zip(self._before, params, strict=True):
+                b.copy_(p)
+        loss = self.base.step(closure)  # torch's step runs a closure with gradients on
+        with torch.no_grad():
+            grads = [None if p.grad is None else p.grad.unsqueeze(0) for p in self.params]
+            h = core.inner_products(grads)
+            active = [i for i, g in enumerate(grads) if g is not None]
+            for i in active:
+                core.iterate[i].add_(params[i] - self._before[i])
+            core.finish(params, active, h)
+        return loss
 
     def scale(self) -> float:
         """The scale max(S, 0) played now."""
@@ -327,4 +410,4 @@ class TRACWrapper:
 
 
 __all__ = ["BETAS", "ITERATES", "TRAC", "TRACWrapper", "TracCore", "TuneState", "absorb_writes_",
-           "erfi", "trac_update_", "tune_"]
+           "erfi", "inner_products", "play_", "recover_iterate_", "tune_"]
