@@ -148,7 +148,7 @@ FIELD_METHODS = ("snr", "hare_tortoise", "parseval", "swr", "full_reset", "head_
 """The methods of SPEC §10 (UPGD is an optimizer: :data:`FIELD_OPTIMIZERS`)."""
 TOOLKIT_METHODS: tuple[str, ...] = ("regrama", "dash",
                                      "weight_clip", "normalize_project", "spectral", "wasserstein_init",
-                                     "deep_fourier", "plasticity_injection")
+                                     "deep_fourier", "plasticity_injection", "c_chain")
 """The methods the other plasticity toolkits have (issue 47), each with its ``field-METHOD-PROBLEM``
 grid preset; they join the ``field-PROBLEM`` comparisons once those studies are extended."""
 FIELD_OPTIMIZERS = {"upgd": (1e-2, {}), "upgd_nonprotecting": (1e-3, {"beta": 0.9})}
@@ -224,7 +224,8 @@ def field_grids() -> dict:
             "dash": {"lambda": _decades(5e-2)},
             # κ by decades of κ − 1, its headroom over the init range (κ < 1 clips θ₀ itself)
             "weight_clip": {"kappa": [1 + x for x in _decades(1.0)]},
-            "spectral": {"strength": _decades(1e-3)}, "wasserstein_init": {"strength": _decades(1e-2)}}
+            "spectral": {"strength": _decades(1e-3)}, "wasserstein_init": {"strength": _decades(1e-2)},
+            "c_chain": {"relative_scale": _decades(1e-2)}}
 
 
 def field_method_grid(method: str, problem: str) -> dict:

@@ -7,10 +7,11 @@ them) and add it to ``METHODS`` below.
 
 from .base import Method, MethodContext, Needs, PenaltyMethod
 from .baseline import Baseline
+from .c_chain import ContinualChurnReduction
 from .cbp import ContinualBackprop
 from .concat_relu import ConcatReLU
-from .deep_fourier import DeepFourierFeatures
 from .dash import DirectionAwareShrinking
+from .deep_fourier import DeepFourierFeatures
 from .ewc import EWCMethod
 from .fire import FIRE
 from .full_reset import FullReset, HeadReset
@@ -44,7 +45,8 @@ METHODS: dict[str, type[Method]] = {
                               # the other toolkits' methods (issue 47)
                               WeightClipMethod, NormalizeProjectMethod, SpectralMethod,
                               WassersteinInitMethod, ReGraMa, DirectionAwareShrinking,
-                              DeepFourierFeatures, PlasticityInjectionMethod)
+                              DeepFourierFeatures, PlasticityInjectionMethod,
+                              ContinualChurnReduction)
 }
 
 

@@ -9,7 +9,8 @@ compiled) reads that declaration and nothing else:
 1. ``architecture()`` (class level) — changes to the network builder (Concat ReLU, LayerNorm);
 2. ``penalties()`` — regularizers whose gradient is added to the task gradient
    (:class:`plasticlab.regularizers.Regularizer`: L2 Init and its relatives, EWC);
-   ``add_penalty_grad()`` — a gradient transform of the method's own (Parseval);
+   ``add_penalty_grad()`` — a gradient transform of the method's own (Parseval, C-CHAIN),
+   told the step's task loss first by ``observe_task_loss(loss)`` where it asks;
 3. ``after_step(features, x, step)`` — after the optimizer step (Shrink & Perturb, CBP, ReDo);
    ``before_step(step)`` — before a step's forward pass (ReDo's ``schedule=reference``);
 4. ``on_task_end(stream)`` — at a task boundary: a boundary oracle; only EWC may use it in the
@@ -57,6 +58,8 @@ class Needs:
 
     ``penalties``: regularizers' gradients join the task gradient (:meth:`Method.penalties`);
     ``gradient_hook``: a gradient transform of its own (:meth:`Method.add_penalty_grad`);
+    ``task_loss``: told each member's task loss of the step before its gradient transforms
+    (:meth:`Method.observe_task_loss`: C-CHAIN scales its term against it);
     ``before_step`` / ``after_step``: the per-step hooks; ``features``: ``after_step`` reads the
     step's hidden features; ``task_end``: told where tasks end (:meth:`Method.on_task_end`, a
     boundary oracle); ``member_lr``: members may each have their own step size in one ensemble
@@ -64,6 +67,7 @@ class Needs:
 
     penalties: bool = False
     gradient_hook: bool = False
+    task_loss: bool = False
     before_step: bool = False
     after_step: bool = False
     features: bool = False
@@ -113,6 +117,10 @@ class Method:
     def add_penalty_grad(self) -> None:
         """A gradient transform of the method's own, after the penalties' (declared by
         ``Needs.gradient_hook``): add to ``.grad``."""
+
+    def observe_task_loss(self, loss: torch.Tensor) -> None:
+        """Each member's task loss L_k of this step, ``[K]`` (no gradient), before the gradient
+        transforms (declared by ``Needs.task_loss``)."""
 
     def after_step(self, features: list[torch.Tensor], x: torch.Tensor, step: int) -> None:
         """Update after the optimizer step.

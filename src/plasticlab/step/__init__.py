@@ -5,7 +5,8 @@ Every member receives one batch of its own stream; a step is one chain::
     the method's pre-step hook           (declared: ReDo's schedule=reference)
     task gradient                        logits, features and ∂L/∂θ, L = Σₖ mean_b CE(zₖ_b, yₖ_b)
     online accuracy                      each member's hits on the batch, before the update
-    the method's gradient transforms     each penalty's λ·ρ′(θ − target), then its own (Parseval's)
+    the method's gradient transforms     each penalty's λ·ρ′(θ − target), then its own (Parseval's;
+                                         C-CHAIN's, told each member's task loss L_k first)
     the optimizer's update               Adam or SGD (or UPGD, AdamGnT), with a decay it takes on
     the method's post-step hook          (declared: Shrink & Perturb, CBP, ReDo, …)
 
@@ -32,6 +33,7 @@ fast paths (:mod:`plasticlab.optim.fused_adam`, ``SGD(fused=True)``).
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from .. import metrics
 from . import compiled, mlp_backprop
@@ -93,6 +95,10 @@ class Step:
             correct += (logits.argmax(-1) == y).sum(1)
         # the task loss's gradient, before the penalties
         norm = metrics.gradient_norm(self.parameters) if task_gradient else None
+        if chain.needs.task_loss:  # each member's L_k, for a transform that scales against it
+            with torch.no_grad():
+                losses = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none")
+                chain.method.observe_task_loss(losses.view(y.shape).mean(1))
         chain.transform_gradient()
         chain.update()
         chain.after(hidden if features else [], x, t + 1)

@@ -64,7 +64,7 @@ def applies(hand: ManualBackprop | None, chain: Chain) -> bool:
     :class:`plasticlab.optim.SGD`; outside :func:`plasticlab.fast.plain_forms`."""
     needs, optimizer = chain.needs, chain.optimizer
     if (not enabled() or hand is None or needs.per_step_hooks or needs.features
-            or needs.gradient_hook or needs.task_end
+            or needs.gradient_hook or needs.task_loss or needs.task_end
             or not all(isinstance(reg, TargetPenalty) for reg in chain.penalties)):
         return False
     if type(optimizer) is Adam:
