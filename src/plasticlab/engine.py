@@ -1,7 +1,8 @@
 """The training loop over an ensemble of K runs (SPEC §3 online protocol, DESIGN "engine").
 
 At each time step every member receives one batch of its own stream, **first predicts** on it
-(that prediction's accuracy is the online accuracy aₜ), then takes one gradient step on it.
+(that prediction's accuracy is the online accuracy aₜ; on a regression problem its squared
+error is the online squared error), then takes one gradient step on it.
 Members are independent: the loss is the sum of the members' mean losses, so each member's
 gradient is its own. Accuracies accumulate on the device and come back once per task — no
 host synchronisation inside a task.
@@ -48,6 +49,9 @@ class MemberResult:
     ``task_metrics[name][task]``: the task-end measurements (:mod:`plasticlab.measure`; empty
     when measurements are off); ``step_metrics``: the every-N-steps measurements, ``"step"``
     holding the global step of each; ``accuracy_matrix[j][m]`` = A[j, m], m ≤ j, with forgetting.
+    On a regression problem (``loss = "squared_error"``) there is no accuracy:
+    ``task_online_accuracy`` is empty and ``task_online_squared_error`` holds each task's mean
+    (ŷ − y)² of the first predictions (None on a classification problem).
     """
 
     member: Member
@@ -56,6 +60,7 @@ class MemberResult:
     task_metrics: dict[str, list] = field(default_factory=dict)
     step_metrics: dict[str, list] = field(default_factory=dict)
     accuracy_matrix: list[list[float]] | None = None
+    task_online_squared_error: list[float] | None = None
 
     @property
     def seed(self) -> int:
@@ -82,6 +87,16 @@ class MemberResult:
         """Mean of aₜ over the run's reported tasks (all tasks have the same step count)."""
         values = [self.task_online_accuracy[t] for t in self.reported_tasks
                   if t < len(self.task_online_accuracy)]
+        return sum(values) / len(values) if values else float("nan")
+
+    @property
+    def total_online_squared_error(self) -> float | None:
+        """Mean of the online squared error over the run's reported tasks (None on a
+        classification problem)."""
+        if self.task_online_squared_error is None:
+            return None
+        values = [self.task_online_squared_error[t] for t in self.reported_tasks
+                  if t < len(self.task_online_squared_error)]
         return sum(values) / len(values) if values else float("nan")
 
     @property
@@ -160,7 +175,8 @@ def train_ensemble(
     one ensemble are members of the Baseline, L2 and the *-Init penalties,
     :mod:`plasticlab.methods.penalty_members`).
 
-    ``on_task_end(task, accuracies)`` gets each finished task's online accuracy per member;
+    ``on_task_end(task, accuracies)`` gets each finished task's online accuracy per member (its
+    online squared error on a regression problem);
     ``on_steps(n)`` is called every ``progress_every`` steps (progress bars).
 
     Measurements (:mod:`plasticlab.measure`): ``measure`` turns the task-end measurements on
@@ -362,6 +378,7 @@ class EnsembleTraining:
             members=K, init=config.init, generators=[torch_generator(s, "init") for s in seeds],
             **plain, **method_cls.architecture(hp, plain),
         ).to(device)
+        _mask_outputs(net, problem, 0)  # a growing head: set before the step picks its backward
         rates = members.rates()  # one α for all, or one per member (Adam, SGD)
         optimizer = make_optimizer(config.optimizer, list(net.parameters()),
                                    rates[0] if len(set(rates)) == 1 else rates, member_dim=True,
@@ -374,8 +391,9 @@ class EnsembleTraining:
         self.measurer = (_measurer(net, problem, config, measure_samples, forgetting, self.measurements)
                          if measure else None)
         self.step = Step(net, self.method, self.optimizer, backprop=backprop, compile=compile,
-                         device=device)
-        # what the run has produced so far (a checkpoint's contents besides the training state)
+                         device=device, loss=problem.loss)
+        # what the run has produced so far (a checkpoint's contents besides the training state);
+        # accuracies: each task's online measure per member (squared errors on a regression)
         self.accuracies: list[list[float]] = []
         self.task_measures: list[list[dict]] = []  # [task][member] → {name: value}
         self.step_measures: list[list[dict]] = []  # [measurement][member]
@@ -434,6 +452,7 @@ class EnsembleTraining:
         problem, measurer = self.problem, self.measurer
         every, steps = self.every, problem.steps_per_task
         (self.prefetch.start_task if self.prefetch is not None else problem.start_task)(task)
+        _mask_outputs(self.net, problem, task)
         flight = self.in_flight
         if flight is None or flight.task != task:
             flight = TaskInFlight(task, 0, torch.zeros(len(self.seeds), device=self.device), [], None)
@@ -465,8 +484,9 @@ class EnsembleTraining:
         return self._finish_task(flight)
 
     def _finish_task(self, flight: TaskInFlight) -> list[float]:
-        """The task's end: its online accuracies (the one host sync of the task), its
-        measurements, a boundary oracle told; the task is no longer in flight."""
+        """The task's end: its online accuracies — or, on a regression problem, its online
+        squared errors — (the one host sync of the task), its measurements, a boundary oracle
+        told; the task is no longer in flight."""
         problem, measurer, task = self.problem, self.measurer, flight.task
         task_acc = (flight.correct / (problem.steps_per_task * problem.batch_size)).tolist()
         self.accuracies.append(task_acc)
@@ -495,8 +515,11 @@ class EnsembleTraining:
         """Every member's results, with the setup that produced them."""
         problem, config, measurer = self.problem, self.config, self.measurer
         reported = [t for t in range(problem.tasks) if problem.reported(t)]
-        members = [MemberResult(member, task_online_accuracy=[acc[k] for acc in self.accuracies],
+        online = [[acc[k] for acc in self.accuracies] for k in range(len(self.members))]
+        regression = problem.loss == "squared_error"
+        members = [MemberResult(member, task_online_accuracy=[] if regression else online[k],
                                 reported_tasks=reported,
+                                task_online_squared_error=online[k] if regression else None,
                                 **_member_measures(k, self.task_measures, self.step_measures))
                    for k, member in enumerate(self.members)]
         return EnsembleResult(
@@ -513,6 +536,14 @@ class EnsembleTraining:
                                        if self.measurements else {})},
                    "method": self.method.notes(),
                    "sittings": [dict(s) for s in self.sittings]})
+
+
+def _mask_outputs(net, problem, task: int) -> None:
+    """Give ``net`` the outputs each member may predict during ``task`` where the problem has a
+    growing head (:meth:`~plasticlab.problems.Problem.output_mask`); a fixed head: nothing."""
+    mask = problem.output_mask(task)
+    if mask is not None:
+        net.mask_outputs(mask)
 
 
 def _measurer(net, problem, config: RunConfig, samples: int | None, forgetting: bool,

@@ -46,6 +46,10 @@ def diagonal_fisher(
     members = torch.arange(K, device=inputs.device)
     for n in range(N):
         logits = forward(inputs[:, n:n + 1])[:, 0]
+        if logits.shape[-1] < 2:  # log_softmax of one output is 0: a Fisher of zeros, silently
+            raise ValueError("the Fisher of a softmax needs at least 2 outputs (classes); this "
+                             f"network has {logits.shape[-1]} (a regression problem's): EWC does "
+                             "not apply to it")
         log_probs = torch.log_softmax(logits, dim=-1)
         if labels is None:
             u = torch.stack([torch.rand((), generator=g, device=g.device) for g in generators])

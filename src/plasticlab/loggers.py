@@ -108,6 +108,12 @@ def _scalars(record: dict) -> dict[str, list[float]]:
     return series
 
 
+def _totals(record: dict) -> dict[str, float]:
+    """A run record's total online measure: ``total_online_accuracy``, or on a regression
+    problem ``total_online_squared_error``."""
+    return {k: record[k] for k in ("total_online_accuracy", "total_online_squared_error") if k in record}
+
+
 def _run_name(record: dict) -> str:
     params = ",".join(f"{k}={v}" for k, v in sorted(record["params"].items()))
     return f"{record['problem']}/{record['method']}/{params or 'default'}/seed{record['seed']}"
@@ -127,7 +133,8 @@ class TensorBoardLogger:
             for name, values in _scalars(record).items():
                 for task, v in enumerate(values):
                     scalars.add(name, v, task)
-            scalars.add("total_online_accuracy", record["total_online_accuracy"], 0)
+            for name, total in _totals(record).items():
+                scalars.add(name, total, 0)
         finally:
             scalars.close()
 
@@ -147,7 +154,8 @@ class WandbLogger:
             tasks = max((len(v) for v in series.values()), default=0)
             for task in range(tasks):
                 run.log({k: v[task] for k, v in series.items() if task < len(v)} | {"task": task})
-            run.run.summary["total_online_accuracy"] = record["total_online_accuracy"]
+            for name, total in _totals(record).items():
+                run.run.summary[name] = total
         finally:
             run.close()
 

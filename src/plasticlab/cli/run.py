@@ -132,11 +132,14 @@ def _print_results(config, seeds: list[int], records: list[dict], out: Path) -> 
     from ..report import task_table
     from ..report.tables import internals_summary
 
-    curves = {config.method: [r["task_online_accuracy"] for r in records]}
+    # a regression problem's online measure is its squared error (there is no accuracy)
+    key = "task_online_squared_error" if "task_online_squared_error" in records[0] else "task_online_accuracy"
+    curves = {config.method: [r[key] for r in records]}
     print(f"{config.problem} · {config.method} {config.params or ''} · {config.optimizer} "
           f"lr={config.lr} · {config.tasks} tasks × {config.steps_per_task} steps, "
           f"batch {config.batch_size} · seeds {seeds}")
-    print(task_table(curves, reported=records[0]["reported_tasks"]))
+    print(task_table(curves, reported=records[0]["reported_tasks"],
+                     measure=key.removeprefix("task_").replace("_", " ")))
     summary = internals_summary(records)
     if summary:
         print(summary)
@@ -176,7 +179,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         d = cls.defaults
         print(f"  {name:<22} {cls.description}")
         print(f"  {'':<22} {cls.arch}, {d['tasks']} tasks × {d['steps_per_task']} steps, "
-              f"batch {d['batch_size']}" + (", test sets" if cls.has_test_sets else ""))
+              f"batch {d['batch_size']}" + (", test sets" if cls.has_test_sets else "")
+              + (f", {cls.loss} loss" if cls.loss != "cross_entropy" else ""))
         for p in cls.parameters:
             print(f"  {'':<24}{p.name} = {p.default!r}: {p.doc}")
     print("\nmethods:")

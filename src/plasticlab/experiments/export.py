@@ -43,7 +43,7 @@ runs (``results.json.gz``, ``results.2.json.gz``, …), so that every file stays
 repository's limit on a tracked file (2 MB here)."""
 MEASUREMENT_DIGITS = 7
 """Significant digits of the exported measurements (online accuracies: every digit)."""
-EXACT_METRICS = ("online_accuracy", "accuracy_matrix")
+EXACT_METRICS = ("online_accuracy", "accuracy_matrix", "online_squared_error")  # the last: a regression's
 REPORTED_MEASUREMENTS = ("weight_magnitude", "srank", "effective_rank", "dead_fraction",
                          "dormant_fraction", "grad_norm", "task_test_accuracy")
 """The measurements ``plasticlab report`` draws (:data:`plasticlab.report.data.INTERNALS`,

@@ -276,9 +276,34 @@ def field_comparison(problem: str) -> dict:
             "problem": problem, "seeds": EVALUATION_SEEDS, "variants": variants}
 
 
+TOOLKIT_PROBLEMS = ("warm_start_mnist", "warm_start_cifar", "split_mnist", "split_cifar",
+                    "slowly_changing_regression")
+"""The problems the other plasticity toolkits have (issue 47), each with its ``field-PROBLEM``
+preset (:func:`toolkit_problem_study`)."""
+
+
+def toolkit_problem_study(problem: str) -> dict:
+    """Baseline vs L2 Init (λ ∈ {1e-2, 1e-3, 1e-4}) on one of :data:`TOOLKIT_PROBLEMS`, 5 seeds,
+    with Full Reset — θ₀ and a new optimizer at every task end, the from-scratch run the
+    warm-start's generalisation gap and the plasticity gap are measured against. Adam α = 1e-3
+    (FIRE's and Hare & Tortoise's); split problems with forgetting on, each head in turn; the
+    regression as Dohare et al. ran it: SGD α = 0.01, Kaiming-uniform init."""
+    study = {"name": f"field-{problem}",
+             "description": f"baseline, L2 Init and the from-scratch full reset on {problem} (issue 47)",
+             "problem": problem, "methods": ["baseline", "l2_init", "full_reset"],
+             "optimizer": "adam", "lr": 1e-3, "seeds": "0-4",
+             "grid": {"l2_init": {"strength": LAMBDAS[:3]}}}
+    if problem.startswith("split_"):
+        study |= {"forgetting": True, "variants": [{"problem_params": {"head": head}}
+                                                    for head in ("fixed", "growing")]}
+    if problem == "slowly_changing_regression":
+        study |= {"optimizer": "sgd", "lr": 1e-2, "init": "kaiming_uniform"}
+    return study
+
+
 def _registry() -> dict[str, Callable[[], dict]]:
     presets: dict[str, Callable[[], dict]] = {}
-    for problem in PROBLEMS:
+    for problem in BEST["adam"]:  # the paper's problems
         for optimizer in ("adam", "sgd"):
             presets[f"main-{problem}-{optimizer}"] = (lambda p=problem, o=optimizer: main_comparison(p, o))
             presets[f"best-{problem}-{optimizer}"] = (lambda p=problem, o=optimizer: best_configs(p, o))
@@ -299,6 +324,8 @@ def _registry() -> dict[str, Callable[[], dict]]:
         for optimizer in (*FIELD_OPTIMIZERS, *TOOLKIT_OPTIMIZERS):
             presets[f"field-{optimizer}-{problem}"] = (
                 lambda o=optimizer, p=problem: field_optimizer_grid(o, p))
+    for problem in TOOLKIT_PROBLEMS:
+        presets[f"field-{problem}"] = (lambda p=problem: toolkit_problem_study(p))
     return presets
 
 

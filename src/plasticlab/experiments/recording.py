@@ -21,6 +21,7 @@ import torch
 
 from ..data.checksums import data_provenance
 from ..engine import EnsembleResult
+from ..problems import get_problem
 from ..run_config import Members
 from .config import RunConfig
 from .manifest import build_manifest, utc_now
@@ -30,6 +31,8 @@ from .store import ResultStore
 def run_record(config: RunConfig, result_member, result: EnsembleResult, run_id: str) -> dict:
     """The JSON record of one run, as ``plasticlab run --json`` prints it.
 
+    On a regression problem ``total_online_squared_error`` and ``task_online_squared_error``
+    stand in place of the accuracies (there is none).
     Besides the online accuracies it holds every task-end measurement as a per-task list under
     its metric name (``weight_magnitude``, ``srank`` and ``effective_rank`` — each entry a list
     over hidden layers —, ``dead_fraction``, ``dormant_fraction``, ``grad_norm``,
@@ -45,8 +48,7 @@ def run_record(config: RunConfig, result_member, result: EnsembleResult, run_id:
         "params": result_member.params,
         "optimizer": config.optimizer,
         "lr": result_member.lr,
-        "total_online_accuracy": result_member.total_online_accuracy,
-        "task_online_accuracy": result_member.task_online_accuracy,
+        **_online(result_member),
     }
     record.update(result_member.task_metrics)
     if result_member.accuracy_matrix is not None:
@@ -56,6 +58,16 @@ def run_record(config: RunConfig, result_member, result: EnsembleResult, run_id:
     if result_member.step_metrics:
         record["step_measurements"] = result_member.step_metrics
     return record
+
+
+def _online(member) -> dict:
+    """A run's online measure, total and per task: its accuracy, or on a regression problem its
+    squared error."""
+    if member.task_online_squared_error is not None:
+        return {"total_online_squared_error": member.total_online_squared_error,
+                "task_online_squared_error": member.task_online_squared_error}
+    return {"total_online_accuracy": member.total_online_accuracy,
+            "task_online_accuracy": member.task_online_accuracy}
 
 
 def _number_or_none(x: float | None) -> float | None:
@@ -69,9 +81,13 @@ STEP_PREFIX = "steps."
 
 
 def member_task_metrics(member) -> dict[str, list]:
-    """What the store keeps per run: metric name → list indexed by task (``online_accuracy``,
-    every task-end measurement, ``accuracy_matrix`` rows) or by measurement (``steps.*``)."""
-    out = {"online_accuracy": member.task_online_accuracy, **member.task_metrics}
+    """What the store keeps per run: metric name → list indexed by task (``online_accuracy``, or
+    ``online_squared_error`` on a regression problem, every task-end measurement,
+    ``accuracy_matrix`` rows) or by measurement (``steps.*``)."""
+    online = ({"online_squared_error": member.task_online_squared_error}
+              if member.task_online_squared_error is not None
+              else {"online_accuracy": member.task_online_accuracy})
+    out = {**online, **member.task_metrics}
     if member.accuracy_matrix is not None:
         out["accuracy_matrix"] = member.accuracy_matrix
     out.update({STEP_PREFIX + name: values for name, values in member.step_metrics.items()})
@@ -114,8 +130,8 @@ def record_result(store: ResultStore, config: RunConfig, run_ids: Sequence[str],
     for member, rid in zip(result.members, run_ids, strict=True):
         if rid is None:
             continue
-        summary = {"total_online_accuracy": member.total_online_accuracy,
-                   "wall_time_s": result.wall_time, "steps_per_second": result.steps_per_second,
+        total = {k: v for k, v in _online(member).items() if k.startswith("total_")}
+        summary = {**total, "wall_time_s": result.wall_time, "steps_per_second": result.steps_per_second,
                    "ensemble_members": len(run_ids), "measure_time_s": result.measure_time}
         if member.accuracy_matrix is not None:
             summary |= {"bwt": member.bwt, "one_step_bwt": member.one_step_bwt}
@@ -180,9 +196,12 @@ def progress_bar(config: RunConfig, members: int, *, enabled: bool = True, posit
                disable=not enabled, position=position, leave=True, dynamic_ncols=True,
                desc=label or f"{config.method} {config.problem} K={members}")
 
+    regression = get_problem(config.problem).loss == "squared_error"
+
     def on_task_end(task: int, accs: list[float]) -> None:
         mean = sum(accs) / len(accs)
-        bar.set_postfix_str(f"task {task + 1}/{config.tasks} acc {100 * mean:.1f}%")
+        shown = f"sq. error {mean:.4g}" if regression else f"acc {100 * mean:.1f}%"
+        bar.set_postfix_str(f"task {task + 1}/{config.tasks} {shown}")
 
     return bar, on_task_end
 

@@ -131,7 +131,13 @@ def verify_ensemble(members: Sequence[dict], accuracy: dict[str, list[float]], t
     ``limit``, only the first ``limit`` of ``members``, on their own, where that is exact
     (:func:`alone_is_exact`)."""
     from ..engine import train_ensemble
+    from ..problems import get_problem
     from .config import resolve_config
+
+    problem = members[0]["config"]["problem"]
+    if get_problem(problem).loss != "cross_entropy":  # its runs record no accuracy to compare
+        raise ValueError(f"verify compares online accuracies; {problem} is a regression problem "
+                         "(online squared error): its runs cannot be verified yet")
 
     first = members[0]
     record = _ensemble_record(first)

@@ -61,6 +61,21 @@ class EnsembleNet(nn.Module):
         self.init = init_schemes.check_scheme(init)
         # plasticity injection's frozen heads, added to the logits (None: a plain network)
         self.head_offset: FrozenHeads | None = None
+        # the outputs each member may predict ([K, outputs] bool; None: all): set per task by a
+        # growing head (mask_outputs), moved with the network, never part of a checkpoint
+        self.register_buffer("output_mask", None, persistent=False)
+
+    def mask_outputs(self, allowed: torch.Tensor | None) -> None:
+        """Let member k predict only the outputs ``allowed[k]`` (``[K, outputs]`` bool) — a
+        growing head: every other logit is −∞ in every forward pass, so it takes no part in the
+        loss, the argmax or any evaluation; None: every output."""
+        if allowed is not None:
+            bias = self.blocks[-1].affine.bias  # [K, outputs]
+            if tuple(allowed.shape) != tuple(bias.shape) or allowed.dtype != torch.bool:
+                raise ValueError(f"an output mask is [members, outputs] = {list(bias.shape)} bool, "
+                                 f"got {list(allowed.shape)} {allowed.dtype}")
+            allowed = allowed.to(bias.device)
+        self.output_mask = allowed
 
     @property
     def hidden_blocks(self) -> list[Block]:
@@ -91,6 +106,8 @@ class EnsembleNet(nn.Module):
             frozen = self.head_offset(h if head_from == len(self.blocks) - 1 else head_input)
             if frozen is not None:
                 logits = logits + frozen
+        if self.output_mask is not None:  # a growing head: the outputs not in it are −∞
+            logits = logits.masked_fill(~self.output_mask[:, None, :], float("-inf"))
         return (logits, features) if return_features else logits
 
     def regularized_parameters(self) -> list[nn.Parameter]:
@@ -129,6 +146,9 @@ class EnsembleNet(nn.Module):
 
 
 MLP_HIDDEN = 100
+SHALLOW_MLP_HIDDEN = 5
+"""Dohare et al.'s learner for the slowly-changing regression problem (``lop/nets/ffnn.py``):
+one hidden layer of 5 units."""
 CNN_CHANNELS = 16
 CNN_FC = 100
 
@@ -136,7 +156,8 @@ CNN_FC = 100
 def hidden_sizes(arch: str, width: float = 1.0, extra_layers: int = 0) -> dict[str, list]:
     """Layer sizes of the SPEC §4 networks before any CReLU shrinking.
 
-    MLP: ``{"fc": [100]*(2+extra_layers)}``. CNN: ``{"conv": [(channels, kernel, pool)…],
+    MLP: ``{"fc": [100]*(2+extra_layers)}``; shallow MLP: ``{"fc": [5]*(1+extra_layers)}``.
+    CNN: ``{"conv": [(channels, kernel, pool)…],
     "fc": [100…]}``; ``extra_layers=2`` is the paper's deeper CNN (convs 5×5, 3×3, 3×3, pool
     after the first two; three fc layers).
     """
@@ -150,6 +171,8 @@ def hidden_sizes(arch: str, width: float = 1.0, extra_layers: int = 0) -> dict[s
 
     if arch == "mlp":
         return {"fc": [scaled(MLP_HIDDEN)] * (2 + extra_layers)}
+    if arch == "shallow_mlp":
+        return {"fc": [scaled(SHALLOW_MLP_HIDDEN)] * (1 + extra_layers)}
     if arch == "cnn":
         c = scaled(CNN_CHANNELS)
         if extra_layers == 0:
@@ -157,7 +180,7 @@ def hidden_sizes(arch: str, width: float = 1.0, extra_layers: int = 0) -> dict[s
         if extra_layers == 2:
             return {"conv": [(c, 5, True), (c, 3, True), (c, 3, False)], "fc": [scaled(CNN_FC)] * 3}
         raise ValueError(f"the CNN has a deeper variant with extra_layers=2 only, got {extra_layers}")
-    raise ValueError(f"unknown architecture {arch!r}; valid: mlp, cnn")
+    raise ValueError(f"unknown architecture {arch!r}; valid: mlp, shallow_mlp, cnn")
 
 
 def _shrink(n: int, hidden_scale: float) -> int:

@@ -1,14 +1,19 @@
-"""The five continual-classification problems of SPEC §3, as per-member seeded streams."""
+"""The five continual-classification problems of SPEC §3, and the field's (issue 47: warm-start,
+class-incremental split, the slowly-changing regression), as per-member seeded streams."""
 
-from .base import Problem, TaskData
+from .base import LOSSES, Problem, TaskData
 from .continual_imagenet import ContinualImageNet
 from .five_plus_one_cifar import FivePlusOneCIFAR
 from .permuted_mnist import PermutedMNIST
 from .random_label import RandomLabelCIFAR, RandomLabelMNIST
+from .slowly_changing_regression import SlowlyChangingRegression
+from .split import SplitCIFAR, SplitMNIST
+from .warm_start import WarmStartCIFAR, WarmStartMNIST
 
 PROBLEMS: dict[str, type[Problem]] = {
     cls.name: cls
-    for cls in (PermutedMNIST, RandomLabelMNIST, RandomLabelCIFAR, FivePlusOneCIFAR, ContinualImageNet)
+    for cls in (PermutedMNIST, RandomLabelMNIST, RandomLabelCIFAR, FivePlusOneCIFAR, ContinualImageNet,
+                WarmStartMNIST, WarmStartCIFAR, SplitMNIST, SplitCIFAR, SlowlyChangingRegression)
 }
 
 
@@ -20,5 +25,6 @@ def get_problem(name: str) -> type[Problem]:
         raise ValueError(f"unknown problem {name!r}; valid: {', '.join(PROBLEMS)}") from None
 
 
-__all__ = ["PROBLEMS", "ContinualImageNet", "FivePlusOneCIFAR", "PermutedMNIST", "Problem",
-           "RandomLabelCIFAR", "RandomLabelMNIST", "TaskData", "get_problem"]
+__all__ = ["LOSSES", "PROBLEMS", "ContinualImageNet", "FivePlusOneCIFAR", "PermutedMNIST", "Problem",
+           "RandomLabelCIFAR", "RandomLabelMNIST", "SlowlyChangingRegression", "SplitCIFAR",
+           "SplitMNIST", "TaskData", "WarmStartCIFAR", "WarmStartMNIST", "get_problem"]

@@ -28,9 +28,10 @@ from . import task_examples
 
 @dataclass
 class TaskData:
-    """One member's examples of one task: stored inputs ``[N, D]`` or ``[N, C, H, W]``, int64
-    labels ``[N]`` and, for input permutations, the index array ``perm`` ``[D]`` that every
-    batch is gathered through (so no permuted copy of the data is ever made).
+    """One member's examples of one task: stored inputs ``[N, D]`` or ``[N, C, H, W]``, labels
+    ``[N]`` (int64 classes; float32 targets for a regression problem) and, for input
+    permutations, the index array ``perm`` ``[D]`` that every batch is gathered through (so no
+    permuted copy of the data is ever made).
 
     With ``index`` (a NumPy int64 array ``[N]``), the examples are the rows ``x[index]`` of a
     data set ``x`` that stays the same from task to task: the rows are then taken where the
@@ -65,8 +66,16 @@ class PreparedTask:
     rows: torch.Tensor
 
 
+LOSSES = {"cross_entropy": "online_accuracy", "squared_error": "online_squared_error"}
+"""Each task loss ℓ a problem may train with, and the online measure taken with it: with
+``cross_entropy`` (classification; labels are class indices) the fraction of first predictions
+whose argmax is the label; with ``squared_error`` (regression; one output, float targets
+y) the mean of the first predictions' (ŷ − y)²."""
+
+
 class Problem:
-    """A continual classification stream for K members (one seed each).
+    """A continual classification (or, with ``loss = "squared_error"``, regression) stream for K
+    members (one seed each).
 
     Subclasses set the class attributes and implement :meth:`member_task`. Common run
     parameters (``tasks``, ``steps_per_task``, ``batch_size``) default to the paper's values
@@ -81,6 +90,12 @@ class Problem:
     defaults: ClassVar[dict[str, int]]  # tasks, steps_per_task, batch_size
     parameters: ClassVar[tuple[Param, ...]] = ()
     has_test_sets: ClassVar[bool] = False
+    loss: ClassVar[str] = "cross_entropy"  # the task loss ℓ, a key of LOSSES
+
+    @classmethod
+    def online_measure(cls) -> str:
+        """The name of the online measure taken with the problem's loss (:data:`LOSSES`)."""
+        return LOSSES[cls.loss]
 
     def __init__(self, seeds: Sequence[int], *, tasks: int | None = None,
                  steps_per_task: int | None = None, batch_size: int | None = None,
@@ -120,6 +135,12 @@ class Problem:
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         """Stored examples → network inputs (float32)."""
         return x.float()
+
+    def output_mask(self, task: int) -> torch.Tensor | None:
+        """The outputs each member may predict during ``task``, ``[K, num_outputs]`` bool — a
+        growing head, whose outputs not yet in it take no part in the loss, the prediction or
+        the test accuracy — or None: every output, all the time (a fixed head)."""
+        return None
 
     @classmethod
     def reported(cls, task: int) -> bool:

@@ -193,6 +193,14 @@ def load_results(directory: str | Path) -> Results:
     rows, per_run, selection = read_results(directory)
     finished = [r for r in rows if r["status"] == "finished"]
     warnings: list[str] = []
+    # a regression problem's runs record an online squared error, no accuracy to draw
+    regression = [r for r in finished if "online_squared_error" in per_run.get(r["run_id"], {})]
+    if regression:
+        finished = [r for r in finished if r not in regression]
+        problems = sorted({r["config"]["problem"] for r in regression})
+        warnings.append(f"{len(regression)} run(s) of a regression problem ({', '.join(problems)}) "
+                        "left out: the report draws online accuracy, and they record the online "
+                        "squared error (in the results store, metric online_squared_error)")
     counts = Counter(r["status"] for r in rows)
     groups: dict[str, list[dict]] = {}
     for r in finished:

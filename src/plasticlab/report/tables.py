@@ -16,18 +16,22 @@ def mean_and_ci(values: Sequence[float]) -> tuple[float, float]:
     return mean, 1.96 * math.sqrt(var / n)
 
 
-def _fmt(mean: float, ci: float, n: int) -> str:
+def _fmt(mean: float, ci: float, n: int, percent: bool = True) -> str:
+    if not percent:
+        return f"{mean:8.4f}" + (f" ± {ci:7.4f}" if n > 1 else "")
     return f"{100 * mean:6.2f}" + (f" ± {100 * ci:5.2f}" if n > 1 else "")
 
 
 def task_table(curves: Mapping[str, Sequence[Sequence[float]]], reported: Sequence[int] | None = None,
-               max_rows: int = 40) -> str:
+               max_rows: int = 40, measure: str = "online accuracy") -> str:
     """Per-task average online accuracy (%) of each method: mean ± 95 % CI over seeds.
 
     ``curves[label][seed_index][task]`` are fractions in [0, 1]. Long runs are shown in
     ``max_rows`` evenly spaced bins (each the mean of its tasks), so the table stays readable.
-    The last row is the total average online accuracy over the ``reported`` tasks.
+    The last row is the total average online accuracy over the ``reported`` tasks. Another
+    ``measure`` (a regression's ``online squared error``) is shown as it is, not in %.
     """
+    percent = measure == "online accuracy"
     labels = list(curves)
     tasks = len(next(iter(curves.values()))[0])
     reported = list(range(tasks)) if reported is None else list(reported)
@@ -40,16 +44,16 @@ def task_table(curves: Mapping[str, Sequence[Sequence[float]]], reported: Sequen
         row = f"{name:>9} "
         for label in labels:
             per_seed = [sum(run[t] for t in members) / len(members) for run in curves[label]]
-            row += f"{_fmt(*mean_and_ci(per_seed), len(per_seed)):>{width}}"
+            row += f"{_fmt(*mean_and_ci(per_seed), len(per_seed), percent):>{width}}"
         lines.append(row)
     lines.append("-" * len(head))
     row = f"{'total':>9} "
     for label in labels:
         per_seed = [sum(run[t] for t in reported) / len(reported) for run in curves[label]]
-        row += f"{_fmt(*mean_and_ci(per_seed), len(per_seed)):>{width}}"
+        row += f"{_fmt(*mean_and_ci(per_seed), len(per_seed), percent):>{width}}"
     lines.append(row)
     seeds = {label: len(runs) for label, runs in curves.items()}
-    lines.append(f"online accuracy %, mean ± 95% CI over seeds ({_seeds_text(seeds)})")
+    lines.append(f"{measure}{' %' if percent else ''}, mean ± 95% CI over seeds ({_seeds_text(seeds)})")
     return "\n".join(lines)
 
 

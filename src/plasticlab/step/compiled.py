@@ -25,7 +25,8 @@ not to the bit; member k of a compiled ensemble is still seed k compiled alone
 (``tests/test_compiled_step.py`` states both tolerances).
 
 Applies (:func:`applies`): asked for (the engine's ``compile=True``, ``--compile``), outside
-:func:`plasticlab.fast.plain_forms`, with the hand-written MLP backward, a method that declares
+:func:`plasticlab.fast.plain_forms`, with the hand-written MLP backward (so the cross-entropy:
+a regression problem's squared error and a growing head never compile), a method that declares
 no hook and no gradient transform of its own and whose penalties are all
 :class:`~plasticlab.regularizers.TargetPenalty` (:meth:`plasticlab.methods.Method.needs`), and
 :class:`plasticlab.optim.Adam` with no restarted elements or :class:`plasticlab.optim.SGD`.
@@ -59,9 +60,10 @@ RECOMPILE_LIMIT = 64
 
 def applies(hand: ManualBackprop | None, chain: Chain) -> bool:
     """Whether :class:`CompiledStep` computes this step: the hand-written MLP backward (``hand``
-    not None), a method whose declared needs (``chain.needs``) are penalties toward fixed targets
-    alone, and :class:`plasticlab.optim.Adam` (no restarted elements) or
-    :class:`plasticlab.optim.SGD`; outside :func:`plasticlab.fast.plain_forms`."""
+    not None: the cross-entropy, no growing head, :func:`plasticlab.step.mlp_backprop.applies`),
+    a method whose declared needs (``chain.needs``) are penalties toward fixed targets alone,
+    and :class:`plasticlab.optim.Adam` (no restarted elements) or :class:`plasticlab.optim.SGD`;
+    outside :func:`plasticlab.fast.plain_forms`."""
     needs, optimizer = chain.needs, chain.optimizer
     if (not enabled() or hand is None or needs.per_step_hooks or needs.features
             or needs.gradient_hook or needs.task_loss or needs.task_end

@@ -18,8 +18,10 @@ bookkeeping, the cross-entropy's separate reductions and a fresh gradient alloca
 make its whole step slower (``benchmarks/speed.py``, the ``l2_init, autograd`` rows;
 docs/performance.md).
 
-Applies: a network :func:`supports` accepts, with the engine's ``backprop`` ``"auto"`` or
-``"manual"``, outside :func:`plasticlab.fast.plain_forms` (:func:`applies`).
+Applies: a network :func:`supports` accepts, trained with the cross-entropy (a problem's
+``loss``; the squared error of a regression problem is autograd's), with the engine's
+``backprop`` ``"auto"`` or ``"manual"``, outside :func:`plasticlab.fast.plain_forms`
+(:func:`applies`).
 Test: ``tests/test_backprop.py``.
 """
 
@@ -37,8 +39,9 @@ from ..nets.network import EnsembleNet
 def supports(net: EnsembleNet) -> bool:
     """Whether ``net`` is an ensemble ReLU MLP that :class:`ManualBackprop` can train: every
     block a bare :class:`EnsembleLinear`, ReLU on the hidden ones, nothing on the last, and no
-    frozen heads added to its logits (plasticity injection)."""
-    if net.head_offset is not None:
+    frozen heads added to its logits (plasticity injection), no growing head masking its
+    outputs."""
+    if net.output_mask is not None or net.head_offset is not None:
         return False
     blocks = list(net.blocks)
     return (all(isinstance(b.affine, EnsembleLinear) and b.norm is None and not b.pool
@@ -47,10 +50,12 @@ def supports(net: EnsembleNet) -> bool:
             and blocks[-1].activation is None)
 
 
-def applies(net: EnsembleNet) -> bool:
+def applies(net: EnsembleNet, loss: str = "cross_entropy") -> bool:
     """Whether the engine trains ``net`` with :class:`ManualBackprop` (unless told to use
-    autograd): :func:`supports` it, outside :func:`plasticlab.fast.plain_forms`."""
-    return enabled() and supports(net)
+    autograd): :func:`supports` it, the task loss is the cross-entropy (the backward written
+    here is its gradient; a regression's squared error trains with autograd), outside
+    :func:`plasticlab.fast.plain_forms`."""
+    return enabled() and loss == "cross_entropy" and supports(net)
 
 
 def mlp_gradients(x: torch.Tensor, y: torch.Tensor, weights: Sequence[torch.Tensor],
