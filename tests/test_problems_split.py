@@ -142,6 +142,23 @@ def test_member_k_of_an_ensemble_is_seed_k_alone(data_dir, problem, head):
                                       else "autograd")
 
 
+def test_a_run_resumed_from_a_checkpoint_trains_its_next_task_under_that_tasks_head(data_dir, tmp_path):
+    config = _config("split_mnist", "growing")
+    whole = EnsembleTraining(Members.from_config(config, [3]), data_dir=data_dir, measure=False)
+    first = EnsembleTraining(Members.from_config(config, [3]), data_dir=data_dir, measure=False)
+    whole.run_task(0)
+    first.run_task(0)
+    first.save(tmp_path / "ckpt")
+    first.close()
+    resumed = EnsembleTraining(Members.from_config(config, [3]), data_dir=data_dir, measure=False)
+    assert resumed.resume(tmp_path / "ckpt") and resumed.next_task == 1
+    # the head is no part of the checkpoint: the task sets it (with task 0's head, task 1's two
+    # new classes could not be predicted, nor learned)
+    assert resumed.run_task(1) == whole.run_task(1)
+    for p, q in zip(resumed.net.parameters(), whole.net.parameters(), strict=True):
+        assert torch.equal(p, q)
+
+
 def test_with_forgetting_the_accuracy_on_earlier_tasks_is_measured_under_the_head_then_in_force(data_dir):
     result = train_ensemble(Members.from_config(_config("split_mnist", "growing"), [0]),
                             data_dir=data_dir, forgetting=True)
