@@ -92,9 +92,14 @@ def main() -> None:
           f"{args.repeats} task ends each", flush=True)
     try:
         training.problem.start_task(0)
+        start = time.perf_counter()
         for step in range(args.steps):  # train without measuring, so both sides see this network
             x, y = training.problem.batch(step)
             training.step(x, y, torch.zeros(args.members, device=device), step)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        print(f"  training: {time.perf_counter() - start:.2f} s for the {args.steps} steps (one task at "
+              f"the default), the scale of a task end's cost", flush=True)
         names = parse_measurements(args.measure)
         plain = Measurer(training.net, training.problem, samples=args.samples)
         task_end(plain, 0)  # one-off costs (LAPACK, autograd, the test set) hit neither side
