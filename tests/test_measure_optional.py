@@ -54,10 +54,13 @@ def test_plasticlab_run_measure_records_them_and_list_names_them(data_dir, tmp_p
     args = ["run", "--problem", "permuted_mnist", "--method", "baseline", "--tasks", "2",
             "--steps-per-task", "5", "--set", "examples_per_task=320", "--data-dir", str(data_dir),
             "--out", str(out), "--no-progress", "--no-lock"]
-    assert main([*args, "--measure", "churn,distance_to_init", "--json"]) == 0
+    assert main([*args, "--measure", "all", "--json"]) == 0
     record = json.loads(capsys.readouterr().out)["runs"][0]
-    assert len(record["churn"]) == 2 and len(record["distance_to_init_per_layer"][0]) == 3
-    assert "hessian_top_eigenvalue" not in record
+    assert all(len(record[name]) == 2 for name in EVERY)
+    assert len(record["distance_to_init_per_layer"][0]) == 3
+    assert main([*args, "--measure", "churn", "--json", "--rerun"]) == 0
+    record = json.loads(capsys.readouterr().out)["runs"][0]
+    assert "churn" in record and "hessian_top_eigenvalue" not in record
     assert main([*args, "--measure", "curvature"]) == 2
     assert "unknown measurement(s) curvature" in capsys.readouterr().err
     assert main([*args, "--measure", "churn", "--no-measure"]) == 2
@@ -69,7 +72,7 @@ def test_plasticlab_run_measure_records_them_and_list_names_them(data_dir, tmp_p
 def test_a_sweeps_measure_key_records_them_for_every_run(data_dir, tmp_path):
     sweep = tmp_path / "sweep.toml"
     sweep.write_text('name = "m"\nproblem = "permuted_mnist"\nmethods = ["baseline"]\nseeds = "0-1"\n'
-                     'tasks = 2\nsteps_per_task = 5\nmeasure = ["zero_grad_ratio", "rank_variants"]\n'
+                     'tasks = 2\nsteps_per_task = 5\nmeasure = "all"\n'
                      '[problem_params]\nexamples_per_task = 160\n')
     out = tmp_path / "out"
     assert main(["sweep", str(sweep), "--out", str(out), "--data-dir", str(data_dir), "--no-progress",
@@ -79,5 +82,4 @@ def test_a_sweeps_measure_key_records_them_for_every_run(data_dir, tmp_path):
         assert len(runs) == 2
         for run in runs:
             metrics = store.task_metrics(run["run_id"])
-            assert len(metrics["zero_grad_ratio"]) == 2 and len(metrics["matrix_rank"]) == 2
-            assert "churn" not in metrics
+            assert all(len(metrics[name]) == 2 for name in EVERY)
