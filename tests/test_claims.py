@@ -28,8 +28,18 @@ from plasticlab.report.stats import (
     variance_ratio_test,
 )
 
-scipy_stats = pytest.importorskip("scipy.stats")
-scipy_special = pytest.importorskip("scipy.special")
+
+@pytest.fixture(scope="module")
+def scipy_stats():
+    """``scipy.stats``, imported by the first test that asks for it (a second of a core, which
+    every test process would otherwise spend collecting this file); the test skips without it."""
+    return pytest.importorskip("scipy.stats")
+
+
+@pytest.fixture(scope="module")
+def scipy_special():
+    """``scipy.special``, imported by the first test that asks for it."""
+    return pytest.importorskip("scipy.special")
 
 
 def scores(values, seeds=None) -> C.Scores:
@@ -188,7 +198,7 @@ def test_best_single_lambda_averages_over_step_sizes_and_problems():
     assert verdict(C.best_single_lambda(totals)) == C.DOES_NOT_HOLD
 
 
-def test_more_seed_variance_for_unequal_spreads_only():
+def test_more_seed_variance_for_unequal_spreads_only(scipy_stats):
     rng = np.random.default_rng(1)
     base = rng.standard_normal(10)
     assert verdict(C.more_seed_variance(80 + base, 60 + base)) == C.DOES_NOT_HOLD  # equal spreads
@@ -232,14 +242,14 @@ def test_every_criterion_is_named_and_documented():
 # --- the F distribution's tail, without SciPy ----------------------------------------------------
 
 
-def test_the_incomplete_beta_function_against_scipy():
+def test_the_incomplete_beta_function_against_scipy(scipy_special):
     for a, b, x in itertools.product([0.5, 1.0, 2.5, 4.5, 12.0, 60.0], [0.5, 1.0, 3.0, 9.5, 40.0],
                                      [0.0, 1e-8, 0.01, 0.2, 0.5, 0.8, 0.999, 1.0]):
         assert regularized_incomplete_beta(a, b, x) == pytest.approx(scipy_special.betainc(a, b, x),
                                                                      rel=1e-9, abs=1e-12)
 
 
-def test_the_f_tail_against_scipy():
+def test_the_f_tail_against_scipy(scipy_stats):
     for f, d1, d2 in itertools.product([1e-3, 0.2, 0.9, 1.0, 1.3, 2.7, 5.9, 20.0, 300.0],
                                        [1, 2, 4, 9, 19, 49], [1, 3, 9, 29, 200]):
         expected = scipy_stats.f.sf(f, d1, d2)
@@ -247,7 +257,7 @@ def test_the_f_tail_against_scipy():
     assert f_sf(0.0, 3, 4) == 1.0 and f_sf(math.inf, 3, 4) == 0.0
 
 
-def test_the_variance_ratio_test_against_scipy_and_its_edges():
+def test_the_variance_ratio_test_against_scipy_and_its_edges(scipy_stats):
     rng = np.random.default_rng(2)
     x, y = 2 * rng.standard_normal(7), rng.standard_normal(12)
     ratio, p = variance_ratio_test(x, y)

@@ -115,6 +115,20 @@ def test_verify_needs_recorded_runs_and_a_task(tmp_path, capsys):
 # here until it is run again (`plasticlab verify docs/reproduction/STUDY` names its runs).
 PERMUTED_MNIST_STUDIES = ["ablation", "best-permuted_mnist-adam", "best-permuted_mnist-sgd", "depth",
                           "field-permuted_mnist", "forgetting", "init", "lambda-sensitivity", "width"]
+# Of that ensemble, one L2 Init run of each of its settings (step size, λ), at most this many,
+# trained on their own (`verify --members`: where member k is seed k alone, bit for bit): the
+# whole ensemble, up to 16 members, took up to ~15 s of a core (width's, 4× as wide).
+CHECKED_ALONE = 4
+
+
+def l2_init_runs_to_check(ensemble: list[dict]) -> list[dict]:
+    """One L2 Init run of each setting (step size, parameters) of ``ensemble``, at most
+    :data:`CHECKED_ALONE`."""
+    settings = {}
+    for run in ensemble:
+        if run["config"]["method"] == "l2_init":
+            settings.setdefault((run["config"]["lr"], repr(sorted(run["config"]["params"].items()))), run)
+    return list(settings.values())[:CHECKED_ALONE]
 
 
 @pytest.mark.slow
@@ -123,7 +137,10 @@ def test_the_committed_l2_init_runs_of_a_permuted_mnist_study_train_to_the_same_
     runs, accuracy = recorded_runs(PAGE / study)
     groups = [g for g in choose(ensembles(runs)) if "l2_init" in {r["config"]["method"] for r in g}]
     assert groups and all(r["config"]["problem"] == "permuted_mnist" for r in runs), study
-    check = verify_ensemble(groups[0], accuracy, 1, data_dir=data_dir)
-    assert check.compared == len(groups[0])
+    checked = l2_init_runs_to_check(groups[0])
+    rest = [r for r in groups[0] if r not in checked]
+    check = verify_ensemble(checked + rest, accuracy, 1, data_dir=data_dir, limit=len(checked))
+    # where a run alone is not exact, verify trains (and compares) the whole ensemble
+    assert check.compared == check.trained == (len(checked) if alone_is_exact(checked) else len(groups[0]))
     assert check.same, (f"{study}: {check.mismatches}; this code does not give the committed numbers: "
                         "run the study again or find the change")
