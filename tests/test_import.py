@@ -199,7 +199,7 @@ def test_a_protocol_exports_selection_is_kept_where_the_folder_has_none(tmp_path
 
 
 def test_reproduce_refreshes_its_export_after_each_ensemble_and_another_machine_finishes_the_study(
-        data_dir, tmp_path, monkeypatch):
+        data_dir, tmp_path, monkeypatch, sweeps_train_inline):
     from plasticlab.experiments import study
 
     refreshed = []

@@ -55,7 +55,7 @@ def test_the_export_is_deterministic_text_and_refuses_other_files(results_dir, t
 
 
 @pytest.mark.slow
-def test_reproduce_sweeps_exports_reports_and_resumes(data_dir, tmp_path, capsys):
+def test_reproduce_sweeps_exports_reports_and_resumes(data_dir, tmp_path, capsys, sweeps_train_inline):
     argv = ["reproduce", "lambda-sensitivity", "--scale", "0.004", "--out", str(tmp_path / "results"),
             "--docs", str(tmp_path / "docs"), "--workers", "1", "--data-dir", str(data_dir),
             "--no-progress"]
