@@ -56,6 +56,8 @@ METHODS = {"baseline": {}, "l2_init": {"params": {"strength": 1e-2}},
            # the field since the paper (SPEC §10) at its reference values; --methods picks them
            "snr": {}, "hare_tortoise": {}, "parseval": {}, "swr": {}, "full_reset": {},
            "head_reset": {}, "fire": {},
+           # the other toolkits' methods (issue 47) at their defaults; --methods picks them
+           "weight_clip": {}, "normalize_project": {}, "spectral": {}, "wasserstein_init": {},
            # UPGD is an optimizer: the Baseline trained by it, at its reference settings
            **{name: {"method": "baseline", "optimizer": name, "lr": lr, "optimizer_params": settings}
               for name, (lr, settings) in FIELD_OPTIMIZERS.items()}}
