@@ -32,13 +32,14 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(),
                                 reason="reads a process's children from /proc (Linux)")
 
 
-def start_sweep(tmp_path, data_dir, out: str, workers: int, sweep: str = SWEEP) -> subprocess.Popen:
+def start_sweep(tmp_path, data_dir, out: str, workers: int, sweep: str = SWEEP,
+                options: tuple[str, ...] = ()) -> subprocess.Popen:
     (tmp_path / "sweep.toml").write_text(sweep)
     env = dict(os.environ, PLASTICLAB_DATA=str(data_dir))
     # Its own process group, so a test can signal the group as `timeout` or a scheduler does.
     return subprocess.Popen([sys.executable, "-c", CLI_AS_IN_A_TERMINAL, "sweep",
                              str(tmp_path / "sweep.toml"), "--out", str(tmp_path / out),
-                             "--workers", str(workers), "--no-progress"],
+                             "--workers", str(workers), "--no-progress", *options],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
 
@@ -90,11 +91,21 @@ def results(out: Path) -> dict:
     return {seed: json.loads(summary)["total_online_accuracy"] for seed, summary in rows}
 
 
-def run_to_end(tmp_path, data_dir, out: str, workers: int, sweep: str = SWEEP) -> str:
-    proc = start_sweep(tmp_path, data_dir, out, workers, sweep)
-    text = proc.communicate(timeout=600)[0]
-    assert proc.returncode == 0, text
-    return text
+def resume_here(tmp_path, data_dir, out: str, capsys, sweep: str = SWEEP, *options: str) -> str:
+    """Run the sweep again in this process, to its end, and return what it printed. The
+    resumes that are not about the processes that train (the inline executor by default:
+    ``options`` may ask for workers) spare the driver's start, and the workers', ~2 s of a
+    core each; what they check — what the stopped sweep left is picked up, nothing is
+    trained twice, the runs end where an uninterrupted sweep ends — is the driver's and the
+    engine's, the same in every executor."""
+    from plasticlab.cli import main
+
+    (tmp_path / "sweep.toml").write_text(sweep)
+    capsys.readouterr()
+    assert main(["sweep", str(tmp_path / "sweep.toml"), "--out", str(tmp_path / out), "--data-dir",
+                 str(data_dir), "--no-progress", *(options or ("--executor", "inline"))]) == 0
+    captured = capsys.readouterr()
+    return captured.out + captured.err
 
 
 def uninterrupted(tmp_path, data_dir, out: str, sweep: str = SWEEP) -> dict:
@@ -112,7 +123,7 @@ def uninterrupted(tmp_path, data_dir, out: str, sweep: str = SWEEP) -> dict:
 
 @pytest.mark.slow
 def test_killing_the_driver_leaves_no_process_and_a_resume_elsewhere_with_other_workers_is_bit_identical(
-        tmp_path, data_dir):
+        tmp_path, data_dir, capsys):
     proc = start_sweep(tmp_path, data_dir, "killed", workers=2)
     wait_for_checkpoints(tmp_path / "killed", 2, proc)
     workers = children(proc.pid)
@@ -122,10 +133,10 @@ def test_killing_the_driver_leaves_no_process_and_a_resume_elsewhere_with_other_
     assert all_gone(workers), "workers outlived their killed driver"
 
     # Moved, as a study's folder is restored on another machine, and resumed there on one
-    # worker: the stored grouping (two ensembles of two) is used, so both checkpoints are
-    # picked up and nothing is left behind.
+    # worker (a worker process; its driver this test's): the stored grouping (two ensembles
+    # of two) is used, so both checkpoints are picked up and nothing is left behind.
     shutil.move(tmp_path / "killed", tmp_path / "restored")
-    text = run_to_end(tmp_path, data_dir, "restored", workers=1)
+    text = resume_here(tmp_path, data_dir, "restored", capsys, SWEEP, "--workers", "1")
     assert "0 finished, 4 to run) in 2 ensembles" in text
     assert not list((tmp_path / "restored" / "checkpoints").glob("*.ckpt"))
     resumed, whole = results(tmp_path / "restored"), uninterrupted(tmp_path, data_dir, "whole")
@@ -138,7 +149,7 @@ def test_killing_the_driver_leaves_no_process_and_a_resume_elsewhere_with_other_
 @pytest.mark.parametrize("sig,code,to", [(signal.SIGINT, 130, "driver"),
                                          (signal.SIGTERM, 143, "process group")])
 def test_a_signalled_driver_stops_its_workers_at_a_task_end_and_records_the_runs_interrupted(
-        tmp_path, data_dir, sig, code, to):
+        tmp_path, data_dir, sig, code, to, capsys):
     # "process group": `timeout`, `kill -- -PGID` and batch schedulers signal the workers too.
     proc = start_sweep(tmp_path, data_dir, "stopped", workers=2)
     wait_for_checkpoints(tmp_path / "stopped", 2, proc)
@@ -159,31 +170,32 @@ def test_a_signalled_driver_stops_its_workers_at_a_task_end_and_records_the_runs
         and statuses["interrupted"] + statuses.get("finished", 0) == 4, (statuses, text)
     checkpoints = list((tmp_path / "stopped" / "checkpoints").glob("*.ckpt"))
     assert checkpoints
-    text = run_to_end(tmp_path, data_dir, "stopped", workers=2)
+    text = resume_here(tmp_path, data_dir, "stopped", capsys)
     assert "removed checkpoint" not in text
     assert len(results(tmp_path / "stopped")) == 4
 
 
 LONG_TASKS = SWEEP.replace("tasks = 5", "tasks = 2").replace("steps_per_task = 300",
-                                                             "steps_per_task = 5000")
-assert "tasks = 2\n" in LONG_TASKS and "steps_per_task = 5000\n" in LONG_TASKS
-# Half as long, for the tests that signal as soon as training is under way (no second's wait):
-# each ensemble's tasks still take seconds, as long again as a stop may take.
-LONG_ENOUGH = LONG_TASKS.replace("steps_per_task = 5000", "steps_per_task = 2500")
+                                                             "steps_per_task = 4000")
+assert "tasks = 2\n" in LONG_TASKS and "steps_per_task = 4000\n" in LONG_TASKS
+# Shorter, for the tests that signal as soon as training is under way (no wait for a task's
+# end): each ensemble's tasks still take seconds, as long again as a stop may take.
+LONG_ENOUGH = LONG_TASKS.replace("steps_per_task = 4000", "steps_per_task = 2500")
 
 
 @pytest.mark.slow
 def test_a_signal_stops_workers_within_seconds_mid_task_and_the_resume_is_bit_identical(
-        tmp_path, data_dir):
-    # Tasks far longer than the stop may take: each worker saves its task in flight between
-    # two steps and stops; the same command resumes there and ends where an uninterrupted
-    # sweep ends, bit for bit.
+        tmp_path, data_dir, capsys):
+    # Tasks far longer than the stop may take (4,000 steps, ~2 s of a core; the signal comes
+    # half a second into the second): each worker saves its task in flight between two steps
+    # and stops; the sweep run again resumes there and ends where an uninterrupted sweep
+    # ends, bit for bit.
     from plasticlab.checkpoint import read_header
 
     out = tmp_path / "mid"
     proc = start_sweep(tmp_path, data_dir, "mid", workers=2, sweep=LONG_TASKS)
     wait_for_checkpoints(out, 2, proc, timeout=400)  # task 0 ended; task 1 trains
-    time.sleep(1.0)
+    time.sleep(0.5)
     workers = children(proc.pid)
     sent = time.monotonic()
     proc.send_signal(signal.SIGTERM)
@@ -198,14 +210,15 @@ def test_a_signal_stops_workers_within_seconds_mid_task_and_the_resume_is_bit_id
     with sqlite3.connect(out / "results.sqlite") as db:
         notes = [n for (n,) in db.execute("SELECT error FROM attempts WHERE status = 'interrupted'")]
     assert len(notes) == 4 and all("stopped at step" in n for n in notes), notes
-    assert "removed checkpoint" not in run_to_end(tmp_path, data_dir, "mid", workers=2, sweep=LONG_TASKS)
+    assert "removed checkpoint" not in resume_here(tmp_path, data_dir, "mid", capsys, LONG_TASKS)
     assert results(out) == uninterrupted(tmp_path, data_dir, "whole", LONG_TASKS) and len(results(out)) == 4
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None,
                     reason="Ray is not installed (pip install 'plasticlab[ray]')")
-def test_a_ray_sweep_stops_within_seconds_and_resumes_from_its_save_between_steps(tmp_path, data_dir):
+def test_a_ray_sweep_stops_within_seconds_and_resumes_from_its_save_between_steps(tmp_path, data_dir,
+                                                                                  capsys):
     # the ray executor abandons the tasks in flight: they resume from their last save, here
     # at most a second old (--checkpoint-every 1)
     (tmp_path / "sweep.toml").write_text(LONG_ENOUGH)
@@ -224,16 +237,18 @@ def test_a_ray_sweep_stops_within_seconds_and_resumes_from_its_save_between_step
     with sqlite3.connect(out / "results.sqlite") as db:
         statuses = dict(db.execute("SELECT status, COUNT(*) FROM attempts GROUP BY status").fetchall())
     assert "running" not in statuses and statuses.get("interrupted", 0) >= 1, (statuses, text)
-    run_to_end(tmp_path, data_dir, "ray", workers=2, sweep=LONG_ENOUGH)
+    resume_here(tmp_path, data_dir, "ray", capsys, LONG_ENOUGH)
     assert len(results(out)) == 4
 
 
 @pytest.mark.slow
 def test_a_second_signal_kills_the_workers_at_once(tmp_path, data_dir):
     # the first signal asks the workers to stop (they save between two steps); the second
-    # kills whatever is left, without waiting
+    # kills whatever is left, without waiting. Both workers are training: each has saved its
+    # task in flight once, half a second in.
     out = tmp_path / "twice"
-    proc = start_sweep(tmp_path, data_dir, "twice", workers=2, sweep=LONG_ENOUGH)
+    proc = start_sweep(tmp_path, data_dir, "twice", workers=2, sweep=LONG_ENOUGH,
+                       options=("--checkpoint-every", "0.5"))
     wait_for_checkpoints(out, 2, proc, timeout=400)
     workers = children(proc.pid)
     proc.send_signal(signal.SIGINT)
@@ -252,36 +267,36 @@ def test_a_second_signal_kills_the_workers_at_once(tmp_path, data_dir):
 def test_plasticlab_run_stops_at_once_and_resumes_from_its_save_between_steps_bit_identical(
         tmp_path, data_dir):
     # the inline executor abandons the task in flight: it resumes from the last save, here
-    # at most a second old (--checkpoint-every 1), and ends where an uninterrupted run ends
+    # at most a second old (--checkpoint-every 1), and ends where an uninterrupted run ends.
+    # Two tasks of 4,000 steps (~4 s of a core): the signal comes ~2.5 s in, after two saves.
     env = dict(os.environ, PLASTICLAB_DATA=str(data_dir))
     args = ["run", "--problem", "permuted_mnist", "--method", "l2_init", "--seeds", "0-1",
-            "--tasks", "2", "--steps-per-task", "6000", "--set", "examples_per_task=1200",
+            "--tasks", "2", "--steps-per-task", "4000", "--set", "examples_per_task=1200",
             "--no-progress", "--checkpoint-every", "1"]
     proc = subprocess.Popen([sys.executable, "-c", CLI_AS_IN_A_TERMINAL, *args, "--out",
                              str(tmp_path / "run")], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     wait_for_checkpoints(tmp_path / "run", 1, proc, timeout=400)
-    time.sleep(2.5)
+    time.sleep(1.5)
     sent = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     text = proc.communicate(timeout=60)[0]
     assert proc.returncode == 143 and time.monotonic() - sent < 5, text
     assert "Traceback" not in text, text
-    done = subprocess.run([sys.executable, "-c", CLI_AS_IN_A_TERMINAL, *args, "--out",
-                           str(tmp_path / "run")], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
-    from plasticlab.cli import main  # the uninterrupted run: the same command, in this process
+    # the resume, and the uninterrupted run: the same command, in this process
+    from plasticlab.cli import main
 
+    assert main([*args, "--out", str(tmp_path / "run"), "--data-dir", str(data_dir)]) == 0
     assert main([*args, "--out", str(tmp_path / "whole"), "--data-dir", str(data_dir)]) == 0
     assert results(tmp_path / "run") == results(tmp_path / "whole")
 
 
 @pytest.mark.slow
 def test_a_killed_worker_fails_its_ensemble_and_the_ensembles_it_never_took_stay_unstarted(
-        tmp_path, data_dir):
+        tmp_path, data_dir, capsys):
     # One worker, two ensembles (Layer Norm trains another network). The OOM killer takes the
     # worker during the first: that ensemble's runs fail; the second's were never started, so
-    # they have no attempt, and the sweep says so and exits 1. The same command then ends both.
+    # they have no attempt, and the sweep says so and exits 1. The sweep run again ends both.
     sweep = SWEEP.replace('method = "l2_init"', 'methods = ["l2_init", "layer_norm"]').replace(
         'seeds = "0-3"', 'seeds = "0-1"')
     out = tmp_path / "broken"
@@ -298,16 +313,21 @@ def test_a_killed_worker_fails_its_ensemble_and_the_ensembles_it_never_took_stay
     with sqlite3.connect(out / "results.sqlite") as db:
         attempts = db.execute("SELECT status, COUNT(*) FROM attempts GROUP BY status").fetchall()
     assert attempts == [("failed", 2)], (attempts, text)
-    text = run_to_end(tmp_path, data_dir, "broken", workers=1, sweep=sweep)
+    text = resume_here(tmp_path, data_dir, "broken", capsys, sweep)
     assert "(0 finished, 4 to run) in 2 ensembles" in text
     with sqlite3.connect(out / "results.sqlite") as db:
         attempts = db.execute("SELECT status, COUNT(*) FROM attempts GROUP BY status").fetchall()
     assert attempts == [("failed", 2), ("finished", 4)]
 
 
+# The worker's side of lifecycle.py needs the standard library alone: the module is loaded from
+# its file, without the package, whose import (torch) takes ~2 s of a core.
 WORKER_GIVEN_SIGTERM = """
-import os, signal, sys
-from plasticlab.experiments import lifecycle
+import importlib.util, os, signal, sys
+spec = importlib.util.spec_from_file_location("lifecycle", sys.argv[2])
+lifecycle = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(lifecycle)
+assert "torch" not in sys.modules
 lifecycle.worker_init(sys.argv[1], os.getppid())
 os.kill(os.getpid(), signal.SIGTERM)
 try:
@@ -322,7 +342,9 @@ def test_a_worker_given_sigterm_stops_at_its_task_end_only_if_its_driver_asks(tm
     stop_file = tmp_path / "stop"
     if driver_asked:
         stop_file.touch()
-    proc = subprocess.run([sys.executable, "-c", WORKER_GIVEN_SIGTERM, str(stop_file)],
+    from plasticlab.experiments import lifecycle
+
+    proc = subprocess.run([sys.executable, "-c", WORKER_GIVEN_SIGTERM, str(stop_file), lifecycle.__file__],
                           capture_output=True, text=True, timeout=60)
     if driver_asked:  # a group-wide SIGTERM: the driver's request is there, the task ends
         assert proc.returncode == 0 and "stopped at the end of task 3" in proc.stdout
