@@ -521,7 +521,7 @@ def test_plasticlab_list_and_the_report_mark_the_boundary_oracles(capsys):
     for name in METHODS:
         line = next(x for x in lines if x.strip().split(" ")[0] == name)
         assert ("boundary oracle" in line) == (name in {"ewc", "l2_init_ewc", "full_reset", "head_reset",
-                                                        "fire"}), name
+                                                        "fire", "dash", "plasticity_injection"}), name
     assert any("privileged task-boundary information" in x for x in lines)
     assert _marked("fire", "fire") == "fire †" and _marked("l2_init", "l2_init") == "l2_init"
     assert "privileged" in _oracle_note(["l2_init", "head_reset"]) and _oracle_note(["l2_init"]) == ""

@@ -45,7 +45,8 @@ METHOD_COLORS = {
     "full_reset": "#7b4173", "head_reset": "#e7ba52", "fire": "#e6550d",
     # the other toolkits' methods (issue 47)
     "weight_clip": "#fd8d3c", "normalize_project": "#6baed6", "spectral": "#74c476",
-    "wasserstein_init": "#9e9ac8", "c_chain": "#b07aa1",
+    "wasserstein_init": "#9e9ac8", "c_chain": "#b07aa1", "regrama": "#a55194", "dash": "#8ca252",
+    "deep_fourier": "#fdae6b", "plasticity_injection": "#3b6a8f",
 }
 HIGHLIGHT_METHOD = "l2_init"
 
