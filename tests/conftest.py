@@ -273,6 +273,25 @@ def imagenet_dir(tmp_path_factory) -> Path:
     return root
 
 
+def run_script(path: Path, args, monkeypatch, capsys) -> str:
+    """Run the script ``path`` as ``python PATH ARGS`` does — as ``__main__``, with that
+    ``sys.argv`` — but in this process, and return what it printed: a process of its own takes
+    ~2 s of a core to start (torch's import). For the tests of what a script does, not of how a
+    process starts or ends. A non-zero ``sys.exit`` fails the test; an error raises."""
+    import runpy
+    import sys
+
+    monkeypatch.setattr(sys, "argv", [str(path), *map(str, args)])
+    capsys.readouterr()
+    try:
+        runpy.run_path(str(path), run_name="__main__")
+    except SystemExit as exit:
+        captured = capsys.readouterr()
+        assert exit.code in (None, 0), f"{path.name} exited {exit.code}: {captured.err[-3000:]}"
+        return captured.out
+    return capsys.readouterr().out
+
+
 @pytest.fixture
 def sweeps_train_inline(monkeypatch):
     """Every sweep a command starts trains in this process (the inline executor), for the tests

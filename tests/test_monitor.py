@@ -9,8 +9,6 @@ import csv
 import gc
 import importlib.util
 import math
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -19,7 +17,7 @@ import torch
 from torch import nn
 
 import plasticlab
-from conftest import REPO, needs_package
+from conftest import REPO, needs_package, run_script
 from plasticlab import metrics
 from plasticlab.monitor import (
     Monitor,
@@ -615,15 +613,12 @@ def test_monitor_is_exported():
 
 # --- the example -------------------------------------------------------------------------------
 
-@pytest.mark.slow
-def test_example_saves_the_figure_and_prints_a_per_task_table(data_dir, tmp_path):
+def test_example_saves_the_figure_and_prints_a_per_task_table(data_dir, tmp_path, monkeypatch, capsys):
     figure = tmp_path / "fig.png"
-    proc = subprocess.run([sys.executable, str(REPO / "examples" / "monitor_any_model.py"), "--data-dir",
-                           str(data_dir), "--tasks", "2", "--steps", "40", "--every", "10",
-                           "--figure", str(figure), "--csv", str(tmp_path / "t")],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.strip().splitlines()
+    out = run_script(REPO / "examples" / "monitor_any_model.py",
+                     ["--data-dir", data_dir, "--tasks", "2", "--steps", "40", "--every", "10",
+                      "--figure", figure, "--csv", tmp_path / "t"], monkeypatch, capsys)
+    lines = out.strip().splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("task"))
     assert [line.split()[0] for line in lines[header + 1:header + 3]] == ["0", "1"]
     assert figure.stat().st_size > 10_000

@@ -8,11 +8,9 @@ temporary directory, with ``--data-dir`` pointed at the real data."""
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,7 +20,6 @@ from conftest import REAL_DATA, REAL_DATA_MISSING, REPO
 README = REPO / "README.md"
 DOC_FILES = [README, *sorted((REPO / "docs").rglob("*.md")), REPO / "benchmarks" / "README.md"]
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
-CLI = "import sys; from plasticlab.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
 def fenced_blocks(text: str, language: str) -> list[str]:
@@ -107,10 +104,15 @@ def test_every_readme_command_is_one_the_check_runs():
             f"README bash line is neither an install line nor a plasticlab command: {shlex.join(words)}")
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(REAL_DATA_MISSING["data_dir"] is not None, reason=REAL_DATA_MISSING["data_dir"] or "")
-def test_every_readme_command_runs(tmp_path):
-    env = dict(os.environ, PLASTICLAB_DATA=str(REAL_DATA), MPLBACKEND="Agg")
+def test_every_readme_command_runs(tmp_path, monkeypatch, capsys):
+    # Each command is `plasticlab`'s main with the README's arguments, in this process, from a
+    # temporary folder (a process of its own would take ~2 s of a core to start; the console
+    # script itself is tests/test_cli.py's).
+    from plasticlab.cli import main
+
+    monkeypatch.setenv("PLASTICLAB_DATA", str(REAL_DATA))
+    monkeypatch.chdir(tmp_path)
     ran = 0
     for words in readme_commands():
         if is_install(words) or is_demo(words):
@@ -118,10 +120,11 @@ def test_every_readme_command_runs(tmp_path):
         argv = with_real_data(words, REAL_DATA)
         if argv[1] in ("run", "sweep") and "--dry-run" not in argv:
             argv.append("--no-progress")
-        done = subprocess.run([sys.executable, "-c", CLI, *argv[1:]], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, (f"README command failed (exit {done.returncode}): {shlex.join(words)}\n"
-                                      f"--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}")
+        capsys.readouterr()
+        code = main(argv[1:])
+        out, err = capsys.readouterr()
+        assert code == 0, (f"README command failed (exit {code}): {shlex.join(words)}\n"
+                           f"--- stdout\n{out[-3000:]}\n--- stderr\n{err[-3000:]}")
         ran += 1
     assert ran > 0
 
