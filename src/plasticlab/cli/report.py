@@ -31,6 +31,8 @@ def write_report(directory: str, out: str | None = None, formats: str = "png,svg
     if unknown or "png" not in names:
         raise ValueError(f"--formats {formats!r}: give png plus any of svg, pdf "
                          "(the HTML page embeds the PNGs)")
+    if check:
+        _chromium_or_error()  # before the report is built, not after: a study's takes minutes
     results = load_results(directory)
     other_code = from_other_code(results.finished)
     if other_code:
@@ -50,18 +52,25 @@ def write_report(directory: str, out: str | None = None, formats: str = "png,svg
 
 
 def _check_in_browser(page: Path) -> int:
-    """Load ``page`` in headless Chromium (:mod:`plasticlab.report.browser`) and print what it
-    saw: 0 when it loaded cleanly, 1 on any problem."""
-    from ..report.browser import INSTALL_HINT, BrowserError, check_page, find_chromium
+    """Load ``page`` in headless Chromium (:mod:`plasticlab.report.browser`; :func:`write_report`
+    found it before building the page) and print what it saw: 0 when it loaded cleanly, 1 on
+    any problem."""
+    from ..report.browser import BrowserError, check_page
 
-    if find_chromium() is None:
-        raise ValueError(f"--check needs Chromium: {INSTALL_HINT}")
     try:
         result = check_page(page)
     except BrowserError as e:
         raise ValueError(f"--check: {e}") from None
     print(result)
     return 0 if result.ok else 1
+
+
+def _chromium_or_error() -> None:
+    """Raise the one-line error of ``--check`` where no Chromium is found."""
+    from ..report.browser import INSTALL_HINT, find_chromium
+
+    if find_chromium() is None:
+        raise ValueError(f"--check needs Chromium: {INSTALL_HINT}")
 
 
 def register(sub) -> None:
