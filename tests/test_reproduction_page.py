@@ -291,7 +291,8 @@ def test_every_interval_a_page_quotes_is_in_the_report_of_a_study_its_section_li
     studies that section links (a section that quotes one links at least one report)."""
     sections = quoted_intervals(page.read_text(encoding="utf-8"), page.parent)
     for title, studies, intervals in sections:
-        assert studies or not intervals, f"{page.name}, section {title!r} quotes {intervals} but links no report"
+        assert studies or not intervals, (
+            f"{page.name}, section {title!r} quotes {intervals} but links no report")
         reports = "".join((PAGE / study / "report" / "report.md").read_text(encoding="utf-8")
                           for study in sorted(studies))
         missing = [i for i in intervals if i not in reports]
@@ -518,7 +519,8 @@ def test_the_forgetting_table_is_the_reports_and_the_papers():
     for line in report.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
         if len(cells) == 5 and cells[1] == "5":
-            rows[cells[0].split(" ")[0] if "anchor=last" in cells[0] or " " not in cells[0] else cells[0]] = cells
+            key = cells[0].split(" ")[0] if "anchor=last" in cells[0] or " " not in cells[0] else cells[0]
+            rows[key] = cells
     table = generate.forgetting_table().replace("−", "-").splitlines()[2:]
     assert len(table) == 3
     paper = {"l2_init": ("-63.4", "-11.3", "81.1"), "ewc": ("-39.0", "-7.8", "75.8"),
@@ -549,7 +551,8 @@ def hand_written_verdict_words(markdown: str, criteria: bool = False) -> list[st
             for m in VERDICT_WORD.finditer(text)]
 
 
-@pytest.mark.parametrize("page", [p for p in PAGES if p != CHANGED], ids=lambda p: p.relative_to(PAGE).as_posix())
+@pytest.mark.parametrize("page", [p for p in PAGES if p != CHANGED],
+                         ids=lambda p: p.relative_to(PAGE).as_posix())
 def test_no_page_states_a_verdict_by_hand(page):
     """A verdict is computed (SPEC §12): a page says *holds*, *partly* or *does not hold* only
     inside a generated block (the README also where its criteria define the words). Other words
@@ -563,7 +566,8 @@ def test_the_verdict_word_check_sees_what_it_should():
     md = ("# p\nThe part holds here. It is partly so.\n<!-- generated: x -->\n| a | **holds** |\n"
           "<!-- end generated -->\nThe subset has 1,000 images; a threshold; the holder.\n"
           "## The criteria\nA claim **holds** if…\n## Next\nDoes not hold.\n")
-    assert [w.split()[0] for w in hand_written_verdict_words(md, criteria=True)] == ["'holds'", "'partly'", "'hold'"]
+    words = hand_written_verdict_words(md, criteria=True)
+    assert [w.split()[0] for w in words] == ["'holds'", "'partly'", "'hold'"]
     assert len(hand_written_verdict_words(md)) == 4
 
 
@@ -576,7 +580,8 @@ def test_every_verdict_change_is_what_plasticlab_claims_gives(claims_every_study
     rows = {(v.claim.key, r.part, _study_key(r)): r for v in verdicts for r in v.rows}
     text = CHANGED.read_text(encoding="utf-8")
     entries = re.findall(r"(?m)^## (\S+) · .*\n\n- \*\*study\*\*: `([^`]+)` · (.+)\n- \*\*part\*\*: (.+)\n"
-                         r"- \*\*old → new\*\*: (.+?) → (.+)\n- \*\*figures\*\*: (.+)\n- \*\*why\*\*: .+", text)
+                         r"- \*\*old → new\*\*: (.+?) → (.+)\n- \*\*figures\*\*: (.+)\n"
+                         r"- \*\*why\*\*: .+", text)
     assert len(entries) == text.count("\n## ") and entries, "verdicts-changed.md: an entry is not in the form"
     assert f"{len(entries)} parts changed" in text
     for key, study, scale, part, old, new, figures in entries:
