@@ -273,6 +273,33 @@ def imagenet_dir(tmp_path_factory) -> Path:
     return root
 
 
+def lock_released(out: Path, within: float = 30.0) -> bool:
+    """Whether the writer's lock on the results folder ``out`` is free (or comes free within
+    ``within`` seconds): a SIGKILL reaches every process of a killed command's group at once,
+    but each of them ends in its own time, and the next command, started at once in the test's
+    process, must not find one still ending."""
+    import fcntl
+    import time
+
+    from plasticlab.experiments.lock import LOCK_NAME
+
+    fd = os.open(out / LOCK_NAME, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        deadline = time.monotonic() + within
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.02)
+            else:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                return True
+    finally:
+        os.close(fd)
+
+
 def run_script(path: Path, args, monkeypatch, capsys) -> str:
     """Run the script ``path`` as ``python PATH ARGS`` does — as ``__main__``, with that
     ``sys.argv`` — but in this process, and return what it printed: a process of its own takes

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import lock_released
+
 # 5 tasks (10 until 2026-11-29): a signal or a kill comes as soon as the first task's checkpoints
 # are there, with four tasks, about a second, still to train.
 SWEEP = """
@@ -131,6 +133,7 @@ def test_killing_the_driver_leaves_no_process_and_a_resume_elsewhere_with_other_
     proc.kill()
     proc.wait()
     assert all_gone(workers), "workers outlived their killed driver"
+    assert lock_released(tmp_path / "killed")
 
     # Moved, as a study's folder is restored on another machine, and resumed there on one
     # worker (a worker process; its driver this test's): the stored grouping (two ensembles

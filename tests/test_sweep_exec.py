@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from conftest import lock_released
 from plasticlab.cli import main
 from plasticlab.experiments import ResultStore
 
@@ -111,6 +112,7 @@ def test_a_killed_sweep_resumes_and_ends_with_every_run_exactly_once(data_dir, t
     proc.wait()
     before = finished_runs(out)
     assert 2 <= len(before) < 12
+    assert lock_released(out)
     assert main(cmd[3:]) == 0  # the same command, driven from this process (its worker kept)
     after = finished_runs(out)
     assert len(after) == 12

@@ -131,7 +131,6 @@ def l2_init_runs_to_check(ensemble: list[dict]) -> list[dict]:
     return list(settings.values())[:CHECKED_ALONE]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("study", PERMUTED_MNIST_STUDIES)
 def test_the_committed_l2_init_runs_of_a_permuted_mnist_study_train_to_the_same_first_task(study, data_dir):
     runs, accuracy = recorded_runs(PAGE / study)
