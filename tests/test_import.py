@@ -198,6 +198,7 @@ def test_a_protocol_exports_selection_is_kept_where_the_folder_has_none(tmp_path
         assert store.runs()[0]["manifest"] == runs[0]["manifest"]
 
 
+@pytest.mark.slow
 def test_reproduce_refreshes_its_export_after_each_ensemble_and_another_machine_finishes_the_study(
         data_dir, tmp_path, monkeypatch, sweeps_train_inline):
     from plasticlab.experiments import study

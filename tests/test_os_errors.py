@@ -51,6 +51,7 @@ def one_line(err: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_a_full_disk_stops_the_sweep_in_one_line_and_the_same_command_resumes(data_dir, tmp_path):
     """Before: a sweep on a nearly full disk ended in chained tracebacks (sqlite3.OperationalError:
     database or disk is full), exit 1, its runs left 'running'. After: writes fail for real (the
