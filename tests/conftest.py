@@ -273,6 +273,19 @@ def imagenet_dir(tmp_path_factory) -> Path:
     return root
 
 
+PACKAGE = Path(importlib.util.find_spec("plasticlab").origin).parent
+
+WITHOUT_PACKAGE_IMPORTS = (
+    "import sys, types\n"
+    f"for _name, _folder in (('plasticlab', {str(PACKAGE)!r}),\n"
+    f"                       ('plasticlab.experiments', {str(PACKAGE / 'experiments')!r})):\n"
+    "    sys.modules[_name] = types.ModuleType(_name)\n"
+    "    sys.modules[_name].__path__ = [_folder]\n")
+"""The first lines of a child process's script that imports modules of ``plasticlab.experiments``
+needing only the standard library (the store, the lock): the two packages are made empty
+stand-ins, so that their ``__init__`` imports — torch's, ~2 s of a core — are not run."""
+
+
 def lock_released(out: Path, within: float = 30.0) -> bool:
     """Whether the writer's lock on the results folder ``out`` is free (or comes free within
     ``within`` seconds): a SIGKILL reaches every process of a killed command's group at once,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import WITHOUT_PACKAGE_IMPORTS
 from plasticlab.cli import main
 from plasticlab.experiments import lock
 from plasticlab.experiments.lock import LOCK_NAME, read_holder, writer_lock
@@ -113,14 +114,8 @@ def test_a_holder_killed_with_sigkill_frees_the_folder_and_the_next_command_resu
     assert list(attempts(out).values()) == [["interrupted", "finished"]] * 2
 
 
-# A process that holds a folder's lock until its stdin closes. The lock module needs the standard
-# library alone: its package and the experiments package are made empty stand-ins, so that their
-# imports (torch's, ~2 s of a core) are not run.
-HOLDER = """
-import sys, types
-for name, folder in (("plasticlab", sys.argv[2]), ("plasticlab.experiments", sys.argv[2] + "/experiments")):
-    sys.modules[name] = types.ModuleType(name)
-    sys.modules[name].__path__ = [folder]
+# A process that holds a folder's lock until its stdin closes (the lock module alone: no torch).
+HOLDER = WITHOUT_PACKAGE_IMPORTS + """
 from plasticlab.experiments.lock import writer_lock
 assert "torch" not in sys.modules
 with writer_lock(sys.argv[1]):
@@ -137,7 +132,7 @@ def test_read_only_commands_work_while_a_writer_holds_the_folder(data_dir, tmp_p
     out = tmp_path / "out"
     assert main(["run", *TINY, "--method", "baseline", "--seeds", "0", "--data-dir", str(data_dir),
                  "--out", str(out)]) == 0
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out), str(Path(lock.__file__).parents[1])],
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"

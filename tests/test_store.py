@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import WITHOUT_PACKAGE_IMPORTS
 from plasticlab.experiments import manifest as manifest_module
 from plasticlab.experiments.manifest import build_manifest, from_other_code, trains_as_this_code
 from plasticlab.experiments.store import DB_NAME, SCHEMA_VERSION, ResultStore, SchemaVersionError, StoreError
@@ -84,7 +85,7 @@ def test_run_id_is_a_pinned_constant_in_a_fresh_process():
     # Pinned value, computed in another interpreter (hash randomisation differs there): if
     # this changes, every existing store's finished runs would be re-run by the next sweep.
     code = (
-        "from plasticlab.experiments.store import ResultStore;"
+        WITHOUT_PACKAGE_IMPORTS + "from plasticlab.experiments.store import ResultStore;"
         f"print(ResultStore.run_id({CONFIG!r}, 3))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
