@@ -457,12 +457,12 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("adam-3 CBP (plasticlab's)", "L2 Init is as good as or better than Continual Backprop on four "
                                        "of five problems.",
           _each(_ALL, _ADAM, _t("as_good_as_or_better", "l2_init", "cbp"), form=PLASTICLABS_FORM), need=4),
-    Claim("adam-3 CBP (authors')", "The same, against CBP as the authors' code ran it.",
+    Claim("adam-3 CBP (authors')", "The same, against the authors' CBP.",
           _authors_form(_t("as_good_as_or_better", "l2_init", "cbp")), need=4),
     Claim("adam-3 ReDo (plasticlab's)", "… roughly the same holds against ReDo (L2 Init as good as or "
                                         "better, on four of five).",
           _each(_ALL, _ADAM, _t("as_good_as_or_better", "l2_init", "redo"), form=PLASTICLABS_FORM), need=4),
-    Claim("adam-3 ReDo (authors')", "The same, against ReDo as the authors' code ran it.",
+    Claim("adam-3 ReDo (authors')", "The same, against the authors' ReDo.",
           _authors_form(_t("as_good_as_or_better", "l2_init", "redo")), need=4),
     Claim("adam-4", "Concat ReLU does well everywhere except 5+1 CIFAR, where it loses plasticity "
                     "completely; it loses some plasticity on the two random-label problems.",
