@@ -101,6 +101,21 @@ def count_host_syncs(monkeypatch) -> dict:
     return calls
 
 
+def assert_host_reads_do_not_grow_with_steps(members, data_dir, monkeypatch) -> None:
+    """Train ``members`` (a one-task config) for 12 steps, then 24, counting the reads back to
+    the host (:func:`count_host_syncs`): twice the steps must not read once more — no round
+    trip per step. Warm the code paths (a first run) before calling it."""
+    from plasticlab.engine import train_ensemble
+
+    calls = count_host_syncs(monkeypatch)
+    members.config.steps_per_task = 12
+    train_ensemble(members, data_dir=data_dir, measure=False)
+    per_task, calls["n"] = calls["n"], 0
+    members.config.steps_per_task = 24
+    train_ensemble(members, data_dir=data_dir, measure=False)
+    assert calls["n"] == per_task, f"{calls['n']} reads in 24 steps, {per_task} in 12"
+
+
 REAL_DATA, REAL_DATA_HOW = find_real_data_dir()
 MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
                "t10k-labels-idx1-ubyte")

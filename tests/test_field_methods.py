@@ -354,19 +354,12 @@ def test_a_per_member_grid_runs_in_one_ensemble_as_its_members_alone(data_dir):
 
 @pytest.mark.parametrize("name", list(NEW_METHODS))
 def test_no_host_round_trip_per_step(data_dir, monkeypatch, name):
-    from conftest import count_host_syncs
+    from conftest import assert_host_reads_do_not_grow_with_steps
 
     cfg = resolve_config({**TINY_MNIST, "tasks": 1, "method": name, "params": NEW_METHODS[name]})
     short = train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, measure=False)
     assert short.members[0].task_online_accuracy
-    calls = count_host_syncs(monkeypatch)
-    cfg.steps_per_task = 12
-    train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, measure=False)
-    per_task_reads = calls["n"]
-    calls["n"] = 0
-    cfg.steps_per_task = 24
-    train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, measure=False)
-    assert calls["n"] == per_task_reads  # twice the steps, not one read more
+    assert_host_reads_do_not_grow_with_steps(Members.from_config(cfg, [0, 1]), data_dir, monkeypatch)
 
 
 # --- SNR -----------------------------------------------------------------------------------------

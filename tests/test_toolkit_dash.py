@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from conftest import count_host_syncs
+from conftest import assert_host_reads_do_not_grow_with_steps
 from plasticlab.engine import train_ensemble
 from plasticlab.experiments.config import resolve_config
 from plasticlab.methods.dash import DASH, shrink_factor
@@ -182,14 +182,7 @@ def test_member_k_of_a_dash_ensemble_is_seed_k_alone_bit_for_bit(monkeypatch, re
 def test_dash_makes_no_host_round_trip_per_step(data_dir, monkeypatch):
     cfg = resolve_config({**TINY_MNIST, "tasks": 1, "method": "dash"})
     train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, measure=False)
-    calls = count_host_syncs(monkeypatch)
-    cfg.steps_per_task = 12
-    train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, measure=False)
-    per_task_reads = calls["n"]
-    calls["n"] = 0
-    cfg.steps_per_task = 24
-    train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, measure=False)
-    assert calls["n"] == per_task_reads
+    assert_host_reads_do_not_grow_with_steps(Members.from_config(cfg, [0, 1]), data_dir, monkeypatch)
 
 
 def test_dash_runs_two_tasks_from_the_cli_and_is_marked_a_boundary_oracle(data_dir, tmp_path, capsys):

@@ -221,19 +221,12 @@ def test_it_is_a_listed_boundary_oracle_and_runs_and_plans_from_the_cli(data_dir
 
 
 def test_no_host_round_trip_per_step(data_dir, monkeypatch):
-    from conftest import count_host_syncs
+    from conftest import assert_host_reads_do_not_grow_with_steps
 
     cfg = resolve_config({**TINY_MNIST, "tasks": 1, "method": NAME,
                           "params": {"schedule": "steps", "period": 100}})
     train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, measure=False)
-    calls = count_host_syncs(monkeypatch)
-    cfg.steps_per_task = 12
-    train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, measure=False)
-    per_task_reads = calls["n"]
-    calls["n"] = 0
-    cfg.steps_per_task = 24
-    train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, measure=False)
-    assert calls["n"] == per_task_reads
+    assert_host_reads_do_not_grow_with_steps(Members.from_config(cfg, [0, 1]), data_dir, monkeypatch)
 
 
 # --- the drop-in ---------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import plasticlab.methods
-from conftest import count_host_syncs
+from conftest import assert_host_reads_do_not_grow_with_steps
 from plasticlab.engine import train_ensemble
 from plasticlab.experiments.config import resolve_config
 from plasticlab.methods.regrama import ReGraMa, ReGraMaSequential
@@ -196,14 +196,7 @@ def test_regrama_makes_no_host_round_trip_per_step(data_dir, monkeypatch):
     cfg = resolve_config({**TINY_MNIST, "tasks": 1, "method": "regrama",
                           "params": {"period": 3, "threshold": 0.5}})
     train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, measure=False)
-    calls = count_host_syncs(monkeypatch)
-    cfg.steps_per_task = 12
-    train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, measure=False)
-    per_task_reads = calls["n"]
-    calls["n"] = 0
-    cfg.steps_per_task = 24
-    train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, measure=False)
-    assert calls["n"] == per_task_reads  # twice the steps (and resets), not one read more
+    assert_host_reads_do_not_grow_with_steps(Members.from_config(cfg, [0, 1]), data_dir, monkeypatch)
 
 
 def test_regrama_runs_two_tasks_from_the_cli(data_dir, tmp_path, capsys):

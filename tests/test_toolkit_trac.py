@@ -202,18 +202,11 @@ def test_trac_member_k_equals_seed_k_alone_and_a_step_size_grid_runs_in_one_ense
 
 
 def test_no_host_round_trip_per_step(data_dir, monkeypatch):
-    from conftest import count_host_syncs
+    from conftest import assert_host_reads_do_not_grow_with_steps
 
     cfg = resolve_config({**TINY, "tasks": 1})
     train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, measure=False)
-    calls = count_host_syncs(monkeypatch)
-    cfg.steps_per_task = 12
-    train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, measure=False)
-    per_task_reads = calls["n"]
-    calls["n"] = 0
-    cfg.steps_per_task = 24
-    train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, measure=False)
-    assert calls["n"] == per_task_reads  # twice the steps, not one read more
+    assert_host_reads_do_not_grow_with_steps(Members.from_config(cfg, [0, 1]), data_dir, monkeypatch)
 
 
 def test_trac_is_registered_with_checked_settings():
