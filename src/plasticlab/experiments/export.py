@@ -92,17 +92,7 @@ def export_results(directory: str | Path, out: str | Path, run_ids: Collection[s
     directory, out = Path(directory), Path(out)
     if out.is_dir() or out.suffix != ".gz":
         out = out / EXPORT_NAME
-    if all_metrics and not (directory / DB_NAME).is_file():
-        raise ValueError(f"{directory} holds no results store ({DB_NAME}): an export with every "
-                         "metric is made from the store that holds them")
-    rows, metrics, selection = read_results(directory, run_ids)
-    runs = [{k: r[k] for k in RUN_KEYS} for r in rows
-            if r["status"] == "finished" and (run_ids is None or r["run_id"] in run_ids)]
-    keep = (lambda m: m) if all_metrics else compact_metrics
-    metrics = {r["run_id"]: keep(metrics[r["run_id"]]) for r in runs}
-    selection_path = directory / SELECTION_FILE
-    if selection is None and selection_path.is_file():  # a store keeps its selection beside it
-        selection = json.loads(selection_path.read_text())
+    runs, metrics, selection = exported(directory, run_ids, all_metrics)
     parts = _parts(out, runs, metrics, selection, {"all_metrics": True} if all_metrics else {})
     out.parent.mkdir(parents=True, exist_ok=True)
     for i, data in enumerate(parts, start=1):
@@ -115,6 +105,26 @@ def export_results(directory: str | Path, out: str | Path, run_ids: Collection[s
         part_path(out, stale).unlink()
         stale += 1
     return len(runs)
+
+
+def exported(directory: str | Path, run_ids: Collection[str] | None = None, all_metrics: bool = False
+             ) -> tuple[list[dict], dict[str, dict], dict | None]:
+    """What :func:`export_results` writes of ``directory`` (same arguments): the finished runs,
+    their metrics (compact, or ``all_metrics`` exactly) and the selection — before the JSON
+    that :func:`read_export` reads them back from (a JSON round trip of this is what it gives)."""
+    directory = Path(directory)
+    if all_metrics and not (directory / DB_NAME).is_file():
+        raise ValueError(f"{directory} holds no results store ({DB_NAME}): an export with every "
+                         "metric is made from the store that holds them")
+    rows, metrics, selection = read_results(directory, run_ids)
+    runs = [{k: r[k] for k in RUN_KEYS} for r in rows
+            if r["status"] == "finished" and (run_ids is None or r["run_id"] in run_ids)]
+    keep = (lambda m: m) if all_metrics else compact_metrics
+    metrics = {r["run_id"]: keep(metrics[r["run_id"]]) for r in runs}
+    selection_path = directory / SELECTION_FILE
+    if selection is None and selection_path.is_file():  # a store keeps its selection beside it
+        selection = json.loads(selection_path.read_text())
+    return runs, metrics, selection
 
 
 def part_path(path: Path, part: int) -> Path:

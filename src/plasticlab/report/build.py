@@ -29,8 +29,9 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +44,7 @@ from .data import (
     ConfigRuns,
     Results,
     bin_tasks,
+    binning_note,
     flat_settings,
     load_results,
     method_order,
@@ -121,7 +123,14 @@ class _Context:
             fig_dir, formats, max_bins, reps, seed)
         self._intervals: dict[bytes, stats.Interval] = {}
 
-    def save(self, fig, stem: str, caption: str) -> FigureRef:
+    def save(self, stem: str, caption: str, draw: Callable[..., Any], /, *args, **kwargs) -> FigureRef:
+        """The figure ``draw(*args, **kwargs)`` returns, saved in every format asked for.
+        ``draw`` is called only when there is a format: a report built for its text alone
+        (``formats=()``) spends nothing on figures, and its page names each one without an
+        image file."""
+        if not self.formats:
+            return FigureRef(stem, caption, {})
+        fig = draw(*args, **kwargs)
         return FigureRef(stem, caption, F.save_figure(fig, self.fig_dir, stem, self.formats))
 
     def interval(self, values: np.ndarray) -> stats.Interval:
@@ -176,16 +185,15 @@ def _study_section(results: Results, problem: str, optimizer: str, ctx: _Context
 def _add_online_accuracy(section: Section, headline: list[ConfigRuns], stem: str, ctx: _Context) -> None:
     """Part 1: the figure of online accuracy vs task, one band per method."""
     reported = headline[0].reported
-    bands, notes = zip(*(_band(c, c.online, np.arange(c.online.shape[1]), ctx, c.reported)
-                         for c in headline), strict=True)
-    note = notes[0]
+    note = binning_note(len(reported), ctx.max_bins)
     hard = " (hard tasks only)" if len(reported) < headline[0].online.shape[1] else ""
     section.figures.append(ctx.save(
-        F.line_figure(bands, xlabel="task", ylabel="average online task accuracy",
-                      title=f"{section.title}: online accuracy{hard}",
-                      note=note), f"{stem}-online_accuracy",
+        f"{stem}-online_accuracy",
         f"Average online task accuracy vs task{hard}; line = mean over seeds, band = 95 % "
-        f"bootstrap interval. {note}".strip()))
+        f"bootstrap interval. {note}".strip(),
+        _curves_figure, [(c, c.online, np.arange(c.online.shape[1]), c.reported) for c in headline], ctx,
+        xlabel="task", ylabel="average online task accuracy", title=f"{section.title}: online accuracy{hard}",
+        note=note))
 
 
 def _add_total_accuracy(section: Section, headline: list[ConfigRuns], stem: str, ctx: _Context) -> None:
@@ -194,11 +202,10 @@ def _add_total_accuracy(section: Section, headline: list[ConfigRuns], stem: str,
     totals = [(c, ctx.interval(c.total), stats.stratified_bootstrap_ci(
         c.total, statistic=stats.iqm, reps=ctx.reps, seed=ctx.seed)) for c in headline]
     section.figures.append(ctx.save(
-        F.interval_figure([F.Estimate(c.label, c.method, i.point, i.lo, i.hi, c.n) for c, i, _ in totals],
-                          xlabel="total average online accuracy",
-                          title=f"{section.title}: total online accuracy"),
         f"{stem}-total_accuracy",
-        "Total average online accuracy per method: mean over seeds with a 95 % bootstrap interval."))
+        "Total average online accuracy per method: mean over seeds with a 95 % bootstrap interval.",
+        F.interval_figure, [F.Estimate(c.label, c.method, i.point, i.lo, i.hi, c.n) for c, i, _ in totals],
+        xlabel="total average online accuracy", title=f"{section.title}: total online accuracy"))
     rows = []
     for c, mean, iqm in totals:
         row = [_marked(c.label, c.method), str(c.n), _pct(mean), _pct(iqm)]
@@ -222,16 +229,16 @@ def _add_plasticity_gap(section: Section, headline: list[ConfigRuns], stem: str,
     gaps = study_gaps(headline)
     if not gaps:
         return
-    bands, notes = zip(*(_band(g.runs, g.gap, np.arange(g.gap.shape[1]), ctx, g.runs.reported)
-                         for g in gaps), strict=True)
+    note = binning_note(len(gaps[0].runs.reported), ctx.max_bins)
     section.figures.append(ctx.save(
-        F.line_figure(bands, xlabel="task", ylabel=f"plasticity gap: {FROM_SCRATCH} − method",
-                      title=f"{section.title}: plasticity gap", note=notes[0]),
         f"{stem}-plasticity_gap",
         f"Plasticity gap: the online accuracy of the {FROM_SCRATCH} runs (every task learnt from "
         f"scratch) minus the method's, task by task on the same seed, in points; above 0 the "
         f"method learns the task worse than a fresh network. Line = mean over the shared seeds, "
-        f"band = 95 % bootstrap interval. {notes[0]}".strip()))
+        f"band = 95 % bootstrap interval. {note}".strip(),
+        _curves_figure, [(g.runs, g.gap, np.arange(g.gap.shape[1]), g.runs.reported) for g in gaps], ctx,
+        xlabel="task", ylabel=f"plasticity gap: {FROM_SCRATCH} − method",
+        title=f"{section.title}: plasticity gap", note=note))
 
 
 def _add_improvement(section: Section, headline: list[ConfigRuns], stem: str, ctx: _Context) -> None:
@@ -241,10 +248,10 @@ def _add_improvement(section: Section, headline: list[ConfigRuns], stem: str, ct
         return
     estimates, table = poi
     section.figures.append(ctx.save(
-        F.poi_figure(estimates, title=f"{section.title}: probability of improvement"),
         f"{stem}-improvement", "Probability that a run of the first method has a higher total "
         "online accuracy than a run of the second, P(X > Y) + ½P(X = Y), with a 95 % "
-        "stratified-bootstrap interval; 0.5 = no difference."))
+        "stratified-bootstrap interval; 0.5 = no difference.",
+        F.poi_figure, estimates, title=f"{section.title}: probability of improvement"))
     section.tables.append(table)
 
 
@@ -254,23 +261,23 @@ def _add_internals(section: Section, headline: list[ConfigRuns], stem: str, ctx:
     for name, ylabel in INTERNALS.items():
         percent = name in PERCENT_METRICS
         if all(name in c.metrics for c in headline):
-            bands, note = zip(*(_band(c, c.metrics[name], np.arange(c.metrics[name].shape[1]), ctx)
-                                for c in headline), strict=True)
+            note = binning_note(headline[0].metrics[name].shape[1], ctx.max_bins)
             section.figures.append(ctx.save(
-                F.line_figure(bands, xlabel="task", ylabel=ylabel, percent=percent, note=note[0],
-                              title=f"{section.title}: {ylabel}"),
                 f"{stem}-{name}", f"{ylabel[0].upper() + ylabel[1:]} at the end of each task; mean "
-                f"and 95 % bootstrap band across seeds. {note[0]}".strip()))
+                f"and 95 % bootstrap band across seeds. {note}".strip(),
+                _curves_figure, [(c, c.metrics[name], np.arange(c.metrics[name].shape[1]), None)
+                                 for c in headline], ctx,
+                xlabel="task", ylabel=ylabel, percent=percent, note=note, title=f"{section.title}: {ylabel}"))
         stepped = [c for c in headline if name in c.step_metrics]
         if stepped:
-            bands, note = zip(*(_band(c, c.step_metrics[name], c.steps, ctx) for c in stepped),
-                              strict=True)
-            steps_note = note[0].replace("tasks", "measurements")
+            steps_note = binning_note(stepped[0].step_metrics[name].shape[1], ctx.max_bins).replace(
+                "tasks", "measurements")
             section.figures.append(ctx.save(
-                F.line_figure(bands, xlabel="step", ylabel=ylabel, percent=percent, note=steps_note,
-                              title=f"{section.title}: {ylabel}, every N steps"),
                 f"{stem}-steps-{name}", f"{ylabel[0].upper() + ylabel[1:]} measured every N steps "
-                f"(`--measure-every`); mean and 95 % bootstrap band across seeds. {steps_note}".strip()))
+                f"(`--measure-every`); mean and 95 % bootstrap band across seeds. {steps_note}".strip(),
+                _curves_figure, [(c, c.step_metrics[name], c.steps, None) for c in stepped], ctx,
+                xlabel="step", ylabel=ylabel, percent=percent, note=steps_note,
+                title=f"{section.title}: {ylabel}, every N steps"))
 
 
 def _add_forgetting(section: Section, headline: list[ConfigRuns], stem: str, ctx: _Context) -> None:
@@ -291,10 +298,10 @@ def _add_forgetting(section: Section, headline: list[ConfigRuns], stem: str, ctx
             warnings.simplefilter("ignore", RuntimeWarning)
             matrix = np.nanmean(c.accuracy_matrix, axis=0)
         section.figures.append(ctx.save(
-            F.heatmap_figure(matrix, title=f"{c.label}: accuracy matrix (n={c.n})"),
             f"{stem}-accuracy_matrix-{_slug(c.label)}",
             f"{c.label}: test accuracy (%) on task m after training on task j, mean over "
-            f"{c.n} seed(s)."))
+            f"{c.n} seed(s).",
+            F.heatmap_figure, matrix, title=f"{c.label}: accuracy matrix (n={c.n})"))
 
 
 PLASTICITY_MIN_TASKS = 20
@@ -339,19 +346,25 @@ def _plasticity_table(headline: list[ConfigRuns], ctx: _Context) -> Table | None
         "plasticity lost over the run (0: none; negative: still improving).")
 
 
+def _curves_figure(curves: Sequence[tuple[ConfigRuns, np.ndarray, np.ndarray, Sequence[int] | None]],
+                   ctx: _Context, **figure):
+    """:func:`figures.line_figure` of one :func:`_band` per ``(runs, values, x, points)``."""
+    return F.line_figure([_band(c, values, x, ctx, points) for c, values, x, points in curves], **figure)
+
+
 def _band(c: ConfigRuns, values: np.ndarray, x: np.ndarray, ctx: _Context,
-          points: Sequence[int] | None = None) -> tuple[F.Band, str]:
+          points: Sequence[int] | None = None) -> F.Band:
     """``values`` ``[seeds, points(, layers)]`` of ``c`` against ``x`` as a curve with its 95 %
     bootstrap band: layered metrics by their last hidden layer (the features the head reads),
-    many points averaged in bins per seed first. Returns the band and the binning note."""
+    many points averaged in bins per seed first (:func:`binning_note` says how)."""
     if values.ndim == 3:
         values = values[:, :, -1]
     points = list(range(values.shape[1])) if points is None else list(points)
-    _, per_seed, note = bin_tasks(values, points, ctx.max_bins)
+    _, per_seed, _ = bin_tasks(values, points, ctx.max_bins)
     _, x_binned, _ = bin_tasks(np.asarray(x, dtype=float)[None, :], points, ctx.max_bins)
     mean, lo, hi = stats.bootstrap_ci_columns(per_seed, reps=ctx.reps, seed=ctx.seed)
     return F.Band(c.label, c.method, x_binned[0], np.asarray(mean), np.asarray(lo), np.asarray(hi),
-                  c.n), note
+                  c.n)
 
 
 def _improvement(headline: list[ConfigRuns], ctx: _Context):
@@ -447,12 +460,12 @@ def _sweep_views(results: Results, study: list[ConfigRuns], headline: list[Confi
         if not lines:
             continue
         section.figures.append(ctx.save(
-            F.sweep_figure(lines, param=setting, ylabel="total average online accuracy",
-                           title=f"{section.title}: sensitivity to {setting}"),
             f"{stem}-sweep-{_slug(setting)}",
             f"Total average online accuracy against {setting} on the grid seeds: one line per value "
             f"of the method's other swept setting when there is one with few values, else through "
-            f"the method's best configuration (marked). Mean and 95 % bootstrap interval."))
+            f"the method's best configuration (marked). Mean and 95 % bootstrap interval.",
+            F.sweep_figure, lines, param=setting, ylabel="total average online accuracy",
+            title=f"{section.title}: sensitivity to {setting}"))
     if results.selection:
         sel_rows = []
         for entry in results.selection.get("selected", []):
@@ -557,10 +570,9 @@ def _aggregate_section(results: Results, ctx: _Context) -> Section | None:
         if not estimates:
             continue
         section.figures.append(ctx.save(
-            F.interval_figure(estimates, xlabel="IQM of total online accuracy",
-                              title=f"All problems · {optimizer}: IQM",
-                              note=f"{len(problems)} problems"),
-            f"all-{optimizer}-iqm", f"IQM over {len(problems)} problems ({optimizer})."))
+            f"all-{optimizer}-iqm", f"IQM over {len(problems)} problems ({optimizer}).",
+            F.interval_figure, estimates, xlabel="IQM of total online accuracy",
+            title=f"All problems · {optimizer}: IQM", note=f"{len(problems)} problems"))
         section.tables.append(Table(f"IQM across problems ({optimizer})", ["method", "seeds per problem",
                                                                             "IQM [95% CI] (%)"], rows,
                                     "Methods missing on some problems are left out: "

@@ -376,8 +376,16 @@ def bin_tasks(values: np.ndarray, tasks: Sequence[int], max_bins: int = 50
     chunks = [tasks[i:i + size] for i in range(0, len(tasks), size)]
     centres = np.array([float(np.mean(c)) for c in chunks])
     binned = np.stack([np.nanmean(values[:, c], axis=1) for c in chunks], axis=1)
-    return centres, binned, f"each point the mean of {size} consecutive tasks"
+    return centres, binned, binning_note(len(tasks), max_bins)
+
+
+def binning_note(points: int, max_bins: int = 50) -> str:
+    """What :func:`bin_tasks` says of ``points`` tasks put in at most ``max_bins`` bins: ""
+    when every task is its own point, else how many consecutive tasks each point averages."""
+    if points <= max_bins:
+        return ""
+    return f"each point the mean of {math.ceil(points / max_bins)} consecutive tasks"
 
 
 __all__ = ["INTERNALS", "PERCENT_METRICS", "ConfigRuns", "Results",
-           "bin_tasks", "flat_settings", "load_results", "method_order", "varying_settings"]
+           "bin_tasks", "binning_note", "flat_settings", "load_results", "method_order", "varying_settings"]
