@@ -51,22 +51,6 @@ def crash_after(task_to_crash):
     return on_task_end
 
 
-@pytest.mark.parametrize("method,params,optimizer", EVERY_METHOD)
-def test_every_method_resumed_from_its_checkpoint_ends_bit_identical(data_dir, tmp_path, method, params,
-                                                                     optimizer):
-    cfg = resolve_config({**SMALL, "method": method, "params": params, "optimizer": optimizer,
-                          "lr": 1e-3 if optimizer == "adam" else 1e-2})
-    whole = train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir)
-    path = tmp_path / "run.ckpt"
-    with pytest.raises(Crash):
-        train_ensemble(Members.from_config(cfg, [0, 1]),
-                       data_dir=data_dir, checkpoint=path, on_task_end=crash_after(0))
-    resumed = train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, checkpoint=path)
-    for a, b in zip(whole.members, resumed.members, strict=True):
-        assert a.task_online_accuracy == b.task_online_accuracy
-        assert a.task_metrics == b.task_metrics
-
-
 def test_an_ensemble_of_several_methods_and_step_sizes_resumes_bit_identical(data_dir, tmp_path):
     cfg = resolve_config({**SMALL, "method": "baseline"})
     params = [{}, {"strength": 1e-2}, {"strength": 1e-3}]
@@ -94,25 +78,40 @@ def stop_at_call(n: int):
 
 
 @pytest.mark.parametrize("method,params,optimizer", EVERY_METHOD)
-def test_every_method_stopped_between_two_steps_resumes_there_bit_identical(
+def test_every_method_resumes_bit_identical_from_a_task_end_and_from_between_two_steps(
         data_dir, tmp_path, monkeypatch, method, params, optimizer):
-    # a stop saves the state between two steps of a task (here step 8 of task 1) and the
-    # resume trains on from that step, every step measurement and the task's count kept
+    # One uninterrupted run, then two interrupted ones that must each end as it does: (1) a
+    # crash after task 0's end, resumed from that task end's checkpoint; (2) a stop between two
+    # steps of a task (step 8 of task 1), which saves the state there, resumed from that step
+    # with every step measurement and the task's count kept.
     monkeypatch.setattr(engine, "STOP_POLL_S", 0.0)
     cfg = resolve_config({**SMALL, "method": method, "params": params, "optimizer": optimizer,
                           "lr": 1e-3 if optimizer == "adam" else 1e-2})
-    whole = train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, measure_every=6)
-    path = tmp_path / "run.ckpt"
+
+    def train(**kwargs):
+        return train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, measure_every=6,
+                              **kwargs)
+
+    def assert_same(resumed):
+        for a, b in zip(whole.members, resumed.members, strict=True):
+            assert a.task_online_accuracy == b.task_online_accuracy
+            assert a.task_metrics == b.task_metrics
+            assert a.step_metrics == b.step_metrics
+
+    whole = train()
+    at_task_end = tmp_path / "task_end.ckpt"
+    with pytest.raises(Crash):
+        train(checkpoint=at_task_end, on_task_end=crash_after(0))
+    header = ckpt.read_header(at_task_end)
+    assert (header["next_task"], header["steps_in_task"]) == (1, 0)
+    assert_same(train(checkpoint=at_task_end))
+
+    between_steps = tmp_path / "between_steps.ckpt"
     with pytest.raises(engine.TrainingStopped, match="stopped at step 8 of task 1"):
-        train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, checkpoint=path,
-                       measure_every=6, stop=stop_at_call(19 + 8))
-    assert ckpt.read_header(path)["steps_in_task"] == 8
-    resumed = train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir,
-                             checkpoint=path, measure_every=6)
-    for a, b in zip(whole.members, resumed.members, strict=True):
-        assert a.task_online_accuracy == b.task_online_accuracy
-        assert a.task_metrics == b.task_metrics
-        assert a.step_metrics == b.step_metrics
+        train(checkpoint=between_steps, stop=stop_at_call(19 + 8))
+    assert ckpt.read_header(between_steps)["steps_in_task"] == 8
+    resumed = train(checkpoint=between_steps)
+    assert_same(resumed)
     assert resumed.extra["sittings"][-1]["from_task"] == 1
     assert resumed.extra["sittings"][-1]["from_step"] == 8
 
