@@ -220,10 +220,11 @@ def test_a_signal_stops_workers_within_seconds_mid_task_and_the_resume_is_bit_id
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None,
                     reason="Ray is not installed (pip install 'plasticlab[ray]')")
-def test_a_ray_sweep_stops_within_seconds_and_resumes_from_its_save_between_steps(tmp_path, data_dir,
-                                                                                  capsys):
+def test_a_ray_sweep_stops_within_seconds_and_resumes_on_ray_from_its_save_between_steps(tmp_path, data_dir,
+                                                                                        capsys):
     # the ray executor abandons the tasks in flight: they resume from their last save, here
-    # at most a second old (--checkpoint-every 1)
+    # at most a second old (--checkpoint-every 1). The resume runs on Ray too, to the end: the
+    # ray executor's whole sweep (test_sweep_exec's until 2026-11-29, a Ray cluster of its own)
     (tmp_path / "sweep.toml").write_text(LONG_ENOUGH)
     env = dict(os.environ, PLASTICLAB_DATA=str(data_dir))
     out = tmp_path / "ray"
@@ -240,7 +241,8 @@ def test_a_ray_sweep_stops_within_seconds_and_resumes_from_its_save_between_step
     with sqlite3.connect(out / "results.sqlite") as db:
         statuses = dict(db.execute("SELECT status, COUNT(*) FROM attempts GROUP BY status").fetchall())
     assert "running" not in statuses and statuses.get("interrupted", 0) >= 1, (statuses, text)
-    resume_here(tmp_path, data_dir, "ray", capsys, LONG_ENOUGH)
+    text = resume_here(tmp_path, data_dir, "ray", capsys, LONG_ENOUGH, "--executor", "ray")
+    assert "removed checkpoint" not in text
     assert len(results(out)) == 4
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import signal
 import subprocess
@@ -170,17 +169,6 @@ def test_presets_lists_every_study(capsys):
     for name in ("main-permuted_mnist-adam", "best-continual_imagenet-sgd", "ablation", "width",
                  "depth", "batch-size", "init", "lambda-sensitivity", "forgetting"):
         assert name in text
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("ray") is None,
-                    reason="Ray is not installed (pip install 'plasticlab[ray]')")
-def test_ray_executor_runs_a_tiny_sweep_end_to_end(data_dir, tmp_path):
-    sweep = write_sweep(tmp_path, methods=("baseline", "l2_init"), steps=5)
-    out = tmp_path / "out"
-    assert main(["sweep", str(sweep), "--out", str(out), "--data-dir", str(data_dir),
-                 "--executor", "ray", "--no-progress"]) == 0
-    assert len(finished_runs(out)) == 4
 
 
 def test_a_grid_of_step_sizes_and_penalty_methods_trains_as_one_ensemble_of_their_own_runs(
