@@ -17,7 +17,17 @@ SCRIPTS = [ROOT / "docs" / "reproduction" / "gpu.sh", ROOT / "benchmarks" / "gpu
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_a_gpu_script_is_valid_bash_and_runs_every_test_marked_cuda(script):
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
-    assert re.search(r"pytest .*-m cuda tests/", script.read_text())
+    every_test_file = r"(tests/|\$\(grep -l 'mark\\\.cuda' tests/test_\*\.py\))"
+    assert re.search(r"pytest .*-m cuda " + every_test_file, script.read_text())
+
+
+def test_the_files_a_gpu_script_runs_hold_every_test_marked_cuda(request):
+    # docs/reproduction/gpu.sh gives pytest the files that say `mark.cuda`; a test marked some
+    # other way would not run there. The session's items are the whole suite's when the suite
+    # runs (run alone, this file's: none marked, nothing to check).
+    files = {path.name for path in (ROOT / "tests").glob("test_*.py") if "mark.cuda" in path.read_text()}
+    marked = {item.path.name for item in request.session.items if item.get_closest_marker("cuda")}
+    assert marked <= files, f"marked cuda, but the GPU script does not give pytest: {marked - files}"
 
 
 def test_every_test_that_needs_cuda_is_marked_so_the_gpu_scripts_run_it():
