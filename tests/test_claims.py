@@ -368,6 +368,26 @@ def test_the_matrix_and_the_tables_by_study():
     assert f"\n### best-random_label_mnist-adam · {half}\n" in md
 
 
+def test_the_matrix_names_each_study_a_row_read_with_its_own_scale():
+    """A row judged on a study and its companion (the L2 Init it compares with) names both
+    under the matrix, each with how it was shortened: the companion at the study's scale (its
+    row keeps one scale), or at its own (``NAME: SCALE``); a study read by two rows is named
+    once."""
+    claim = C.Claim("k", "words", (C.Part("comparison", "random_label_cifar", "adam", ()),
+                                   C.Part("comparison", "random_label_mnist", "adam", ())))
+    fifth = "--scale 0.2: 10 of 50 tasks × 6,000 of 30,000 steps"
+    rows = [C.Row("k", "Random Label CIFAR", C.HOLDS, "f", "reference-modes-random_label_cifar + "
+                  "best-random_label_cifar-adam", "a + b", fifth, C.PAPER_BEST),
+            C.Row("k", "Random Label MNIST", C.HOLDS, "f", "reference-modes-random_label_mnist + "
+                  "best-random_label_mnist-adam", "c + d", "--scale 0.5: 25 of 50 tasks; "
+                  "best-random_label_mnist-adam: full length (50 tasks)", C.PAPER_BEST)]
+    matrix = C.claims_matrix([C.ClaimVerdict(claim, C.summarise(claim, rows), rows)]).splitlines()
+    assert ("- Random Label CIFAR: `reference-modes-random_label_cifar` `--scale 0.2`, "
+            "`best-random_label_cifar-adam` `--scale 0.2` (the paper's reported best)") in matrix
+    assert ("- Random Label MNIST: `reference-modes-random_label_mnist` `--scale 0.5`, "
+            "`best-random_label_mnist-adam` (the paper's reported best)") in matrix
+
+
 def test_a_negated_test_and_a_missing_method():
     view = _comparison_study().views()[0]
     held = C.apply_test(C.Test("mitigates", ("l2_init",)), view)

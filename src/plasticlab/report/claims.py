@@ -1099,6 +1099,19 @@ def _shortened(scale: str) -> str:
     return "" if not first or first.startswith("full length") else first.split(":")[0]
 
 
+def _named_scales(row: Row) -> list[tuple[str, str]]:
+    """Each study a row read (its own, then a companion's) with how it was shortened: a
+    companion at the study's scale has no entry of its own in ``row.scale``, one at another
+    scale has ``NAME: SCALE``."""
+    names, scales = row.study.split(" + "), row.scale.split("; ")
+    own = _shortened(scales[0])
+    named = [(names[0], own)]
+    for name in names[1:]:
+        entry = next((s.removeprefix(f"{name}: ") for s in scales[1:] if s.startswith(f"{name}: ")), None)
+        named.append((name, own if entry is None else _shortened(entry)))
+    return named
+
+
 def claims_matrix(verdicts: Sequence[ClaimVerdict]) -> str:
     """The claims × the paper's five problems, as Markdown: each cell the verdict of the claim's
     part(s) on that problem, judged on the preferred study (marked with its ``--scale`` where
@@ -1119,8 +1132,8 @@ def claims_matrix(verdicts: Sequence[ClaimVerdict]) -> str:
                 text = r.verdict + (f" (`{how}`)" if how else "")
                 said.append(f"{part.label}: {text}" if len(parts) > 1 and part.label else text)
                 if r.verdict != NOT_JUDGED:
-                    for name in r.study.split(" + "):
-                        study = f"`{name}`" + (f" `{how}`" if how and name == r.study.split(" + ")[0] else "")
+                    for name, shortened in _named_scales(r):
+                        study = f"`{name}`" + (f" `{shortened}`" if shortened else "")
                         read[problem].setdefault(study, r.configurations.split(" (")[0])
                     forms.update(f.split(": ", 1)[1] for f in r.forms.split("; ") if ": " in f)
             cells.append("; ".join(said))
