@@ -351,14 +351,35 @@ def _stack(per_seed: Sequence[Sequence], tasks: int) -> np.ndarray:
     shape = (len(per_seed), tasks, layers) if layers else (len(per_seed), tasks)
     out = np.full(shape, np.nan)
     for s, seq in enumerate(per_seed):
-        for t, v in enumerate(seq):
-            if v is None:
-                continue
-            if layers:
-                out[s, t, :len(v)] = [np.nan if x is None else x for x in v]
-            else:
-                out[s, t] = v
+        if not _fill_rectangular(out[s], seq):
+            _fill(out[s], seq, layers)
     return out
+
+
+def _fill(row: np.ndarray, seq: Sequence, layers: int) -> None:
+    """One seed's values into ``row`` ([tasks] or [tasks, layers]), value by value: a missing
+    task (None) or layer (a shorter list, or None in it) stays NaN."""
+    for t, v in enumerate(seq):
+        if v is None:
+            continue
+        if layers:
+            row[t, :len(v)] = [np.nan if x is None else x for x in v]
+        else:
+            row[t] = v
+
+
+def _fill_rectangular(row: np.ndarray, seq: Sequence) -> bool:
+    """:func:`_fill` in one NumPy conversion, where it applies: every task's value there and of
+    ``row``'s shape (a number, or a list of every layer) — a None number is NaN either way.
+    Returns whether it applied (``tests/test_report_build.py`` holds it to :func:`_fill`)."""
+    try:
+        values = np.array(seq, dtype=float)
+    except (TypeError, ValueError):  # a missing task among lists, or lists of other lengths
+        return False
+    if values.shape[1:] != row.shape[1:] or len(values) > len(row):
+        return False
+    row[:len(values)] = values
+    return True
 
 
 def bin_tasks(values: np.ndarray, tasks: Sequence[int], max_bins: int = 50
