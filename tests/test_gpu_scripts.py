@@ -84,10 +84,10 @@ def test_the_grid_pace_counts_a_finished_protocol_study_whole(tmp_path, data_dir
     from plasticlab.cli import main
 
     started = time.time()
-    # the sweep on a worker process, its driver this one (a driver of its own would take ~2 s
-    # of a core to start, and what is read is the results folder)
+    # the sweep in this process (a driver or a worker process of its own would take ~2 s of a
+    # core to start, and what is read is the results folder)
     assert main(["sweep", str(tmp_path / "pace.toml"), "--out", str(tmp_path / "out"), "--workers", "1",
-                 "--data-dir", str(data_dir), "--no-progress"]) == 0
+                 "--executor", "inline", "--data-dir", str(data_dir), "--no-progress"]) == 0
     record = grid_pace.pace(tmp_path / "out", sweep, started, finished_at=time.time())
     # 2 methods × 2 step sizes × 1 seed, then 2 methods × 2 evaluation seeds, 10 steps each
     assert record["member_steps"] == record["member_steps_done"] == (4 + 4) * 10
