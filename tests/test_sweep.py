@@ -129,11 +129,16 @@ def test_calibration_measures_each_k_alone_and_with_every_worker_at_once(data_di
     from plasticlab.experiments.bench import calibrate, estimate_seconds
 
     lines = []
-    cal = calibrate(data_dir, members=(1, 2), steps=8, methods=False, workers=2, log=lines.append)
+    # a task end's cost at K = 2 (a sweep's calibration measures it at 8: the CNN's test accuracy
+    # of eight members was half of this test)
+    cal = calibrate(data_dir, members=(1, 2), steps=8, methods=False, workers=2, log=lines.append,
+                    overhead_members=2)
     for table in ("samples_per_second", "samples_per_second_all_workers"):
         assert set(cal[table]) == {"mlp", "cnn"}
         assert all(set(rates) == {"1", "2"} and min(rates.values()) > 0 for rates in cal[table].values())
     assert cal["workers"] == 2 and "2 workers at once" in lines[0]
+    assert cal["task_overhead_members"] == 2 and set(cal["task_overhead_seconds"]) == {"mlp", "cnn"}
+    assert any("K=2   " in line and "per task end" in line for line in lines)
     ensembles = group(expand({"problem": "permuted_mnist", "method": "baseline", "seeds": "0-3",
                               "tasks": 2, "steps_per_task": 50}), max_members=2)
     assert estimate_seconds(ensembles, cal, workers=2) > 0

@@ -99,7 +99,7 @@ def _task_overhead(problem: str, members: int, data_dir, tasks: int = 3) -> floa
 
 
 def calibrate(data_dir=None, members=(1, 4, 8, 16), steps: int = 200, methods: bool = True,
-              log=print, workers: int | None = None) -> dict:
+              log=print, workers: int | None = None, overhead_members: int = 8) -> dict:
     """Measure member-samples/s per architecture and K (Baseline), and each method's and each
     optimizer's cost relative to the Baseline with Adam (MLP, K = 8; :func:`relative_costs`).
     One torch thread, as the engine uses.
@@ -107,7 +107,8 @@ def calibrate(data_dir=None, members=(1, 4, 8, 16), steps: int = 200, methods: b
     With ``workers`` > 1 (default: one per core, as sweeps run), each K is also measured with
     that many processes training at once — the whole machine's rate, which is what a sweep
     gets: the processes share one memory system, so the best K for several workers can differ
-    from the best for one.
+    from the best for one. A task end's cost (measurements, checkpoint) is measured at
+    K = ``overhead_members`` and scaled to other K by the members measured.
     """
     from .executor import default_workers
 
@@ -137,11 +138,11 @@ def calibrate(data_dir=None, members=(1, 4, 8, 16), steps: int = 200, methods: b
     finally:
         if pool is not None:
             pool.shutdown()
-    out["task_overhead_seconds"] = {}
+    out["task_overhead_seconds"], out["task_overhead_members"] = {}, overhead_members
     for arch, problem in CALIBRATION_PROBLEMS.items():
-        seconds = _task_overhead(problem, 8, data_dir)
+        seconds = _task_overhead(problem, overhead_members, data_dir)
         out["task_overhead_seconds"][arch] = seconds
-        log(f"  {arch} K=8   {seconds:8.3f} s per task end (measurements + checkpoint)")
+        log(f"  {arch} K={overhead_members:<3d} {seconds:8.3f} s per task end (measurements + checkpoint)")
     if methods:
         base = out["samples_per_second"]["mlp"].get("8") or _samples_per_second(
             "permuted_mnist", "baseline", 8, steps, data_dir)
@@ -230,8 +231,9 @@ def estimate_seconds(ensembles, calibration: dict, workers: int = 1) -> float:
         cost = (calibration.get("method_cost", {}).get(e.config.method, 1.0)
                 * calibration.get("optimizer_cost", {}).get(e.config.optimizer, 1.0))
         samples = e.steps * len(e.seeds) * e.config.batch_size
-        # task ends scale roughly with the members measured (calibrated at K = 8)
-        task_end = calibration.get("task_overhead_seconds", {}).get(arch, 0.0) * len(e.seeds) / 8
+        # task ends scale roughly with the members measured (calibrated at K = 8 unless it says)
+        task_end = (calibration.get("task_overhead_seconds", {}).get(arch, 0.0) * len(e.seeds)
+                    / calibration.get("task_overhead_members", 8))
         times.append(samples / rates[k] * cost + e.config.tasks * task_end)
     finish = [0.0] * max(1, int(workers))
     for t in sorted(times, reverse=True):
