@@ -203,7 +203,8 @@ PROBLEM_SETTINGS = {
     "continual_imagenet": ("imagenet_dir", {"tasks": 2, "steps_per_task": 3, "batch_size": 20}),
 }
 FAST_PARAMS = {"ewc": {"fisher_samples": 4}, "l2_init_ewc": {"fisher_samples": 4},
-               "cbp": {"replacement_rate": 0.5, "maturity": 1}, "redo": {"period": 2}}
+               "cbp": {"replacement_rate": 0.5, "maturity": 1}, "redo": {"period": 2},
+               "dash": {"samples": 16}}  # G on 16 examples, not the whole task (half a CNN case)
 
 
 @pytest.mark.parametrize("optimizer,lr", [("adam", 1e-3), ("sgd", 1e-2)])
