@@ -222,3 +222,27 @@ def test_a_folder_the_lock_created_goes_when_nothing_was_written_into_it(tmp_pat
     with writer_lock(made):
         (made / "runs.sqlite").write_text("")
     assert sorted(p.name for p in made.iterdir()) == [LOCK_NAME, "runs.sqlite"]  # written: stays
+
+
+def test_a_refused_command_waits_for_a_holder_that_has_just_taken_the_folder_to_write_its_name(tmp_path):
+    """A holder takes the lock, then writes its name: a command refused in between waits for the
+    name (up to a second) instead of saying "a process that is starting"."""
+    import fcntl
+    import json
+    import threading
+
+    out = tmp_path / "out"
+    out.mkdir()
+    fd = os.open(out / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # taken, its name not written yet
+        name = {"host": "elsewhere", "pid": 4242, "command": "plasticlab sweep s.toml", "since": "2026"}
+        later = threading.Timer(0.2, lambda: os.pwrite(fd, json.dumps(name).encode(), 0))
+        later.start()
+        with pytest.raises(lock.FolderBusy, match="pid 4242 on elsewhere since 2026: plasticlab sweep"):
+            with writer_lock(out):
+                pass
+        later.join()
+    finally:
+        os.close(fd)
+    assert "a process that is starting" in lock.busy_message(out, {})  # one that never writes it

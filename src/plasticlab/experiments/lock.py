@@ -29,6 +29,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -161,7 +162,7 @@ def _acquire(out: Path) -> int:
     except BaseException as exc:
         os.close(fd)  # not ours: the holder's name stays
         if isinstance(exc, BlockingIOError):
-            raise FolderBusy(busy_message(out, read_holder(path))) from None
+            raise FolderBusy(busy_message(out, _named_holder(path))) from None
         if isinstance(exc, OSError) and exc.errno in _NO_LOCKS:
             raise LocksUnsupported(_unsupported(out, f"flock: {exc.strerror}")) from None
         raise
@@ -229,6 +230,20 @@ def read_holder(path) -> dict:
     except (OSError, ValueError):
         return {}
     return holder if isinstance(holder, dict) else {}
+
+
+HOLDER_WAIT_S = 1.0
+"""How long a command refused a folder waits for a holder that has just taken it to write its
+name (it writes it at once: milliseconds, more on a loaded machine)."""
+
+
+def _named_holder(path) -> dict:
+    """The holder :func:`read_holder` reads, given up to :data:`HOLDER_WAIT_S` to write its
+    name; empty if it has not by then."""
+    deadline = time.monotonic() + HOLDER_WAIT_S
+    while not (holder := read_holder(path)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return holder
 
 
 def busy_message(out, holder: dict) -> str:
