@@ -135,11 +135,12 @@ def test_killing_the_driver_leaves_no_process_and_a_resume_elsewhere_with_other_
     assert all_gone(workers), "workers outlived their killed driver"
     assert lock_released(tmp_path / "killed")
 
-    # Moved, as a study's folder is restored on another machine, and resumed there on one
-    # worker (a worker process; its driver this test's): the stored grouping (two ensembles
+    # Moved, as a study's folder is restored on another machine, and resumed there with one
+    # worker (in this process: the plan is the driver's): the stored grouping (two ensembles
     # of two) is used, so both checkpoints are picked up and nothing is left behind.
     shutil.move(tmp_path / "killed", tmp_path / "restored")
-    text = resume_here(tmp_path, data_dir, "restored", capsys, SWEEP, "--workers", "1")
+    text = resume_here(tmp_path, data_dir, "restored", capsys, SWEEP, "--workers", "1",
+                       "--executor", "inline")
     assert "0 finished, 4 to run) in 2 ensembles" in text
     assert not list((tmp_path / "restored" / "checkpoints").glob("*.ckpt"))
     resumed, whole = results(tmp_path / "restored"), uninterrupted(tmp_path, data_dir, "whole")
