@@ -239,9 +239,21 @@ def test_a_ray_sweep_stops_within_seconds_and_resumes_on_ray_from_its_save_betwe
                                                                                         capsys):
     # the ray executor abandons the tasks in flight: they resume from their last save, here
     # at most a second old (--checkpoint-every 1). The resume runs on Ray too, to the end: the
-    # ray executor's whole sweep (test_sweep_exec's until 2026-11-29, a Ray cluster of its own)
+    # ray executor's whole sweep (test_sweep_exec's until 2026-11-29, a Ray cluster of its own).
+    # One cluster, started here: the stopped sweep's driver and the resume both join it, as
+    # drivers do on a cluster (RAY_ADDRESS), and neither pays a cluster's start and stop.
+    import ray
+
+    cluster = ray.init(include_dashboard=False, log_to_driver=False)
+    try:
+        _stop_and_resume_on_ray(tmp_path, data_dir, capsys, cluster.address_info["address"])
+    finally:
+        ray.shutdown()
+
+
+def _stop_and_resume_on_ray(tmp_path, data_dir, capsys, address: str) -> None:
     (tmp_path / "sweep.toml").write_text(LONG_ENOUGH)
-    env = dict(os.environ, PLASTICLAB_DATA=str(data_dir))
+    env = dict(os.environ, PLASTICLAB_DATA=str(data_dir), RAY_ADDRESS=address)
     out = tmp_path / "ray"
     proc = subprocess.Popen([sys.executable, "-c", CLI_AS_IN_A_TERMINAL, "sweep",
                              str(tmp_path / "sweep.toml"), "--out", str(out), "--executor", "ray",

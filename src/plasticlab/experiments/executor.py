@@ -44,6 +44,8 @@ from pathlib import Path
 
 import torch
 
+from ..data.locate import ENV_VAR as DATA_ENV_VAR
+from ..data.locate import resolve_data_dir
 from ..engine import EnsembleResult, TrainingStopped, train_ensemble
 from ..run_config import Members, OfMembers
 from .lifecycle import (
@@ -392,6 +394,10 @@ def _run_ray(jobs, order, start, finish, data_dir, device, address) -> None:
         # Ray's own SIGTERM handler logs and aborts the driver: take the signal back, so that
         # SIGTERM stops a Ray sweep as it stops the others (its runs recorded as interrupted)
         handle_sigterm()
+    if data_dir is not None or os.environ.get(DATA_ENV_VAR):
+        # the driver's data directory, resolved here: a cluster's workers run with the
+        # cluster's environment (not this driver's PLASTICLAB_DATA) and their own working folder
+        data_dir = str(resolve_data_dir(data_dir))
     try:
         gpus = 1 if str(device).startswith("cuda") else 0
         remote = ray.remote(num_cpus=1, num_gpus=gpus)(_ray_train)
