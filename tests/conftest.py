@@ -347,18 +347,6 @@ def run_script(path: Path, args, monkeypatch, capsys) -> str:
     return capsys.readouterr().out
 
 
-@pytest.fixture
-def sweeps_train_inline(monkeypatch):
-    """Every sweep a command starts trains in this process (the inline executor), for the tests
-    of commands whose subject is not the worker processes and that have no ``--executor``
-    (``plasticlab reproduce``): a worker process takes ~2 s of a core to start."""
-    from plasticlab.experiments import orchestrate
-
-    real = orchestrate.run_jobs
-    monkeypatch.setattr(orchestrate, "run_jobs",
-                        lambda *args, **kwargs: real(*args, **{**kwargs, "executor": "inline"}))
-
-
 @pytest.fixture(autouse=True)
 def no_machine_calibration(tmp_path, monkeypatch):
     """Tests plan sweeps as on a machine without a `plasticlab bench` calibration: this

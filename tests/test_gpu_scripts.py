@@ -45,11 +45,11 @@ def test_the_study_script_runs_without_a_gpu_and_compares_its_runs_with_the_comm
     out, runs = tmp_path / "out", tmp_path / "runs"
     env = dict(os.environ, DEVICE="cpu", RUNS_DIR=str(runs), PYTHONPATH=str(ROOT / "src"))
     # Every method's ensemble of the study (8), on 2 of its 10 seeds (the script hands its
-    # options to reproduce): the same steps as the whole study, a fifth of the training; on
-    # one worker process (a second takes ~2 s of a core to start, and the CPU test's point is
-    # the script's steps).
+    # options to reproduce): the same steps as the whole study, a fifth of the training; in
+    # the driver's process (a worker process takes ~2 s of a core to start, and the CPU test's
+    # point is the script's steps).
     proc = subprocess.run(["bash", str(SCRIPTS[0]), str(data_dir), str(out), "best-permuted_mnist-sgd",
-                           "300", "--tasks", "1", "--only", "seed=100,101", "--workers", "1"],
+                           "300", "--tasks", "1", "--only", "seed=100,101", "--executor", "inline"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert {"machine.txt", "cuda_tests.txt", "study.log", "status.txt", "results.json.gz",

@@ -200,7 +200,7 @@ def test_a_protocol_exports_selection_is_kept_where_the_folder_has_none(tmp_path
 
 @pytest.mark.slow
 def test_reproduce_refreshes_its_export_after_each_ensemble_and_another_machine_finishes_the_study(
-        data_dir, tmp_path, monkeypatch, sweeps_train_inline):
+        data_dir, tmp_path, monkeypatch):
     from plasticlab.experiments import study
 
     refreshed = []
@@ -219,7 +219,7 @@ def test_reproduce_refreshes_its_export_after_each_ensemble_and_another_machine_
 
     monkeypatch.setattr(reproduce_command, "write_report", lambda *args: 0)  # not what is tested
     argv = ["reproduce", "lambda-sensitivity", "--scale", "0.004", "--tasks", "1", "--workers", "1",
-            "--data-dir", str(data_dir), "--no-progress"]
+            "--executor", "inline", "--data-dir", str(data_dir), "--no-progress"]
     here = [*argv, "--out", str(tmp_path / "results"), "--docs", str(tmp_path / "docs")]
     docs = tmp_path / "docs" / "lambda-sensitivity"
     # the first machine trains two of the three seeds (two ensembles), then is lost

@@ -55,19 +55,19 @@ def test_the_export_is_deterministic_text_and_refuses_other_files(results_dir, t
 
 
 @pytest.mark.slow
-def test_reproduce_sweeps_exports_reports_and_resumes(data_dir, tmp_path, capsys, sweeps_train_inline,
-                                                     monkeypatch):
+def test_reproduce_sweeps_exports_reports_and_resumes(data_dir, tmp_path, capsys, monkeypatch):
     # one task a run (--tasks 1; the scale alone gives 2, 3 at 0.006): each task's test accuracy
     # over 10,000 images for ensembles of 12 took most of this test's training
     argv = ["reproduce", "lambda-sensitivity", "--scale", "0.004", "--tasks", "1", "--out",
-            str(tmp_path / "results"), "--docs", str(tmp_path / "docs"), "--workers", "1", "--data-dir",
-            str(data_dir), "--no-progress"]
+            str(tmp_path / "results"), "--docs", str(tmp_path / "docs"), "--workers", "1", "--executor",
+            "inline", "--data-dir", str(data_dir), "--no-progress"]
     docs = tmp_path / "docs" / "lambda-sensitivity"
     docs.mkdir(parents=True)  # a record of another command (another scale): not added up
     (docs / "run.json").write_text(json.dumps({"command": "plasticlab sweep --preset x --scale 0.5",
                                                "sittings": [{"wall_time_s": 99.0}]}))
     assert main(argv) == 0
-    assert len(json.loads((docs / "run.json").read_text())["sittings"]) == 1
+    sittings = json.loads((docs / "run.json").read_text())["sittings"]
+    assert len(sittings) == 1 and "--executor inline" in sittings[0]["command"]  # how it ran
     runs, _, _ = read_export(docs / EXPORT_NAME)
     assert len(runs) == 36  # 2 step sizes × 6 λ × 3 seeds
     assert (docs / "report" / "report.md").is_file() and list((docs / "report" / "figures").glob("*.png"))
@@ -140,6 +140,7 @@ def test_commands_that_differ_only_in_how_they_run_make_the_same_results():
 
     command = "plasticlab sweep --preset ablation --out r/ablation --tasks 100"
     assert same_results(command, f"{command} --data-dir d --workers 2 --device cpu --compile --no-progress")
+    assert same_results(command, f"{command} --executor ray --ray-address 10.0.0.1:6379")
     assert same_results("plasticlab sweep --preset init --workers 2 --out r/init", "plasticlab sweep "
                         "--preset init --out r/init --workers 1")
     for other in ("--tasks 50", "--tasks 100 --scale 0.5", "--tasks 100 --seeds 1"):

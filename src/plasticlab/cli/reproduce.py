@@ -10,6 +10,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+from ..experiments.executor import EXECUTORS
 from ..experiments.study import (
     STUDY_SCALES,
     close_killed_sittings,
@@ -53,7 +54,8 @@ def _reproduce_study(args: argparse.Namespace, study: str, hold: ExitStack) -> i
     out, docs = Path(args.out) / study, Path(args.docs) / study
     words = sweep_words(study, out, scale, tasks=args.tasks, data_dir=args.data_dir,
                         workers=args.workers, device=args.device, compile=args.compile,
-                        progress=not args.no_progress)
+                        progress=not args.no_progress, executor=args.executor,
+                        ray_address=args.ray_address)
     command = f"plasticlab {' '.join(words)}"  # the study's command: what its results are
     # A retrain (runs a fix changed, trained again) is a sitting of the same study.
     sitting_command = f"plasticlab {' '.join(words + retrain_words(args.rerun, args.only))}"
@@ -112,7 +114,8 @@ def _sweep_request(args: argparse.Namespace, study: str, out: Path, scale: float
                         device="cpu" if args.device is None else args.device,
                         data_dir=args.data_dir, rerun=args.rerun, dry_run=args.dry_run,
                         compile=args.compile, progress=not args.no_progress,
-                        checkpoint_every=args.checkpoint_every)
+                        checkpoint_every=args.checkpoint_every, executor=args.executor,
+                        ray_address=args.ray_address)
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
@@ -141,6 +144,10 @@ def register(sub) -> None:
                                              "unchanged): a shorter study, said so in its run record")
     rp.add_argument("--data-dir", dest="data_dir")
     rp.add_argument("--workers", type=int)
+    rp.add_argument("--executor", default="local", choices=EXECUTORS,
+                    help="where the ensembles train (sweep --executor): local worker processes, "
+                         "a Ray cluster, or inline in this process")
+    rp.add_argument("--ray-address", dest="ray_address", help="Ray cluster (default $RAY_ADDRESS)")
     rp.add_argument("--device")
     rp.add_argument("--compile", action="store_true",
                     help="the compiled training step where it applies (sweep --compile)")

@@ -49,7 +49,8 @@ def machine() -> dict:
 
 def sweep_words(study: str, out: Path, scale: float, *, tasks: int | None = None,
                 data_dir: str | None = None, workers: int | None = None, device: str | None = None,
-                compile: bool = False, progress: bool = True) -> list[str]:
+                compile: bool = False, progress: bool = True, executor: str = "local",
+                ray_address: str | None = None) -> list[str]:
     """The words after ``plasticlab`` of the sweep command that makes ``study``'s results in
     ``out``: what its run record names as its command."""
     words = ["sweep", "--preset", study, "--out", str(out)]
@@ -57,7 +58,9 @@ def sweep_words(study: str, out: Path, scale: float, *, tasks: int | None = None
         words += ["--scale", repr(scale)]
     if tasks is not None:
         words += ["--tasks", str(tasks)]
-    for flag, value in (("--data-dir", data_dir), ("--workers", workers), ("--device", device)):
+    for flag, value in (("--data-dir", data_dir), ("--workers", workers), ("--device", device),
+                        ("--executor", None if executor == "local" else executor),
+                        ("--ray-address", ray_address)):
         if value is not None:
             words += [flag, str(value)]
     return words + (["--compile"] if compile else []) + ([] if progress else ["--no-progress"])
@@ -68,7 +71,8 @@ def retrain_words(rerun: bool, only: list[str] | None) -> list[str]:
     return (["--rerun"] if rerun else []) + [w for f in only or [] for w in ("--only", f)]
 
 
-RUN_ONLY_FLAGS = {"--data-dir": 1, "--workers": 1, "--device": 1, "--compile": 0, "--no-progress": 0}
+RUN_ONLY_FLAGS = {"--data-dir": 1, "--workers": 1, "--device": 1, "--compile": 0, "--no-progress": 0,
+                  "--executor": 1, "--ray-address": 1}
 """The sweep flags that change how a study runs, not what it trains (with how many values each
 takes): two commands that differ only in these make the same results, so their sittings add up."""
 
