@@ -360,6 +360,7 @@ spec = importlib.util.spec_from_file_location("lifecycle", sys.argv[2])
 lifecycle = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(lifecycle)
 assert "torch" not in sys.modules
+lifecycle.STOP_REQUEST_WAIT_S = 0.3  # how long it waits for the driver's request: not the point
 lifecycle.worker_init(sys.argv[1], os.getppid())
 os.kill(os.getpid(), signal.SIGTERM)
 try:
