@@ -58,6 +58,19 @@ def test_plasticlab_run_measure_records_them_and_list_names_them(data_dir, tmp_p
     record = json.loads(capsys.readouterr().out)["runs"][0]
     assert all(len(record[name]) == 2 for name in EVERY)
     assert len(record["distance_to_init_per_layer"][0]) == 3
+    # the report draws each one's overall value; the compact export keeps it, not the per-layer lists
+    from plasticlab.experiments.export import export_results, read_export
+    from plasticlab.report.build import build_report
+    from plasticlab.report.data import INTERNALS
+
+    drawn = [name for name in EVERY if not name.endswith("_per_layer")]
+    assert set(drawn) <= set(INTERNALS)
+    build_report(out, tmp_path / "report", formats=())
+    page = (tmp_path / "report" / "report.md").read_text()
+    assert all(INTERNALS[name][0].upper() + INTERNALS[name][1:] in page for name in drawn)
+    export_results(out, tmp_path / "export")
+    (kept,) = read_export(tmp_path / "export" / "results.json.gz")[1].values()
+    assert set(drawn) <= set(kept) and not any(name.endswith("_per_layer") for name in kept)
     assert main([*args, "--measure", "churn", "--json", "--rerun"]) == 0
     record = json.loads(capsys.readouterr().out)["runs"][0]
     assert "churn" in record and "hessian_top_eigenvalue" not in record

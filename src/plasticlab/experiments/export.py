@@ -45,7 +45,11 @@ MEASUREMENT_DIGITS = 7
 """Significant digits of the exported measurements (online accuracies: every digit)."""
 EXACT_METRICS = ("online_accuracy", "accuracy_matrix", "online_squared_error")  # the last: a regression's
 REPORTED_MEASUREMENTS = ("weight_magnitude", "srank", "effective_rank", "dead_fraction",
-                         "dormant_fraction", "grad_norm", "task_test_accuracy")
+                         "dormant_fraction", "grad_norm", "task_test_accuracy",
+                         # the optional ones (--measure), where the runs have them
+                         "effective_lr", "feature_norm", "feature_variance", "active_fraction",
+                         "approximate_rank", "feature_rank", "matrix_rank", "hessian_top_eigenvalue",
+                         "churn", "prediction_churn", "zero_grad_ratio", "distance_to_init")
 """The measurements ``plasticlab report`` draws (:data:`plasticlab.report.data.INTERNALS`,
 which labels each): the export keeps these, and :data:`EXACT_METRICS`."""
 

@@ -37,9 +37,23 @@ INTERNALS = {
     "dormant_fraction": "dormant units, τ = 0.1",
     "grad_norm": "gradient norm (task's last step)",
     "task_test_accuracy": "test accuracy at task end",
+    # the optional measurements (--measure; plasticlab.measure.optional), where a study has them
+    "effective_lr": "effective learning rate ‖g‖/‖θ‖",
+    "feature_norm": "feature norm ‖φ(x)‖ (penultimate layer)",
+    "feature_variance": "feature variance across units (penultimate layer)",
+    "active_fraction": "active entries",
+    "approximate_rank": "PCA approximate rank (last hidden layer)",
+    "feature_rank": "feature rank (last hidden layer)",
+    "matrix_rank": "matrix rank (last hidden layer)",
+    "hessian_top_eigenvalue": "Hessian's top eigenvalue",
+    "churn": "churn, mean |Δ logit| over the task",
+    "prediction_churn": "predictions changed over the task",
+    "zero_grad_ratio": "parameters with a zero gradient",
+    "distance_to_init": "distance to init ‖θ − θ₀‖",
 }
 #: Internals that are fractions, drawn in percent.
-PERCENT_METRICS = {"dead_fraction", "dormant_fraction", "task_test_accuracy"}
+PERCENT_METRICS = {"dead_fraction", "dormant_fraction", "task_test_accuracy", "active_fraction",
+                   "prediction_churn", "zero_grad_ratio"}
 
 
 @dataclass
