@@ -136,3 +136,23 @@ def test_a_run_is_the_same_run_whatever_its_number_of_tasks_but_not_its_seed():
     assert run_key(run) == run_key({**run, "config": {**run["config"], "tasks": 500}})
     assert run_key(run) != run_key({**run, "seed": 1})
     assert run_key(run) != run_key({**run, "config": {**run["config"], "lr": 1e-4}})
+
+
+def test_a_regressions_runs_are_compared_on_their_online_squared_error(tmp_path, capsys):
+    """A regression records no online accuracy: its runs are compared on their online squared
+    error, task by task and statistically (as it is, not in points), in groups of their own."""
+    def run(out: str, tasks: int) -> Path:
+        assert main(["run", "--problem", "slowly_changing_regression", "--method", "l2_init", "--seeds",
+                     "0-1", "--tasks", str(tasks), "--steps-per-task", "20", "--no-progress",
+                     "--out", str(tmp_path / out)]) == 0
+        return tmp_path / out
+
+    short, long = run("short", 2), run("long", 3)
+    capsys.readouterr()
+    assert main(["compare", str(short), str(long)]) == 0
+    printed = capsys.readouterr().out
+    assert "same       l2_init, adam, online squared error: 2 run(s), 2 task(s)" in printed
+    assert main(["compare", str(short), str(long), "--statistical"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "online squared error:" in x)
+    assert line.lstrip().startswith("consistent") and "points" not in line and "%" not in line
+    assert "A − B = +0 [+0, +0]" in line and "2 the same bit for bit" in line

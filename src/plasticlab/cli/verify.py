@@ -93,7 +93,8 @@ def _task_span(group) -> str:
 
 
 def _statistical_verdicts(groups: dict[str, list]) -> int:
-    """Per method: dₛ = total online accuracy in A − in B over the tasks both ran, for each seed
+    """Per method: dₛ = total online accuracy in A − in B (a regression's total online squared
+    error, as it is, not in points) over the tasks both ran, for each seed
     s both hold; the mean of dₛ with a percentile-bootstrap interval over seeds, at 95 % for all
     methods together (each at 1 − 0.05/methods, Bonferroni). A method whose interval excludes 0
     differs; 1 when one does. Pairs with a diverged task are left out, and said so; a method
@@ -109,15 +110,18 @@ def _statistical_verdicts(groups: dict[str, list]) -> int:
             print(f"  —          {label}: {len(kept)} run(s) without a diverged task{left}: too few "
                   "seeds for an interval")
             continue
-        d = bootstrap_ci([100 * (p.total_a - p.total_b) for p in kept], confidence=confidence)
-        mean_a = 100 * math.fsum(p.total_a for p in kept) / len(kept)
-        mean_b = 100 * math.fsum(p.total_b for p in kept) / len(kept)
+        # accuracies in points; a regression's online squared error as it is
+        scale, unit, fmt = (100, " points", ".2f") if kept[0].measure == "online accuracy" else (1, "", ".4g")
+        d = bootstrap_ci([scale * (p.total_a - p.total_b) for p in kept], confidence=confidence)
+        mean_a = scale * math.fsum(p.total_a for p in kept) / len(kept)
+        mean_b = scale * math.fsum(p.total_b for p in kept) / len(kept)
         consistent = d.lo <= 0 <= d.hi
         differ += not consistent
+        means = (f"A {mean_a:.2f} %, B {mean_b:.2f} %" if scale == 100
+                 else f"A {mean_a:{fmt}}, B {mean_b:{fmt}}")
         print(f"  {'consistent' if consistent else 'DIFFERENT ':10s} {label}: {len(kept)} run(s), "
-              f"{_task_span(kept)} task(s): A − B = {d.point:+.2f} points [{d.lo:+.2f}, {d.hi:+.2f}] "
-              f"(A {mean_a:.2f} %, B {mean_b:.2f} %); {sum(p.same for p in kept)} the same bit for "
-              f"bit{left}")
+              f"{_task_span(kept)} task(s): A − B = {d.point:+{fmt}}{unit} [{d.lo:+{fmt}}, {d.hi:+{fmt}}] "
+              f"({means}); {sum(p.same for p in kept)} the same bit for bit{left}")
     print(f"intervals: percentile bootstrap over seeds, {100 * confidence:.4g} % each, 95 % for the "
           f"{len(groups)} method(s) together")
     return _conclude(differ, f"{differ} method(s) differ: their interval excludes 0",

@@ -4,7 +4,8 @@ A run in one directory is the same run as one in the other when its config (all 
 number of tasks) and its seed are the same — trained in another sitting, another ensemble or on
 another machine: your ``plasticlab reproduce STUDY`` and the committed
 ``docs/reproduction/STUDY``, or two studies that share a configuration. Both should then give
-the same online accuracy aₜ on every task t both ran, bit for bit (a run of T tasks and one of
+the same online accuracy aₜ (a regression's runs: online squared error) on every task t both
+ran, bit for bit (a run of T tasks and one of
 T′ > T tasks share their first T: a task's data and the steps before it do not depend on the
 tasks that follow). Nothing is trained; :mod:`plasticlab.experiments.verify` trains again.
 
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .protocol import config_key
-from .verify import recorded_runs, same_accuracy
+from .verify import online_measure, recorded_runs, same_accuracy
 
 
 @dataclass
@@ -39,6 +40,7 @@ class Pair:
     task: int | None = None  # the first task whose online accuracy differs; None: none does
     a: float | None = None
     b: float | None = None
+    measure: str = "online accuracy"  # a regression's runs: "online squared error"
 
     @property
     def same(self) -> bool:
@@ -78,9 +80,13 @@ def shared_runs(dir_a: str | Path, dir_b: str | Path) -> tuple[list[Pair], int, 
         for other in held_b.get(run_key(run), []):
             a, b = accuracy_a[run["run_id"]], accuracy_b[other["run_id"]]
             tasks, task = compare_runs(a, b)
-            pair = Pair(f"{run['config']['method']}, {run['config']['optimizer']}", run["seed"],
-                        run["run_id"], other["run_id"], tasks, total_online_accuracy(a, tasks),
-                        total_online_accuracy(b, tasks))
+            measure = online_measure(run)
+            label = f"{run['config']['method']}, {run['config']['optimizer']}"
+            if measure != "online accuracy":  # never averaged with accuracies
+                label += f", {measure}"
+            pair = Pair(label, run["seed"], run["run_id"], other["run_id"], tasks,
+                        total_online_accuracy(a, tasks), total_online_accuracy(b, tasks),
+                        measure=measure)
             if task is not None:
                 pair.task, pair.a, pair.b = task, a[task], b[task]
             pairs.append(pair)
