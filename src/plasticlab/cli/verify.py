@@ -111,7 +111,7 @@ def _statistical_verdicts(groups: dict[str, list]) -> int:
                   "seeds for an interval")
             continue
         # accuracies in points; a regression's online squared error as it is
-        scale, unit, fmt = (100, " points", ".2f") if kept[0].measure == "online accuracy" else (1, "", ".4g")
+        scale, unit, fmt = (100, " points", ".2f") if kept[0].metric == "online_accuracy" else (1, "", ".4g")
         d = bootstrap_ci([scale * (p.total_a - p.total_b) for p in kept], confidence=confidence)
         mean_a = scale * math.fsum(p.total_a for p in kept) / len(kept)
         mean_b = scale * math.fsum(p.total_b for p in kept) / len(kept)

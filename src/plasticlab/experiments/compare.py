@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .protocol import config_key
-from .verify import online_measure, recorded_runs, same_accuracy
+from .verify import online_metric, recorded_runs, same_accuracy
 
 
 @dataclass
@@ -40,7 +40,7 @@ class Pair:
     task: int | None = None  # the first task whose online accuracy differs; None: none does
     a: float | None = None
     b: float | None = None
-    measure: str = "online accuracy"  # a regression's runs: "online squared error"
+    metric: str = "online_accuracy"  # what was compared: a regression's, online_squared_error
 
     @property
     def same(self) -> bool:
@@ -80,13 +80,13 @@ def shared_runs(dir_a: str | Path, dir_b: str | Path) -> tuple[list[Pair], int, 
         for other in held_b.get(run_key(run), []):
             a, b = accuracy_a[run["run_id"]], accuracy_b[other["run_id"]]
             tasks, task = compare_runs(a, b)
-            measure = online_measure(run)
+            metric = online_metric(run)
             label = f"{run['config']['method']}, {run['config']['optimizer']}"
-            if measure != "online accuracy":  # never averaged with accuracies
-                label += f", {measure}"
+            if metric != "online_accuracy":  # never averaged with accuracies
+                label += f", {metric.replace('_', ' ')}"
             pair = Pair(label, run["seed"], run["run_id"], other["run_id"], tasks,
                         total_online_accuracy(a, tasks), total_online_accuracy(b, tasks),
-                        measure=measure)
+                        metric=metric)
             if task is not None:
                 pair.task, pair.a, pair.b = task, a[task], b[task]
             pairs.append(pair)

@@ -62,30 +62,21 @@ class Check:
         return not self.mismatches
 
 
-ONLINE_SQUARED_ERROR = "online_squared_error"
-"""What a regression's run records per task in place of an online accuracy."""
-
-
 def recorded_runs(directory: str | Path) -> tuple[list[dict], dict[str, list[float]]]:
     """The finished runs of a results directory (its store, or else its export:
     :func:`~plasticlab.experiments.export.read_results`) and each one's recorded online accuracy
-    per task, by run id — a regression's online squared error (:func:`online_measure` says
-    which a run records)."""
+    per task, by run id — a regression's online squared error (:func:`online_metric`)."""
     rows, metrics, _ = read_results(directory)
     runs = [r for r in rows if r["status"] == "finished"]
-    return runs, {r["run_id"]: _online(metrics.get(r["run_id"], {})) for r in runs}
+    return runs, {r["run_id"]: metrics.get(r["run_id"], {}).get(online_metric(r), []) for r in runs}
 
 
-def _online(metrics: dict) -> list:
-    return metrics.get("online_accuracy", metrics.get(ONLINE_SQUARED_ERROR, []))
-
-
-def online_measure(run: dict) -> str:
-    """Which per-task online measure ``run`` (a finished run's row) records: "online accuracy",
-    or "online squared error" for a run of a regression problem (its summary's
+def online_metric(run: dict) -> str:
+    """The per-task metric ``run`` (a finished run's row) records online: ``online_accuracy``,
+    or ``online_squared_error`` for a run of a regression problem (whose summary has
     ``total_online_squared_error``)."""
     summary = run.get("summary") or {}
-    return "online squared error" if "total_online_squared_error" in summary else "online accuracy"
+    return "online_squared_error" if "total_online_squared_error" in summary else "online_accuracy"
 
 
 def _ensemble_record(run: dict) -> dict:
