@@ -11,6 +11,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -148,19 +149,27 @@ def test_a_failed_commit_rolls_back_and_leaves_the_store_usable(tmp_path):
     store.close()
 
 
-def _read_only_mount_command(scratch: Path) -> list[str] | None:
+def _read_only_mount_command() -> list[str] | None:
     """A command prefix that runs a command in a private mount namespace, where a folder can be
     bind-mounted read-only (root, or a user namespace); None where this machine allows none."""
     if shutil.which("unshare") is None:
         return None
     prefix = ["unshare", "--mount"] + ([] if os.geteuid() == 0 else ["--map-root-user"])
-    scratch.mkdir()
-    probe = subprocess.run([*prefix, "sh", "-c", f'mount --bind "{scratch}" "{scratch}" && mount -o '
-                            f'remount,bind,ro "{scratch}" && ! touch "{scratch}/x" 2>/dev/null'],
-                           capture_output=True, timeout=30)
+    with tempfile.TemporaryDirectory() as scratch:
+        probe = subprocess.run([*prefix, "sh", "-c", f'mount --bind "{scratch}" "{scratch}" && mount -o '
+                                f'remount,bind,ro "{scratch}" && ! touch "{scratch}/x" 2>/dev/null'],
+                               capture_output=True, timeout=30)
     return prefix if probe.returncode == 0 else None
 
 
+# As root (who writes through a folder's mode) the read-only test needs a read-only bind mount;
+# probed once, at collection, only there.
+READ_ONLY_MOUNT = _read_only_mount_command() if os.geteuid() == 0 else None
+
+
+@pytest.mark.skipif(os.geteuid() == 0 and READ_ONLY_MOUNT is None,
+                    reason="as root, a folder's mode does not stop writes, and this machine allows no "
+                           "read-only mount (unshare --mount needs CAP_SYS_ADMIN or user namespaces)")
 def test_a_read_only_folder_is_one_line_and_nothing_is_written(data_dir, tmp_path):
     """Before: `--out` on a read-only file system was an OSError traceback (a new folder) or
     "cannot open the results store … move the file away" (an existing one: the wrong advice).
@@ -185,12 +194,8 @@ def test_a_read_only_folder_is_one_line_and_nothing_is_written(data_dir, tmp_pat
             os.chmod(out, 0o755)
         words = "permission denied"
     else:
-        prefix = _read_only_mount_command(tmp_path / "probe")
-        if prefix is None:
-            pytest.skip("as root, a folder's mode does not stop writes, and this machine allows no "
-                        "read-only mount (unshare --mount needs CAP_SYS_ADMIN or user namespaces)")
         ro = tmp_path / "ro"
-        procs = [subprocess.run([*prefix, "sh", "-c", f'mount --bind "{ro}" "{ro}" && '
+        procs = [subprocess.run([*READ_ONLY_MOUNT, "sh", "-c", f'mount --bind "{ro}" "{ro}" && '
                                  f'mount -o remount,bind,ro "{ro}" && exec "$0" "$@"', *r],
                                 capture_output=True, text=True, timeout=120) for r in runs]
         words = "read-only file system"

@@ -4,12 +4,13 @@ The rliable comparisons come twice: against reference values computed once with 
 stored below as literals (these run everywhere), and live against rliable when it can be imported.
 rliable 1.2.0 (the latest) requires ``arch<8``, and arch 7.x fails to import with pandas>=3, so
 the ``test`` extra pins ``pandas<3`` next to ``rliable==1.2.0``; CI requires the live tests to
-run (``PLASTICLAB_REQUIRE_CHECKS=1``), elsewhere they skip with the reason where rliable cannot be
-imported.
+run (``PLASTICLAB_REQUIRE_CHECKS=1``), elsewhere they skip with the reason where rliable is not
+installed; installed but failing to import, they fail with the reason.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import time
 from statistics import NormalDist
@@ -17,7 +18,7 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
-from conftest import CHECKS_REQUIRED
+from conftest import needs
 from plasticlab.report.stats import (
     Interval,
     bootstrap_ci,
@@ -28,20 +29,21 @@ from plasticlab.report.stats import (
     stratified_bootstrap_ci,
 )
 
+RLIABLE = needs(importlib.util.find_spec("rliable") is not None,
+                "rliable is not installed (pip install -c constraints.txt -e '.[test]')")
+
 
 @pytest.fixture(scope="module")
 def rliable():
     """rliable's ``library`` and ``metrics``, imported by the first test that asks for them (the
     import, arch's and scipy's with it, takes a second, which every test process would otherwise
-    spend collecting this file). Where they cannot be imported the test skips with the reason,
-    except in CI (PLASTICLAB_REQUIRE_CHECKS=1), where it fails: there a skip is a check not made."""
+    spend collecting this file). The tests that ask are marked :data:`RLIABLE` (they skip where it
+    is not installed, except in CI); an installed rliable that fails to import fails them, with
+    the reason (arch<8's TypeError under pandas>=3: the ``test`` extra pins pandas<3)."""
     try:
         from rliable import library, metrics
     except Exception as exc:  # ImportError, or arch<8's TypeError at import under pandas>=3
-        missing = f"rliable cannot be imported here ({type(exc).__name__}: {exc})"
-        if CHECKS_REQUIRED:
-            pytest.fail(missing)
-        pytest.skip(missing)
+        pytest.fail(f"rliable cannot be imported here ({type(exc).__name__}: {exc})")
     return library, metrics
 
 
@@ -355,6 +357,7 @@ def test_probability_of_improvement_interval_matches_stored_rliable_interval():
 # Against rliable itself (where it can be imported)
 
 
+@RLIABLE
 def test_point_estimates_equal_rliable(rliable):
     _, rly_metrics = rliable
     rng = np.random.default_rng(11)
@@ -370,6 +373,7 @@ def test_point_estimates_equal_rliable(rliable):
             float(rly_metrics.probability_of_improvement(a, b)), abs=1e-12)
 
 
+@RLIABLE
 def test_stratified_iqm_interval_matches_rliable(global_numpy_seed, rliable):
     rly_library, rly_metrics = rliable
     reps = 5000  # rliable loops in Python: ~0.3 ms a replicate
@@ -381,6 +385,7 @@ def test_stratified_iqm_interval_matches_rliable(global_numpy_seed, rliable):
     assert abs(iv.lo - rly_lo) < tol and abs(iv.hi - rly_hi) < tol
 
 
+@RLIABLE
 def test_probability_of_improvement_interval_matches_rliable_bootstrap(global_numpy_seed, rliable):
     """rliable's StratifiedIndependentBootstrap (what get_interval_estimates uses for [x, y]) with the
     probability of improvement as its statistic; ours equals rliable's metric exactly (tested above),
