@@ -60,3 +60,22 @@ def test_reference_modes_at_a_problem_run_the_best_studys_cbp_and_redo_in_the_au
                 assert config.lr == ours[seed].lr and config.problem == problem
                 assert config.params == ours[seed].params | authors
         assert {r.config.method for r in authors_runs} == {"cbp", "redo"}
+
+
+def test_the_toolkit_study_extends_the_field_study_with_its_own_baseline_and_l2_init():
+    """``field-toolkit-P`` runs every toolkit method and optimizer of issue 47 on P's field seeds,
+    beside Baseline, L2 Init and full reset configured exactly as ``field-P`` runs them: at any
+    scale its comparison is the field study's, extended."""
+    from plasticlab.experiments.presets import TOOLKIT_METHODS, TOOLKIT_OPTIMIZERS
+
+    for problem in ("permuted_mnist", "random_label_mnist"):
+        toolkit = expand(get_preset(f"field-toolkit-{problem}"), scale=0.1)
+        field = expand(get_preset(f"field-{problem}"), scale=0.1)
+        assert {r.config.method for r in toolkit if r.config.optimizer == "adam"} == {
+            "baseline", "l2_init", "full_reset", *TOOLKIT_METHODS}
+        assert {r.config.optimizer for r in toolkit} == {"adam", *TOOLKIT_OPTIMIZERS}
+        assert {r.seed for r in toolkit} == {r.seed for r in field} == set(range(100, 110))
+        ours = {(r.config.method, r.seed): r.config for r in toolkit if r.config.optimizer == "adam"}
+        for r in field:
+            if r.config.method in ("baseline", "l2_init", "full_reset") and r.config.optimizer == "adam":
+                assert ours[r.config.method, r.seed] == r.config

@@ -276,6 +276,30 @@ def field_comparison(problem: str) -> dict:
             "problem": problem, "seeds": EVALUATION_SEEDS, "variants": variants}
 
 
+def field_toolkit(problem: str) -> dict:
+    """The toolkits' methods (:data:`TOOLKIT_METHODS`, issue 47) beside the Baseline, L2 Init
+    and the from-scratch full reset on ``problem``, 10 seeds: the companion of
+    ``field-PROBLEM``, which it extends. The Baseline and L2 Init at the paper's best Adam
+    configurations (SPEC §6), full reset and each new method at its reference values
+    (:func:`field_fixed`, else the method's defaults) with L2 Init's α, TRAC at its reference
+    step size on the Baseline. A study of its own, so that it can run at a scale the committed
+    ``field-PROBLEM`` studies did not, with its own Baseline and L2 Init at that scale."""
+    best = BEST["adam"][problem]
+    lr = best["l2_init"][0]
+    fixed = field_fixed(problem)
+    methods = ["baseline", "l2_init", "full_reset", *TOOLKIT_METHODS]
+    params = {"l2_init": dict(best["l2_init"][1])} | {m: dict(fixed[m]) for m in TOOLKIT_METHODS
+                                                        if m in fixed}
+    lrs = {"baseline": best["baseline"][0]} | {m: lr for m in methods if m != "baseline"}
+    variants = [{"methods": methods, "optimizer": "adam", "params": params, "per_method_lr": lrs}]
+    variants += [{"method": "baseline", "optimizer": name, "lr": rate, "optimizer_params": dict(settings)}
+                 for name, (rate, settings) in TOOLKIT_OPTIMIZERS.items()]
+    return {"name": f"field-toolkit-{problem}",
+            "description": f"the other toolkits' methods (issue 47) beside the Baseline, L2 Init "
+                           f"and the full reset, {problem}",
+            "problem": problem, "seeds": EVALUATION_SEEDS, "variants": variants}
+
+
 TOOLKIT_PROBLEMS = ("warm_start_mnist", "warm_start_cifar", "split_mnist", "split_cifar",
                     "slowly_changing_regression")
 """The problems the other plasticity toolkits have (issue 47), each with its ``field-PROBLEM``
@@ -319,6 +343,7 @@ def _registry() -> dict[str, Callable[[], dict]]:
         presets[f"reference-modes-{problem}"] = (lambda p=problem: reference_modes_at(p))
     for problem in FIELD_PROBLEMS:
         presets[f"field-{problem}"] = (lambda p=problem: field_comparison(p))
+        presets[f"field-toolkit-{problem}"] = (lambda p=problem: field_toolkit(p))
         for method in (*FIELD_METHODS, *TOOLKIT_METHODS):
             presets[f"field-{method}-{problem}"] = (lambda m=method, p=problem: field_method_grid(m, p))
         for optimizer in (*FIELD_OPTIMIZERS, *TOOLKIT_OPTIMIZERS):
