@@ -14,7 +14,8 @@ It writes
   ``matrix`` — the claims × problems matrix of ``claims.md`` (the README); ``claims STUDY ·
   SCALE`` — the claims' parts judged on that study at that scale (each study's page);
   ``forgetting vs the paper`` — the paper's one table of numbers beside the ``forgetting``
-  export's, with ``plasticlab report``'s bootstrap intervals (the README).
+  export's, with ``plasticlab report``'s bootstrap intervals (the README); ``field STUDY ·
+  SCALE`` — a field study's methods by SPEC §12's tests (``field.md``).
 """
 
 from __future__ import annotations
@@ -46,10 +47,13 @@ def pages() -> list[Path]:
 def claims_markdown(every_study: bool = True) -> str:
     """What ``plasticlab claims docs/reproduction [--every-study] --markdown FILE`` writes, run
     from the repository root (its notes name the folders as that command does)."""
-    from plasticlab.report.claims import claims_markdown as markdown, judge_folders
+    from plasticlab.report.claims import judge_folders
+    from plasticlab.report.field_verdicts import claims_and_field_markdown, find_field_studies
 
     verdicts, notes = judge_folders([PAGE], every_study=every_study)
-    return markdown(verdicts, [n.replace(f"{REPO}/", "", 1) for n in notes])
+    field = find_field_studies([PAGE])
+    text = claims_and_field_markdown(verdicts, notes, field)
+    return text.replace(f"{REPO}/", "")
 
 
 def sections(markdown: str) -> dict[str, str]:
@@ -88,11 +92,16 @@ def forgetting_table() -> str:
 
 def expected_blocks(markdown: str) -> dict[str, str]:
     """Every block a page may hold, by key, from ``claims.md``'s text ``markdown``."""
+    from plasticlab.report.field_verdicts import FIELD_TITLE
+
     found = sections(markdown)
     blocks = {"matrix": found["The claims at a glance"], "forgetting vs the paper": forgetting_table()}
-    by_study = markdown.split("\n## By study\n", 1)[1].split("\nFolders not read", 1)[0]
+    by_study, _, field = markdown.split("\n## By study\n", 1)[1].split("\nFolders not read", 1)[0] \
+        .partition(f"\n## {FIELD_TITLE}\n")
     for title, body in sections(by_study).items():
         blocks[f"claims {title}"] = body
+    for title, body in sections(field).items():
+        blocks[f"field {title}"] = body
     return blocks
 
 

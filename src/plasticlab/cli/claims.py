@@ -11,19 +11,32 @@ from pathlib import Path
 
 
 def cmd_claims(args: argparse.Namespace) -> int:
-    """``plasticlab claims``: judge every claim on the studies under ``DIR…``; print the table,
-    and write it as Markdown and JSON where asked."""
-    from ..report.claims import claims_json, claims_markdown, claims_text, judge_folders
+    """``plasticlab claims``: judge every claim on the studies under ``DIR…``, and every method of
+    the field studies there by the same tests; print the tables, and write them as Markdown and
+    JSON where asked."""
+    from ..report.claims import claims_json, claims_text, judge_folders
+    from ..report.field_verdicts import (
+        claims_and_field_markdown,
+        field_notes_dropped,
+        field_text,
+        find_field_studies,
+        judge_field,
+    )
 
     verdicts, notes = judge_folders(args.dirs, every_study=args.every_study)
+    field = find_field_studies(args.dirs)
+    judged = judge_field(field)
     print(claims_text(verdicts), end="")
-    for note in notes:
+    print(field_text(judged), end="")
+    for note in field_notes_dropped(notes, field):
         print(f"note: {note}", file=sys.stderr)
     if args.markdown:
-        Path(args.markdown).write_text(claims_markdown(verdicts, notes))
+        Path(args.markdown).write_text(claims_and_field_markdown(verdicts, notes, field))
         print(f"markdown: {args.markdown}")
     if args.json:
-        Path(args.json).write_text(json.dumps(claims_json(verdicts, notes), indent=1) + "\n")
+        data = claims_json(verdicts, field_notes_dropped(notes, field))
+        data["field"] = {key: [r.to_dict() for r in rows] for key, rows in judged.items()}
+        Path(args.json).write_text(json.dumps(data, indent=1) + "\n")
         print(f"json: {args.json}")
     return 0
 
@@ -31,7 +44,8 @@ def cmd_claims(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     """Add ``claims`` to the ``plasticlab`` parser."""
     cl = sub.add_parser("claims", help="the paper's claims judged by SPEC §12 from the studies under "
-                                       "DIR… (exports or results stores)")
+                                       "DIR… (exports or results stores), and the field studies' "
+                                       "methods by the same tests")
     cl.add_argument("dirs", nargs="+", metavar="DIR",
                     help="a study folder (results.json.gz or results.sqlite), or a folder of them "
                          "at any depth, e.g. docs/reproduction")
