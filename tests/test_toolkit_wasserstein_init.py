@@ -121,6 +121,43 @@ def test_two_tasks_from_the_cli(data_dir, tmp_path, capsys):
     assert "wasserstein_init" in capsys.readouterr().out
 
 
+# --- the fast path: each step's sort starts from the last step's order (plasticlab.rank_order) ----
+
+
+def test_the_order_sorted_from_any_hint_is_the_plain_stable_argsort():
+    from plasticlab import fast
+    from plasticlab.rank_order import applies, stable_order_from_hint
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 2000, generator=g)
+    x[0, :300] = 0.5                                   # ties: ranked by position
+    x[1, 10:20], x[1, 20:30] = -0.0, 0.0               # −0.0 equals +0.0
+    x[2, 5], x[2, 7], x[2, 9], x[2, 11] = float("nan"), -float("nan"), float("inf"), -float("inf")
+    x[3] = x[3].round(decimals=1)                      # many ties of many values
+    plain = x.argsort(dim=-1, stable=True)
+    last = (x + 1e-3 * torch.randn(x.shape, generator=g)).argsort(dim=-1)
+    for hint in (torch.stack([torch.randperm(2000, generator=g) for _ in range(4)]), last, plain):
+        assert applies(x, hint) and torch.equal(stable_order_from_hint(x, hint), plain)
+    assert not applies(x.double(), plain) and not applies(x, None)
+    with fast.plain_forms():
+        assert not applies(x, plain)
+
+
+@pytest.mark.parametrize("problem", ["permuted_mnist", "random_label_cifar"], ids=["mlp", "cnn"])
+def test_training_with_the_hinted_sort_equals_the_plain_sorts_to_the_bit(data_dir, problem, monkeypatch):
+    from plasticlab import rank_order
+
+    size = {"examples_per_task": 96} if problem == "permuted_mnist" else {"examples": 64}
+    cfg = resolve_config({**TINY_MNIST, "problem": problem, "problem_params": size, "lr": 1e-2,
+                          "method": "wasserstein_init", "params": {"strength": 1.0}})
+    hinted = trained_parameters(cfg, [0, 1], data_dir)
+    used = []
+    monkeypatch.setattr(rank_order, "applies", lambda flat, hint: used.append(hint is not None) and False)
+    plain = trained_parameters(cfg, [0, 1], data_dir)
+    assert any(used), "the runs had a last order from their second step on: the first run sorted from it"
+    assert all(torch.equal(h, p) for h, p in zip(hinted, plain, strict=True))
+
+
 # --- the drop-in --------------------------------------------------------------------------------------
 
 def test_the_drop_ins_gradient_is_the_engines_on_a_one_member_network():

@@ -51,6 +51,11 @@ the code it speeds up, beside its plain form:
   Plain form: the penalty's ``add_grad_`` before the update (bit-identical). Applies: L2 with
   one λ for every member, Adam without a decay of its own, on the CPU. Test:
   ``tests/test_regularizers.py``.
+- :mod:`plasticlab.rank_order` — Wasserstein Init's per-step stable argsort of each parameter
+  tensor, sorted from the last step's order by keys of value and position. Plain form:
+  ``argsort(stable=True)`` in :meth:`plasticlab.regularizers.WassersteinInit.targets`
+  (bit-identical). Applies: float32, from a tensor's second sort on. Test:
+  ``tests/test_toolkit_wasserstein_init.py``.
 - :mod:`plasticlab.step.compiled` — the whole training step (the hand-written backward, the
   penalties toward a fixed target, Adam's or SGD's rule) as one function under
   ``torch.compile``. Plain form: the eager step (up to rounding; member k still seed k alone to

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Sequence
 import torch
 from torch import nn
 
+from . import rank_order
 from .nets.layers import EnsembleLayerNorm
 
 NORM_LAYERS = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm,
@@ -257,15 +258,28 @@ class WassersteinInit(Regularizer):
         initial = self.params if initial is None else list(initial)
         # sort(θ⁰) per tensor (per member with member_dim), flat: [K, n] or [n]
         self.sorted_initial = [self._flat(t.detach()).sort(dim=-1).values for t in initial]
+        # each tensor's order at the last step: where the next sort starts (rank_order)
+        self._last_order: list[torch.Tensor | None] = [None] * len(self.params)
 
     def _flat(self, t: torch.Tensor) -> torch.Tensor:
         return t.flatten(1) if self.member_dim else t.flatten()
 
+    def _order(self, i: int, flat: torch.Tensor) -> torch.Tensor:
+        """The stable argsort of ``flat`` (tensor ``i``), sorted from its last order where
+        :func:`plasticlab.rank_order.applies` (the same order, faster)."""
+        hint = self._last_order[i]
+        if rank_order.applies(flat, hint):
+            order = rank_order.stable_order_from_hint(flat, hint)
+        else:
+            order = flat.argsort(dim=-1, stable=True)
+        self._last_order[i] = order
+        return order
+
     def targets(self):
         """θ⁰_(rank θ): each entry's target is the initial value of the rank it holds now."""
         out = []
-        for p, sorted0 in zip(self.params, self.sorted_initial, strict=True):
-            order = self._flat(p.detach()).argsort(dim=-1, stable=True)
+        for i, (p, sorted0) in enumerate(zip(self.params, self.sorted_initial, strict=True)):
+            order = self._order(i, self._flat(p.detach()))
             out.append(torch.empty_like(sorted0).scatter_(-1, order, sorted0).view_as(p))
         return out
 
