@@ -23,13 +23,16 @@ STUDY_SCALES = {
     "best-random_label_mnist-sgd": 0.5,
     "best-random_label_cifar-adam": 0.2,
     "field-random_label_mnist": 0.5,
+    "field-toolkit-permuted_mnist": 0.2,
+    "field-toolkit-random_label_mnist": 0.2,
     "reference-modes": 0.1,
     "reference-modes-random_label_mnist": 0.5,
     "reference-modes-random_label_cifar": 0.2,
 }
 """The default ``--scale`` of studies too long to run at full length on a CPU (SPEC §3:
-Random Label problems train 30,000 steps per task), the scale at which docs/reproduction ran
-them; every other study runs at full length."""
+Random Label problems train 30,000 steps per task; the toolkit studies hold Wasserstein Init,
+whose step is a sort of every weight tensor), the scale at which docs/reproduction ran them;
+every other study runs at full length."""
 
 
 def study_scale(study: str, scale: float | None = None) -> float:
