@@ -139,11 +139,11 @@ def _evaluate(sp: SweepPlan, loggers) -> list:
     """The protocol's second phase, printed: select on the grid, train the selection on the
     evaluation seeds and print its result; the failed jobs."""
     selection, path = select(sp)
-    print(f"\nselected (best total online accuracy over the grid seeds; {path}):")
+    print(f"\nselected ({_ranked_on(selection)} over the grid seeds; {path}):")
     for (problem, optimizer, method), entry in sorted(selection.items()):
-        cfg = entry["config"]
+        cfg, measure = entry["config"], entry["measure"]
         print(f"  {problem} {optimizer} {method:<16} lr={cfg['lr']:g} {cfg['params']} "
-              f"score {100 * entry['score']:.2f}% (of {entry['candidates']} configs)")
+              f"score {measure.format(entry['score'])}{measure.unit} (of {entry['candidates']} configs)")
     eval_plan = plan_evaluation(sp, selection)
     print("  " + _describe(eval_plan, sp.workers, sp.calibration))
     for message in resumed_by_other_code(sp.out, eval_plan):
@@ -153,24 +153,41 @@ def _evaluate(sp: SweepPlan, loggers) -> list:
     return failed
 
 
+def _ranked_on(selection: dict) -> str:
+    """What the selection ranked on: "best total online accuracy", a regression's "lowest
+    total online squared error", or both."""
+    texts = {("best" if e["measure"].higher_is_better else e["measure"].best_word)
+             + f" total {e['measure'].name}" for e in selection.values()}
+    return ", ".join(sorted(texts)) or "best total online accuracy"
+
+
+def _mean_ci_text(measure, mean: float, ci: float) -> str:
+    """``mean ± ci`` of a measure: an accuracy in percent, an error as it is."""
+    if measure.percent:
+        return f"{100 * mean:6.2f} ± {100 * ci:5.2f}"
+    return f"{measure.format(mean, max(abs(mean), ci))} ± {measure.format(ci, max(abs(mean), ci))}"
+
+
 def evaluation_table(out, selection: dict, seeds) -> str:
     """The protocol's result: each selected configuration's total average online accuracy
-    over the evaluation seeds, mean ± 95 % CI (SPEC §6)."""
+    (a regression's online squared error, as it is) over the evaluation seeds, mean ± 95 % CI
+    (SPEC §6), the best first."""
     from ..experiments.protocol import config_key
     from ..report import mean_and_ci
 
     with ResultStore(out) as store:
         rows = store.runs(status="finished")
-    lines = [f"\nevaluation on seeds {seeds[0]}..{seeds[-1]} (total average online accuracy, "
+    names = sorted({e["measure"].name for e in selection.values()}) or ["online accuracy"]
+    lines = [f"\nevaluation on seeds {seeds[0]}..{seeds[-1]} (total average {' / '.join(names)}, "
              "mean ± 95% CI):"]
-    for (problem, optimizer, method), entry in sorted(selection.items(),
-                                                      key=lambda kv: -kv[1]["score"]):
-        key = config_key(entry["config"])
-        accs = [r["summary"]["total_online_accuracy"] for r in rows
+    for (problem, optimizer, method), entry in sorted(
+            selection.items(), key=lambda kv: -kv[1]["measure"].rank(kv[1]["score"])):
+        key, measure = config_key(entry["config"]), entry["measure"]
+        accs = [r["summary"][measure.total] for r in rows
                 if r["seed"] in seeds and config_key(r["config"]) == key]
         if accs:
             mean, ci = mean_and_ci(accs)
-            lines.append(f"  {problem} {optimizer} {method:<16} {100 * mean:6.2f} ± {100 * ci:5.2f} "
+            lines.append(f"  {problem} {optimizer} {method:<16} {_mean_ci_text(measure, mean, ci)} "
                          f"(n = {len(accs)})")
         else:
             lines.append(f"  {problem} {optimizer} {method:<16} no finished evaluation runs")
