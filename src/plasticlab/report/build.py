@@ -22,6 +22,13 @@ bootstrap over seeds within each problem, as rliable does for games).
 Which configuration represents a method: the protocol's selection on its evaluation seeds
 when ``selection.json`` is present, otherwise the best by mean total accuracy — the page says
 which, because the second is chosen on the seeds it is shown on.
+
+A regression problem's study (its runs record an online squared error, no accuracy) gets the
+same parts on its own measure (:class:`~plasticlab.experiments.protocol.Measure`): the error as
+it is, not in percent; lower is better, so its best configuration, best window and reference
+for the probability of improvement are those of the lowest error, the improvement is
+P(X < Y), and a loss of plasticity or a plasticity gap stays positive when the error grows.
+The aggregate across problems averages accuracies only.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from ..experiments.protocol import ONLINE_ACCURACY, Measure
 from ..methods import BOUNDARY_ORACLE_NOTE, METHODS, boundary_oracle
 from . import figures as F
 from . import stats
@@ -58,6 +66,7 @@ PROBLEM_TITLES = {
     "permuted_mnist": "Permuted MNIST", "random_label_mnist": "Random Label MNIST",
     "random_label_cifar": "Random Label CIFAR", "five_plus_one_cifar": "5+1 CIFAR",
     "continual_imagenet": "Continual ImageNet",
+    "slowly_changing_regression": "Slowly-Changing Regression",
 }
 REFERENCE_METHOD = "l2_init"
 
@@ -156,6 +165,45 @@ def _pct(i: stats.Interval, digits: int = 2) -> str:
     return f"{100 * i.point:.{digits}f} [{100 * i.lo:.{digits}f}, {100 * i.hi:.{digits}f}]"
 
 
+def _shown(i: stats.Interval, measure: Measure) -> str:
+    """An interval of ``measure``'s values as the tables show it: an accuracy in percent
+    (:func:`_pct`), an error as it is, to 4 significant digits of its largest number (one
+    number of decimals for the point and both bounds)."""
+    if measure.percent:
+        return _pct(i)
+    if math.isnan(i.point):
+        return "—"
+    if i.n < 2:
+        return measure.format(i.point)
+    like = max((abs(v) for v in (i.point, i.lo, i.hi) if math.isfinite(v)), default=math.nan)
+    return (f"{measure.format(i.point, like)} [{measure.format(i.lo, like)}, "
+            f"{measure.format(i.hi, like)}]")
+
+
+# Accuracy's captions predate regressions: they keep their words, an error's say which way is
+# better wherever a reader could take a larger number for a better one.
+def _lower(measure: Measure) -> str:
+    return "" if measure.higher_is_better else " (lower is better)"
+
+
+def _unit_or_direction(measure: Measure) -> str:
+    return measure.unit_suffix() if measure.percent else _lower(measure)
+
+
+def _per_task(measure: Measure) -> str:
+    return "online task accuracy" if measure.higher_is_better else measure.name
+
+
+def _measure_note(measure: Measure) -> str:
+    """What a study's section says of its measure (nothing for the accuracy every reader
+    expects)."""
+    if measure.higher_is_better:
+        return ""
+    return (f" Runs are judged on the {measure.name}: each task's mean of (ŷ − y)² over its "
+            "steps, each prediction made before the step that learns from it; lower is better, "
+            "shown as it is.")
+
+
 def _study_section(results: Results, problem: str, optimizer: str, ctx: _Context) -> Section:
     """The section of one study (problem × optimizer): its parts 1–6 of the module docstring,
     in that order."""
@@ -166,7 +214,8 @@ def _study_section(results: Results, problem: str, optimizer: str, ctx: _Context
     cfg = headline[0].config
     text = (f"{cfg['tasks']} tasks × {cfg['steps_per_task']} steps, batch {cfg['batch_size']}; "
             f"{len(study)} configuration(s), {sum(c.n for c in study)} finished run(s). "
-            f"Each method (each form of it) is shown by one configuration" + (f" ({how})." if how else "."))
+            f"Each method (each form of it) is shown by one configuration" + (f" ({how})." if how else ".")
+            + _measure_note(results.measure(problem, optimizer)))
     section = Section(_study_title(problem, optimizer), text)
     _add_online_accuracy(section, headline, stem, ctx)
     _add_total_accuracy(section, headline, stem, ctx)
@@ -183,62 +232,79 @@ def _study_section(results: Results, problem: str, optimizer: str, ctx: _Context
 
 
 def _add_online_accuracy(section: Section, headline: list[ConfigRuns], stem: str, ctx: _Context) -> None:
-    """Part 1: the figure of online accuracy vs task, one band per method."""
+    """Part 1: the figure of the study's measure (online accuracy, or a regression's online
+    squared error) vs task, one band per method."""
+    m = headline[0].measure
     reported = headline[0].reported
     note = binning_note(len(reported), ctx.max_bins)
     hard = " (hard tasks only)" if len(reported) < headline[0].online.shape[1] else ""
     section.figures.append(ctx.save(
-        f"{stem}-online_accuracy",
-        f"Average online task accuracy vs task{hard}; line = mean over seeds, band = 95 % "
+        f"{stem}-{m.metric}",
+        f"Average {_per_task(m)} vs task{hard}{_lower(m)}; line = mean over seeds, band = 95 % "
         f"bootstrap interval. {note}".strip(),
         _curves_figure, [(c, c.online, np.arange(c.online.shape[1]), c.reported) for c in headline], ctx,
-        xlabel="task", ylabel="average online task accuracy", title=f"{section.title}: online accuracy{hard}",
-        note=note))
+        xlabel="task", ylabel=f"average {_per_task(m)}", title=f"{section.title}: {m.name}{hard}",
+        note=note, percent=m.percent))
 
 
 def _add_total_accuracy(section: Section, headline: list[ConfigRuns], stem: str, ctx: _Context) -> None:
-    """Part 2: total accuracy per method, mean and IQM with their intervals: a figure and a
-    table (with the last task's test accuracy where it was measured)."""
+    """Part 2: the total of the study's measure per method, mean and IQM with their
+    intervals: a figure and a table (with the last task's test accuracy where it was
+    measured; a regression has no test set, and no such column)."""
+    m = headline[0].measure
     totals = [(c, ctx.interval(c.total), stats.stratified_bootstrap_ci(
         c.total, statistic=stats.iqm, reps=ctx.reps, seed=ctx.seed)) for c in headline]
     section.figures.append(ctx.save(
-        f"{stem}-total_accuracy",
-        "Total average online accuracy per method: mean over seeds with a 95 % bootstrap interval.",
+        f"{stem}-total_{m.metric.removeprefix('online_')}",
+        f"Total average {m.name} per method{_lower(m)}: mean over seeds with a 95 % bootstrap "
+        "interval.",
         F.interval_figure, [F.Estimate(c.label, c.method, i.point, i.lo, i.hi, c.n) for c, i, _ in totals],
-        xlabel="total average online accuracy", title=f"{section.title}: total online accuracy"))
-    rows = []
-    for c, mean, iqm in totals:
-        row = [_marked(c.label, c.method), str(c.n), _pct(mean), _pct(iqm)]
-        if "task_test_accuracy" in c.metrics:
-            last = c.metrics["task_test_accuracy"][:, c.reported[-1]]
-            row.append(_pct(ctx.interval(last)))
-        else:
-            row.append("—")
-        rows.append(row)
+        xlabel=f"total average {m.name}", title=f"{section.title}: total {m.name}",
+        percent=m.percent, value_format=None if m.percent else ".3g"))
+    rows = [[_marked(c.label, c.method), str(c.n), _shown(mean, m), _shown(iqm, m),
+             *([_last_test_accuracy(c, ctx)] if m.percent else [])] for c, mean, iqm in totals]
+    test_column = ["test acc., last task"] if m.percent else []
+    test_note = "; test accuracy on the last reported task's held-out set" if m.percent else ""
     section.tables.append(Table(
-        "Total average online accuracy (%)",
-        ["method", "n", "mean [95% CI]", "IQM [95% CI]", "test acc., last task"], rows,
+        f"Total average {m.name}{_unit_or_direction(m)}",
+        ["method", "n", "mean [95% CI]", "IQM [95% CI]", *test_column], rows,
         "mean: percentile bootstrap over seeds; IQM: interquartile mean over seeds with a "
-        "stratified-bootstrap interval; test accuracy on the last reported task's held-out set."
-        + _oracle_note(c.method for c in headline)))
+        f"stratified-bootstrap interval{test_note}." + _oracle_note(c.method for c in headline)))
+
+
+def _last_test_accuracy(c: ConfigRuns, ctx: _Context) -> str:
+    """The test accuracy (%) on the last reported task's held-out set, with its interval;
+    "—" where it was not measured."""
+    if "task_test_accuracy" not in c.metrics:
+        return "—"
+    return _pct(ctx.interval(c.metrics["task_test_accuracy"][:, c.reported[-1]]))
 
 
 def _add_plasticity_gap(section: Section, headline: list[ConfigRuns], stem: str, ctx: _Context) -> None:
     """Part 2, where the study has ``full_reset`` runs: the figure of each method's plasticity
-    gap, the from-scratch runs' online accuracy minus its own, task by task, seed by seed."""
+    gap, task by task, seed by seed — the from-scratch runs' online accuracy minus its own, or
+    on a regression its online squared error minus theirs (positive: worse than from scratch)."""
     gaps = study_gaps(headline)
     if not gaps:
         return
+    m = headline[0].measure
     note = binning_note(len(gaps[0].runs.reported), ctx.max_bins)
+    if m.higher_is_better:
+        what = (f"the online accuracy of the {FROM_SCRATCH} runs (every task learnt from "
+                f"scratch) minus the method's, task by task on the same seed, in points")
+        ylabel = f"plasticity gap: {FROM_SCRATCH} − method"
+    else:
+        what = (f"the method's {m.name} minus that of the {FROM_SCRATCH} runs (every task learnt "
+                f"from scratch), task by task on the same seed")
+        ylabel = f"plasticity gap: method − {FROM_SCRATCH}"
     section.figures.append(ctx.save(
         f"{stem}-plasticity_gap",
-        f"Plasticity gap: the online accuracy of the {FROM_SCRATCH} runs (every task learnt from "
-        f"scratch) minus the method's, task by task on the same seed, in points; above 0 the "
+        f"Plasticity gap: {what}; above 0 the "
         f"method learns the task worse than a fresh network. Line = mean over the shared seeds, "
         f"band = 95 % bootstrap interval. {note}".strip(),
         _curves_figure, [(g.runs, g.gap, np.arange(g.gap.shape[1]), g.runs.reported) for g in gaps], ctx,
-        xlabel="task", ylabel=f"plasticity gap: {FROM_SCRATCH} − method",
-        title=f"{section.title}: plasticity gap", note=note))
+        xlabel="task", ylabel=ylabel, title=f"{section.title}: plasticity gap", note=note,
+        percent=m.percent))
 
 
 def _add_improvement(section: Section, headline: list[ConfigRuns], stem: str, ctx: _Context) -> None:
@@ -247,10 +313,12 @@ def _add_improvement(section: Section, headline: list[ConfigRuns], stem: str, ct
     if poi is None:
         return
     estimates, table = poi
+    m = headline[0].measure
     section.figures.append(ctx.save(
-        f"{stem}-improvement", "Probability that a run of the first method has a higher total "
-        "online accuracy than a run of the second, P(X > Y) + ½P(X = Y), with a 95 % "
-        "stratified-bootstrap interval; 0.5 = no difference.",
+        f"{stem}-improvement", f"Probability that a run of the first method has a "
+        f"{'higher' if m.higher_is_better else 'lower'} total {m.name} than a run of the second, "
+        f"P(X {m.comparison} Y) + ½P(X = Y), with a 95 % stratified-bootstrap interval; 0.5 = no "
+        "difference.",
         F.poi_figure, estimates, title=f"{section.title}: probability of improvement"))
     section.tables.append(table)
 
@@ -286,9 +354,11 @@ def _add_forgetting(section: Section, headline: list[ConfigRuns], stem: str, ctx
     forgetting = [c for c in headline if c.accuracy_matrix is not None]
     if not forgetting:
         return
+    m = headline[0].measure
     section.tables.append(Table(
-        "Forgetting", ["method", "n", "total online acc. (%)", "BWT (pp)", "one-step BWT (pp)"],
-        [[c.label, str(c.n), _pct(ctx.interval(c.total)), _pct(ctx.interval(c.bwt)),
+        "Forgetting", ["method", "n", f"total {m.abbreviation}{m.unit_suffix()}", "BWT (pp)",
+                       "one-step BWT (pp)"],
+        [[c.label, str(c.n), _shown(ctx.interval(c.total), m), _pct(ctx.interval(c.bwt)),
           _pct(ctx.interval(c.one_step_bwt))] for c in forgetting],
         "BWT = mean over m < T of A[T, m] − A[m, m]; one-step BWT = mean of A[m+1, m] − A[m, m] "
         "(A[j, m]: test accuracy on task m after task j); mean [95 % bootstrap CI] in "
@@ -308,41 +378,51 @@ PLASTICITY_MIN_TASKS = 20
 """Studies with fewer reported tasks get no plasticity table (a window would be 1 task)."""
 
 
-def plasticity_windows(online: np.ndarray, reported: Sequence[int]) -> dict:
+def plasticity_windows(online: np.ndarray, reported: Sequence[int],
+                       measure: Measure = ONLINE_ACCURACY) -> dict:
     """The windows of ``w = min(10, T // 10)`` consecutive reported tasks (T of them) that show
-    plasticity loss, from ``online[s, t]`` (seed s's online accuracy on task t): the first, the
-    best (the window whose mean over seeds is highest) and the last; returns ``w``, the best
+    plasticity loss, from ``online[s, t]`` (seed s's online accuracy on task t, or the
+    ``measure`` its runs recorded): the first, the best (the window whose mean over seeds is
+    best: the highest accuracy, the lowest error) and the last; returns ``w``, the best
     window's first task, and per seed the mean over each window (``first``, ``best``,
-    ``last``, ``[seeds]``) and the loss ``best − last``."""
+    ``last``, ``[seeds]``) and the loss: ``best − last`` for an accuracy, ``last − best`` for
+    an error, so that a positive loss is plasticity lost either way."""
     tasks = np.asarray(reported)
     w = min(10, len(tasks) // 10)
     acc = online[:, tasks]
     rolling = np.stack([acc[:, i:i + w].mean(1) for i in range(len(tasks) - w + 1)], axis=1)
-    best = int(np.argmax(rolling.mean(0)))
+    best = int(np.argmax(measure.oriented(rolling.mean(0))))
     return {"w": w, "best_from": int(tasks[best]), "first": rolling[:, 0],
             "best": rolling[:, best], "last": rolling[:, -1],
-            "loss": rolling[:, best] - rolling[:, -1]}
+            "loss": measure.oriented(rolling[:, best]) - measure.oriented(rolling[:, -1])}
 
 
 def _plasticity_table(headline: list[ConfigRuns], ctx: _Context) -> Table | None:
-    """Each method's online accuracy over its first, best and last windows of tasks, and the
-    loss from best to last with its 95 % bootstrap interval; None for short studies."""
+    """Each method's online accuracy (a regression's online squared error) over its first,
+    best and last windows of tasks, and the loss from best to last with its 95 % bootstrap
+    interval; None for short studies."""
     if min(len(c.reported) for c in headline) < PLASTICITY_MIN_TASKS:
         return None
+    m = headline[0].measure
     rows, w = [], None
     for c in headline:
-        win = plasticity_windows(c.online, c.reported)
+        win = plasticity_windows(c.online, c.reported, m)
         w = win["w"]
-        rows.append([_marked(c.label, c.method), str(c.n), _pct(ctx.interval(win["first"])),
-                     f"{_pct(ctx.interval(win['best']))} (from task {win['best_from']})",
-                     _pct(ctx.interval(win["last"])), _pct(ctx.interval(win["loss"]))])
+        rows.append([_marked(c.label, c.method), str(c.n), _shown(ctx.interval(win["first"]), m),
+                     f"{_shown(ctx.interval(win['best']), m)} (from task {win['best_from']})",
+                     _shown(ctx.interval(win["last"]), m), _shown(ctx.interval(win["loss"]), m)])
+    if m.higher_is_better:
+        loss_column = "loss, best − last (points)"
+        loss_text = "best window to the last is each seed's difference, in percentage points"
+    else:
+        loss_column = "loss, last − best"
+        loss_text = "best window to the last is each seed's difference, last − best"
     return Table(
-        "Plasticity over the run: online accuracy (%) over windows of tasks",
-        ["method", "n", f"first {w} tasks", f"best {w} tasks", f"last {w} tasks",
-         "loss, best − last (points)"], rows,
-        f"Each column: the mean online accuracy over {w} consecutive reported tasks, mean over "
-        "seeds [95 % bootstrap CI]; best: the window whose mean over seeds is highest. The loss "
-        "from the best window to the last is each seed's difference, in percentage points: "
+        f"Plasticity over the run: {m.name}{_unit_or_direction(m)} over windows of tasks",
+        ["method", "n", f"first {w} tasks", f"best {w} tasks", f"last {w} tasks", loss_column], rows,
+        f"Each column: the mean {m.name} over {w} consecutive reported tasks, mean over "
+        f"seeds [95 % bootstrap CI]; best: the window whose mean over seeds is {m.best_word}. "
+        f"The loss from the {loss_text}: "
         "plasticity lost over the run (0: none; negative: still improving).")
 
 
@@ -367,24 +447,38 @@ def _band(c: ConfigRuns, values: np.ndarray, x: np.ndarray, ctx: _Context,
                   c.n)
 
 
+def improvement_reference(headline: Sequence[ConfigRuns]) -> ConfigRuns:
+    """The method the probability of improvement compares every other with: L2 Init where the
+    study has it, else the configuration with the best mean total of the study's measure (the
+    highest accuracy, the lowest error)."""
+    ref = next((c for c in headline if c.method == REFERENCE_METHOD), None)
+    if ref is None:
+        ref = headline[0].measure.best(headline, lambda c: float(np.mean(c.total)))
+    return ref
+
+
 def _improvement(headline: list[ConfigRuns], ctx: _Context):
     if len(headline) < 2:
         return None
-    ref = next((c for c in headline if c.method == REFERENCE_METHOD), None)
-    if ref is None:
-        ref = max(headline, key=lambda c: float(np.mean(c.total)))
+    m = headline[0].measure
+    ref = improvement_reference(headline)
     estimates, rows = [], []
     for other in headline:
         if other is ref:
             continue
-        i = stats.probability_of_improvement_ci(ref.total, other.total, reps=ctx.reps, seed=ctx.seed)
-        label = f"{ref.label} > {other.label}"
+        # on the oriented totals P(X > Y) is P(X better than Y): P(X < Y) for an error
+        i = stats.probability_of_improvement_ci(m.oriented(ref.total), m.oriented(other.total),
+                                                reps=ctx.reps, seed=ctx.seed)
+        label = f"{ref.label} {m.comparison} {other.label}"
         estimates.append(F.Estimate(label, ref.method, i.point, i.lo, i.hi, min(ref.n, other.n)))
         rows.append([_marked(ref.label, ref.method), _marked(other.label, other.method),
                      f"{ref.n} vs {other.n}", f"{i.point:.2f} [{i.lo:.2f}, {i.hi:.2f}]"])
-    table = Table("Probability of improvement", ["X", "Y", "seeds", "P(X > Y) [95% CI]"], rows,
-                  "P(X > Y) + ½ P(X = Y) over runs' total online accuracy (Mann–Whitney U / nm); "
-                  "stratified-bootstrap interval." + _oracle_note(c.method for c in headline))
+    better = "" if m.higher_is_better else ": a lower error is the improvement"
+    table = Table("Probability of improvement", ["X", "Y", "seeds", f"P(X {m.comparison} Y) [95% CI]"],
+                  rows,
+                  f"P(X {m.comparison} Y) + ½ P(X = Y) over runs' total {m.name}{better} "
+                  "(Mann–Whitney U / nm); stratified-bootstrap interval."
+                  + _oracle_note(c.method for c in headline))
     return estimates, table
 
 
@@ -426,30 +520,33 @@ def _sweep_views(results: Results, study: list[ConfigRuns], headline: list[Confi
              for m, cs in by_method.items() if len(cs) > 1}
     if not swept:
         return
+    measure = study[0].measure
     # Ranking of every configuration on the grid seeds; on a long stream, with the online
     # accuracy of its first and last tasks, so that a sensitivity study shows which settings
     # lose plasticity, not only which score highest.
     long = min(len(c.reported) for c in grid) >= PLASTICITY_MIN_TASKS
     rows, w = [], None
     for method, configs in sorted(by_method.items(), key=lambda kv: method_order(kv[0])):
-        ranked = sorted(configs, key=lambda c: -float(np.mean(c.total)))
+        ranked = sorted(configs, key=lambda c: -measure.rank(float(np.mean(c.total))))
         for rank, c in enumerate(ranked, 1):
             mark = "✓" if rank == 1 else ""
             row = [method, str(rank), _settings_text(c, swept.get(method, [])), str(c.n),
-                   _pct(ctx.interval(c.total))]
+                   _shown(ctx.interval(c.total), measure)]
             if long:
-                win = plasticity_windows(c.online, c.reported)
+                win = plasticity_windows(c.online, c.reported, measure)
                 w = win["w"]
-                row += [f"{100 * win['first'].mean():.2f}", f"{100 * win['last'].mean():.2f}"]
+                row += [measure.format(win["first"].mean()), measure.format(win["last"].mean())]
             rows.append(row + [mark])
     windows = [f"first {w} tasks", f"last {w} tasks"] if long else []
+    order = "" if measure.higher_is_better else f", {measure.best_word} first"
+    total = f"total {measure.abbreviation}{measure.unit_suffix()}"
     section.tables.append(Table(
-        "Configurations (grid seeds)", ["method", "rank", "settings", "n", "total online acc. (%)",
-                                        *windows, "best"], rows,
+        "Configurations (grid seeds)", ["method", "rank", "settings", "n", total, *windows, "best"],
+        rows,
         "Every configuration in the directory on its grid seeds (the protocol's evaluation seeds "
-        "excluded), ranked per method by mean total online accuracy — the protocol's selection "
-        "rule." + (f" First and last {w} tasks: the mean online accuracy (%) over those tasks, "
-                   "mean over seeds." if long else "")))
+        f"excluded), ranked per method by mean total {measure.name}{order} — the protocol's selection "
+        f"rule." + (f" First and last {w} tasks: the mean {measure.name}{measure.unit_suffix()} over those "
+                    "tasks, mean over seeds." if long else "")))
     # One figure per swept setting: the accuracy along it, through each method's best config.
     settings = sorted({k for keys in swept.values() for k in keys})
     for setting in settings:
@@ -461,11 +558,12 @@ def _sweep_views(results: Results, study: list[ConfigRuns], headline: list[Confi
             continue
         section.figures.append(ctx.save(
             f"{stem}-sweep-{_slug(setting)}",
-            f"Total average online accuracy against {setting} on the grid seeds: one line per value "
-            f"of the method's other swept setting when there is one with few values, else through "
-            f"the method's best configuration (marked). Mean and 95 % bootstrap interval.",
-            F.sweep_figure, lines, param=setting, ylabel="total average online accuracy",
-            title=f"{section.title}: sensitivity to {setting}"))
+            f"Total average {measure.name}{_lower(measure)} against {setting} on the grid seeds: "
+            f"one line per value of the method's other swept setting when there is one with few "
+            f"values, else through the method's best configuration (marked). Mean and 95 % "
+            f"bootstrap interval.",
+            F.sweep_figure, lines, param=setting, ylabel=f"total average {measure.name}",
+            title=f"{section.title}: sensitivity to {setting}", percent=measure.percent))
     if results.selection:
         sel_rows = []
         for entry in results.selection.get("selected", []):
@@ -475,16 +573,17 @@ def _sweep_views(results: Results, study: list[ConfigRuns], headline: list[Confi
             params = " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
                               for k, v in sorted(entry["params"].items()))
             sel_rows.append([entry["method"], f"lr={entry['lr']:g} {params}".strip(),
-                             f"{100 * entry['score']:.2f} (n={entry['seeds']})",
+                             f"{measure.format(entry['score'])} (n={entry['seeds']})",
                              str(entry["candidates"]),
-                             _pct(ctx.interval(shown.total)) + f" (n={shown.n})" if shown else "—"])
+                             f"{_shown(ctx.interval(shown.total), measure)} (n={shown.n})"
+                             if shown else "—"])
         if sel_rows:
             seeds = results.selection.get("evaluation_seeds")
             section.tables.append(Table(
-                "Selection protocol", ["method", "selected", "grid score (%)", "candidates",
-                                       "evaluation (%)"], sel_rows,
-                "Selected by the highest mean total online accuracy on the grid seeds, then run on "
-                + (f"seeds {seeds[0]}–{seeds[-1]}" if seeds else "new seeds") + " (SPEC §6)."))
+                "Selection protocol", ["method", "selected", f"grid score{measure.unit_suffix()}",
+                                       "candidates", f"evaluation{measure.unit_suffix()}"], sel_rows,
+                f"Selected by the {measure.best_word} mean total {measure.name} on the grid seeds, "
+                "then run on " + (f"seeds {seeds[0]}–{seeds[-1]}" if seeds else "new seeds") + " (SPEC §6)."))
 
 
 MAX_SWEEP_LINES = 4
@@ -492,12 +591,12 @@ MAX_SWEEP_LINES = 4
 
 def _sweep_lines(method: str, configs: list[ConfigRuns], keys: Sequence[str], setting: str,
                  ctx: _Context) -> list:
-    """The accuracy of ``method`` along ``setting``: with exactly one other swept setting of at
-    most ``MAX_SWEEP_LINES`` values (λ sensitivity at two step sizes), one line per value of
-    it; otherwise one line through the best configuration, the other settings held there.
-    The best configuration's point is marked."""
+    """The total (accuracy, or a regression's error) of ``method`` along ``setting``: with
+    exactly one other swept setting of at most ``MAX_SWEEP_LINES`` values (λ sensitivity at
+    two step sizes), one line per value of it; otherwise one line through the best
+    configuration, the other settings held there. The best configuration's point is marked."""
     flat = {id(c): flat_settings(c.config) for c in configs}
-    best = max(configs, key=lambda c: float(np.mean(c.total)))
+    best = configs[0].measure.best(configs, lambda c: float(np.mean(c.total)))
     anchor = flat[id(best)]
     others = [k for k in keys if k != setting]
     if len(others) == 1 and len({repr(flat[id(c)].get(others[0])) for c in configs}) <= MAX_SWEEP_LINES:
@@ -540,14 +639,24 @@ def _settings_text(c: ConfigRuns, keys: Sequence[str]) -> str:
 
 
 def _aggregate_section(results: Results, ctx: _Context) -> Section | None:
-    """IQM across problems per optimizer × method (stratified bootstrap over seeds per problem)."""
-    studies = results.studies()
+    """IQM of the total online accuracy across the classification problems per optimizer ×
+    method (stratified bootstrap over seeds per problem). A regression's online squared error
+    is another measure, on another scale and the other way round: its studies are left out, and
+    the section says so."""
     problems_by_opt: dict[str, list[str]] = {}
-    for problem, optimizer in studies:
-        problems_by_opt.setdefault(optimizer, []).append(problem)
+    apart: dict[str, set[str]] = {}  # measure name → problems left out
+    for problem, optimizer in results.studies():
+        measure = results.measure(problem, optimizer)
+        if measure == ONLINE_ACCURACY:
+            problems_by_opt.setdefault(optimizer, []).append(problem)
+        else:
+            apart.setdefault(measure.name, set()).add(problem)
+    left_out = "".join(f" Left out: {', '.join(sorted(problems))}, judged on the {name}, which is "
+                       "not averaged with accuracies." for name, problems in sorted(apart.items()))
     section = Section("Across problems", "Interquartile mean of total online accuracy over all "
                       "runs of all problems, with a stratified-bootstrap interval (seeds resampled "
-                      "within each problem), per method shown by its headline configuration.")
+                      "within each problem), per method shown by its headline configuration."
+                      + left_out)
     for optimizer, problems in problems_by_opt.items():
         if len(problems) < 2:
             continue

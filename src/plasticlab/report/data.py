@@ -9,6 +9,11 @@ Partial results are normal — a sweep may still be running, or a run may have f
 :func:`load_results` never drops anything silently: runs that are unfinished or failed, planned
 runs that have not started (``plan.json``, written by ``plasticlab sweep``) and selected
 configurations without evaluation runs all become :attr:`Results.warnings`.
+
+Each configuration carries the measure its runs recorded
+(:class:`~plasticlab.experiments.protocol.Measure`): online accuracy on a classification
+problem, online squared error on a regression problem; every part of the report reads
+``online``, ``total`` and "best" through it.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import numpy as np
 
 from ..experiments.export import read_results
 from ..experiments.orchestrate import SELECTION_FILE, planned_runs
-from ..experiments.protocol import config_key
+from ..experiments.protocol import ONLINE_ACCURACY, Measure, config_key, recorded_measure
 from ..experiments.recording import STEP_PREFIX
 
 #: Per-task metrics drawn as "internals" figures, in this order, with their axis labels (the
@@ -60,8 +65,9 @@ PERCENT_METRICS = {"dead_fraction", "dormant_fraction", "task_test_accuracy", "a
 class ConfigRuns:
     """The finished runs of one configuration, one row per seed.
 
-    ``online[s, t]`` is seed s's average online accuracy on task t (a fraction); ``total[s]``
-    its total average online accuracy over the reported tasks; ``metrics[name][s, t]`` a
+    ``online[s, t]`` is seed s's average online accuracy on task t (a fraction) and ``total[s]``
+    its total average online accuracy over the reported tasks — both, on a regression problem,
+    its online squared error instead, as ``measure`` says; ``metrics[name][s, t]`` a
     task-end measurement (layered metrics such as srank are ``[seeds, tasks, layers]``);
     ``accuracy_matrix[s, j, m]`` = A[j][m] (NaN above the diagonal) when forgetting was
     measured, with ``bwt``/``one_step_bwt`` per seed.
@@ -81,6 +87,8 @@ class ConfigRuns:
     #: ``[seeds, measurements]`` (or ``[…, layers]``)
     steps: np.ndarray | None = None
     step_metrics: dict[str, np.ndarray] = field(default_factory=dict)
+    #: what ``online`` and ``total`` hold, and which way is better
+    measure: Measure = ONLINE_ACCURACY
 
     @property
     def problem(self) -> str:
@@ -111,7 +119,7 @@ class ConfigRuns:
                           self.total[rows], self.reported,
                           {k: v[rows] for k, v in self.metrics.items()}, take(self.accuracy_matrix),
                           take(self.bwt), take(self.one_step_bwt), self.steps,
-                          {k: v[rows] for k, v in self.step_metrics.items()})
+                          {k: v[rows] for k, v in self.step_metrics.items()}, self.measure)
 
 
 @dataclass
@@ -134,16 +142,23 @@ class Results:
         """Configurations grouped by (problem, optimizer): the runs that can be compared."""
         return self._studies
 
+    def measure(self, problem: str, optimizer: str) -> Measure:
+        """The measure the study (problem × optimizer) is judged on: its runs' (one problem,
+        so one measure)."""
+        return self.studies()[(problem, optimizer)][0].measure
+
     def headline(self, problem: str, optimizer: str) -> tuple[list[ConfigRuns], str]:
         """One configuration per method, and how it was chosen.
 
         With the selection protocol (``selection.json``), the selected configuration on its
-        evaluation seeds; otherwise the configuration with the highest mean total average
-        online accuracy among those in the directory (say so in the figure: it is chosen on
-        the same seeds it is shown on).
+        evaluation seeds; otherwise the configuration with the best mean total — the highest
+        online accuracy, the lowest online squared error — among those in the directory (say so
+        in the figure: it is chosen on the same seeds it is shown on).
         """
+        study = self.studies().get((problem, optimizer), [])
+        measure = study[0].measure if study else ONLINE_ACCURACY
         by_method: dict[str, list[ConfigRuns]] = {}
-        for c in self.studies().get((problem, optimizer), []):
+        for c in study:
             by_method.setdefault(c.method, []).append(c)
         chosen, how = [], set()
         for method, configs in by_method.items():
@@ -156,10 +171,10 @@ class Results:
             for c in configs:
                 by_form.setdefault(method_form(c.config), []).append(c)
             for form in by_form.values():
-                chosen.append(max(form, key=lambda c: float(np.mean(c.total))))
+                chosen.append(measure.best(form, lambda c: float(np.mean(c.total))))
                 if len(form) > 1:
-                    how.add("best configuration per method by mean total online accuracy over "
-                            "the seeds shown")
+                    how.add(f"best configuration per method by {_which(measure)}mean total "
+                            f"{measure.name} over the seeds shown")
             if len(by_form) > 1:
                 how.add("a method's forms — its non-numeric settings, e.g. EWC's anchor — "
                         "shown apart")
@@ -177,6 +192,11 @@ class Results:
                     seeds = self.selection.get("evaluation_seeds")
                     return c.only_seeds(seeds) if seeds else c
         return None
+
+
+def _which(measure: Measure) -> str:
+    # accuracy's "best" needs no gloss (the reports' wording before regressions stays as it was)
+    return "" if measure.higher_is_better else f"the {measure.best_word} "
 
 
 def method_form(config: Mapping) -> tuple:
@@ -207,14 +227,6 @@ def load_results(directory: str | Path) -> Results:
     rows, per_run, selection = read_results(directory)
     finished = [r for r in rows if r["status"] == "finished"]
     warnings: list[str] = []
-    # a regression problem's runs record an online squared error, no accuracy to draw
-    regression = [r for r in finished if "online_squared_error" in per_run.get(r["run_id"], {})]
-    if regression:
-        finished = [r for r in finished if r not in regression]
-        problems = sorted({r["config"]["problem"] for r in regression})
-        warnings.append(f"{len(regression)} run(s) of a regression problem ({', '.join(problems)}) "
-                        "left out: the report draws online accuracy, and they record the online "
-                        "squared error (in the results store, metric online_squared_error)")
     counts = Counter(r["status"] for r in rows)
     groups: dict[str, list[dict]] = {}
     for r in finished:
@@ -320,15 +332,15 @@ def _config_runs(runs: list[dict], per_run: dict[str, dict], label: str) -> Conf
     runs = sorted(runs, key=lambda r: r["seed"])
     config = runs[0]["config"]
     metrics = [per_run[r["run_id"]] for r in runs]
-    tasks = max(len(m.get("online_accuracy", [])) for m in metrics)
+    measure = _measure(runs, metrics)
+    tasks = max(len(m.get(measure.metric, [])) for m in metrics)
     try:
         problem = get_problem(config["problem"])
         reported = [t for t in range(tasks) if problem.reported(t)]
     except ValueError:  # a problem this version does not know: count every task
         reported = list(range(tasks))
-    online = _stack([m.get("online_accuracy", []) for m in metrics], tasks)
-    total = np.array([(r["summary"] or {}).get("total_online_accuracy", math.nan) for r in runs],
-                     dtype=float)
+    online = _stack([m.get(measure.metric, []) for m in metrics], tasks)
+    total = np.array([_num((r["summary"] or {}).get(measure.total)) for r in runs], dtype=float)
     measured = {}
     for name in INTERNALS:
         values = [m.get(name) for m in metrics]
@@ -352,7 +364,14 @@ def _config_runs(runs: list[dict], per_run: dict[str, dict], label: str) -> Conf
             if all(v is not None for v in values):
                 step_metrics[name] = _stack(values, len(steps))
     return ConfigRuns(config, label, [r["seed"] for r in runs], online, total, reported, measured,
-                      matrix, bwt, one_step, steps, step_metrics)
+                      matrix, bwt, one_step, steps, step_metrics, measure)
+
+
+def _measure(runs: Sequence[dict], metrics: Sequence[Mapping]) -> Measure:
+    """The measure one configuration's runs recorded (all the same: one problem); online
+    accuracy where none says (a run that finished with neither: its total stays NaN)."""
+    recorded = (recorded_measure(r["summary"], m) for r, m in zip(runs, metrics, strict=True))
+    return next((m for m in recorded if m is not None), ONLINE_ACCURACY)
 
 
 def _num(x) -> float:

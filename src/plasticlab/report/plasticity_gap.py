@@ -13,6 +13,13 @@ plasticity), negative where it learns it better (what it carries over helps), 0 
 as plastic as a reset. It is Chaudhry et al.'s (2018) intransigence with a from-scratch
 learner as the reference model, taken task by task on the online accuracy (the demand of
 ContinualAI/avalanche#1510). Definitions: docs/measurements.md.
+
+On a regression problem the runs record an online squared error, where lower is better, so
+the gap is turned round to keep its sign's meaning::
+
+    gap[s, t] = e_method(s, t) − e_fresh(s, t)
+
+positive where the method's error on task t is higher than a fresh network's.
 """
 
 from __future__ import annotations
@@ -63,7 +70,8 @@ def study_gaps(headline: Sequence[ConfigRuns]) -> list[MethodGap] | None:
     """Every configuration's gap to the study's from-scratch reference (the ``full_reset``
     configuration among ``headline``), on their shared seeds; None when the study has no
     ``full_reset`` runs. A configuration without a shared seed is left out; the reference
-    itself too (its gap is 0)."""
+    itself too (its gap is 0). Positive means worse than from scratch whatever the measure:
+    ``a_fresh − a`` for an accuracy, ``e − e_fresh`` for an error (:meth:`Measure.oriented`)."""
     reference = next((c for c in headline if c.method == REFERENCE_METHOD), None)
     if reference is None:
         return None
@@ -71,7 +79,8 @@ def study_gaps(headline: Sequence[ConfigRuns]) -> list[MethodGap] | None:
     for c in headline:
         if c is reference:
             continue
-        shared, gap = plasticity_gap(c.online, c.seeds, reference.online, reference.seeds)
+        shared, gap = plasticity_gap(c.measure.oriented(c.online), c.seeds,
+                                     c.measure.oriented(reference.online), reference.seeds)
         runs = c.only_seeds(shared) if shared else None
         if runs is not None:
             out.append(MethodGap(runs, gap))
