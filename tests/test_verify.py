@@ -143,3 +143,29 @@ def test_the_committed_l2_init_runs_of_a_permuted_mnist_study_train_to_the_same_
     assert check.compared == check.trained == (len(checked) if alone_is_exact(checked) else len(groups[0]))
     assert check.same, (f"{study}: {check.mismatches}; this code does not give the committed numbers: "
                         "run the study again or find the change")
+
+
+def test_a_regressions_runs_are_verified_on_their_online_squared_error(data_dir, tmp_path, capsys):
+    """The slowly-changing regression records no online accuracy: verify trains it again and
+    compares its online squared error, task by task, and finds a changed one."""
+    import gzip
+    import json
+
+    from plasticlab.experiments.export import EXPORT_NAME
+
+    out = tmp_path / "out"
+    assert main(["sweep", "--preset", "field-slowly_changing_regression", "--tasks", "2", "--scale", "0.01",
+                 "--only", "method=baseline,l2_init", "--only", "seed=0", "--out", str(out),
+                 "--workers", "1", "--no-progress", "--executor", "inline"]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(out), "--tasks", "2"]) == 0
+    said = capsys.readouterr().out
+    assert said.rstrip().endswith("every run checked gives its recorded online squared error, bit for bit")
+    export_results(out, tmp_path / "export")
+    path = tmp_path / "export" / EXPORT_NAME
+    body = json.loads(gzip.decompress(path.read_bytes()))
+    run = next(r for r in body["runs"] if r["config"]["method"] == "baseline")
+    body["task_metrics"][run["run_id"]]["online_squared_error"][1] *= 1.5
+    path.write_bytes(gzip.compress(json.dumps(body).encode()))
+    assert main(["verify", str(tmp_path / "export"), "--tasks", "2"]) == 1
+    assert f"run {run['run_id']} (baseline, seed 0): task 1 recorded" in capsys.readouterr().out

@@ -44,7 +44,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return _conclude(differ, f"{differ} run(s) differ: this code does not give their recorded numbers (a "
                              "run recorded by other code, another device or more threads may; "
                              "docs/member-independence.md)",
-                     "every run checked gives its recorded online accuracy, bit for bit")
+                     f"every run checked gives its recorded {_measured(runs)}, bit for bit")
+
+
+def _measured(runs) -> str:
+    """What ``runs`` recorded online, in words: online accuracy, a regression's online squared
+    error, or both."""
+    from ..experiments.verify import online_metric
+
+    return " and ".join(sorted({online_metric(r).replace("_", " ") for r in runs}))
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ from pathlib import Path
 from ..run_config import Members
 from .export import read_results
 from .manifest import trained_by_text
+from .protocol import ONLINE_ACCURACY, ONLINE_SQUARED_ERROR, recorded_measure
 
 
 @dataclass
@@ -75,8 +76,7 @@ def online_metric(run: dict) -> str:
     """The per-task metric ``run`` (a finished run's row) records online: ``online_accuracy``,
     or ``online_squared_error`` for a run of a regression problem (whose summary has
     ``total_online_squared_error``)."""
-    summary = run.get("summary") or {}
-    return "online_squared_error" if "total_online_squared_error" in summary else "online_accuracy"
+    return (recorded_measure(run.get("summary")) or ONLINE_ACCURACY).metric
 
 
 def _ensemble_record(run: dict) -> dict:
@@ -135,19 +135,15 @@ def alone_is_exact(members: Sequence[dict], device: str = "cpu") -> bool:
 def verify_ensemble(members: Sequence[dict], accuracy: dict[str, list[float]], tasks: int,
                     data_dir=None, device: str = "cpu", limit: int | None = None) -> Check:
     """Train the ensemble that trained ``members`` (recorded runs, each with its manifest) again
-    for its first ``tasks`` tasks and compare each recorded member's online accuracy there; with
+    for its first ``tasks`` tasks and compare each recorded member's online accuracy there (a
+    regression's online squared error: :func:`online_metric`); with
     ``limit``, only the first ``limit`` of ``members``, on their own, where that is exact
     (:func:`alone_is_exact`)."""
     from ..engine import train_ensemble
-    from ..problems import get_problem
     from .config import resolve_config
 
-    problem = members[0]["config"]["problem"]
-    if get_problem(problem).loss != "cross_entropy":  # its runs record no accuracy to compare
-        raise ValueError(f"verify compares online accuracies; {problem} is a regression problem "
-                         "(online squared error): its runs cannot be verified yet")
-
     first = members[0]
+    regression = online_metric(first) == ONLINE_SQUARED_ERROR.metric
     record = _ensemble_record(first)
     manifest = first["manifest"]
     kept = list(range(len(record["run_ids"])))  # the recorded members trained again
@@ -165,7 +161,8 @@ def verify_ensemble(members: Sequence[dict], accuracy: dict[str, list[float]], t
     check = Check([m["run_id"] for m in members], describe(members), trained_by_text(first, tasks),
                   manifest.get("device", "cpu"), tasks, trained=len(kept))
     for run in members:
-        now = result.members[position[run["run_id"]]].task_online_accuracy
+        trained = result.members[position[run["run_id"]]]
+        now = trained.task_online_squared_error if regression else trained.task_online_accuracy
         for task, recorded in enumerate(accuracy[run["run_id"]][:tasks]):
             if not same_accuracy(recorded, now[task]):
                 check.mismatches.append(Mismatch(run["run_id"], run["config"]["method"], run["seed"],
