@@ -4,7 +4,9 @@
 #   2. the CUDA tests (every test marked `cuda`);
 #   3. the engine's L2 Init step against the compiled torch.func peer at K = 256 and 1024, and a
 #      whole `plasticlab run --device cuda` (K = 256) against the engine (benchmarks/speed.py);
-#   4. the paper's protocol on Permuted MNIST with Adam (`plasticlab reproduce
+#   4. Shrink & Perturb's step with its noise from each member's host generator against Philox
+#      on the device (draws=philox), K = 64, 300 steps (plasticlab run --json: steps/s);
+#   5. the paper's protocol on Permuted MNIST with Adam (`plasticlab reproduce
 #      main-permuted_mnist-adam --device cuda`: grid on 3 seeds, selection, 10 new seeds, 500
 #      tasks): its wall time if it ends within its budget, else its pace extrapolated to the
 #      whole study (benchmarks/grid_pace.py) — both into grid.json with the device and commit.
@@ -12,7 +14,7 @@
 #
 #     benchmarks/gpu.sh DATA_DIR [OUT_DIR]
 #
-# Budgets (seconds, each a hard timeout; 450 s in all): TESTS_S=120 SPEED_S=120 GRID_S=180.
+# Budgets (seconds, each a hard timeout; 450 s in all): TESTS_S=120 SPEED_S=120 SP_S=60 GRID_S=150.
 set -uo pipefail
 data=${1:?usage: benchmarks/gpu.sh DATA_DIR [OUT_DIR]}
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '-' | tr 'A-Z' 'a-z')
@@ -33,11 +35,18 @@ timeout "${SPEED_S:-120}" python3 benchmarks/speed.py --device cuda --data-dir "
     --archs mlp --methods l2_init --members 256,1024 --cli-members 256 --peer-members 256,1024 \
     --mlp-steps 625 --repeats 1 --verbose --csv "$out/speed_cuda.csv" 2>&1 | tee "$out/speed_cuda.txt"
 
+for draws in generator philox; do
+    timeout "${SP_S:-60}" plasticlab run --device cuda --problem permuted_mnist --method shrink_perturb \
+        --set draws=$draws --seeds 0-63 --tasks 1 --steps-per-task 300 --no-measure --no-progress \
+        --data-dir "$data" --out "$(mktemp -d)" --json > "$out/shrink_perturb_$draws.json" 2> "$out/shrink_perturb_$draws.err"
+    echo "shrink_perturb draws=$draws: exit $?, $(grep -o '"steps_per_second": [0-9.]*' "$out/shrink_perturb_$draws.json" | head -1)"
+done 2>&1 | tee "$out/shrink_perturb_draws.txt"
+
 # The protocol: the grid trains in the background; at its budget's end (or its own end) its
 # pace is read from the results folder.
 grid=$(mktemp -d)
 started=$(date +%s)
-timeout --signal=TERM "${GRID_S:-180}" plasticlab reproduce main-permuted_mnist-adam --device cuda \
+timeout --signal=TERM "${GRID_S:-150}" plasticlab reproduce main-permuted_mnist-adam --device cuda \
     --out "$grid/runs" --docs "$grid/docs" --data-dir "$data" --no-progress > "$out/grid.txt" 2>&1
 code=$?
 finished=$(date +%s)

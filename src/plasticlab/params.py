@@ -17,6 +17,11 @@ class Param:
     Numeric parameters have a domain: always finite (NaN and ±inf are never a setting), at
     least ``low`` and at most ``high`` where given — ``low_open``/``high_open`` exclude the
     bound itself (a step size > 0, a probability in [0, 1], a decay in [0, 1)).
+
+    ``implicit_default``: a parameter added after runs were recorded is left out of a run's
+    configuration while at its default (:func:`resolve`), so that those runs keep their
+    configuration, and so their ids, their results and their checkpoints; whoever reads the
+    configuration takes the default where it is absent (:func:`~plasticlab.run_config.stack_hyperparameters`).
     """
 
     name: str
@@ -30,6 +35,7 @@ class Param:
     high: float | None = None
     low_open: bool = False
     high_open: bool = False
+    implicit_default: bool = False
 
     @property
     def domain(self) -> str:
@@ -80,11 +86,14 @@ class Param:
 
 
 def resolve(params: tuple[Param, ...], given: dict, owner: str) -> dict:
-    """``given`` parsed against ``params`` with defaults filled in; unknown names are errors
+    """``given`` parsed against ``params`` with defaults filled in — except an
+    ``implicit_default`` parameter at its default, which is left out; unknown names are errors
     that list the valid ones."""
     known = {p.name: p for p in params}
     unknown = sorted(set(given) - set(known))
     if unknown:
         raise ValueError(f"{owner}: unknown parameter(s) {', '.join(unknown)}; "
                          f"valid: {', '.join(known) or 'none'}")
-    return {name: p.parse(given.get(name, p.default), owner) for name, p in known.items()}
+    parsed = {name: p.parse(given.get(name, p.default), owner) for name, p in known.items()}
+    return {name: value for name, value in parsed.items()
+            if not (known[name].implicit_default and value == known[name].default)}

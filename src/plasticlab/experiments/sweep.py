@@ -151,7 +151,7 @@ def expand(sweep: dict, scale: float | None = None) -> list[Run]:
                     config.tasks = max(2, scaled(config.tasks, scale))
                     config.steps_per_task = scaled(config.steps_per_task, scale)
                     for p in get_method(method).hyperparameters:
-                        if p.in_steps:  # e.g. ReDo's period, given in tasks × steps per task
+                        if p.in_steps and p.name in config.params:  # ReDo's period, in tasks × steps
                             config.params[p.name] = scaled(config.params[p.name], scale)
                 runs.extend(Run(config, s) for s in seeds)
     return runs
@@ -213,7 +213,7 @@ def _product(axes: dict) -> list[dict]:
 
 def _group_key(config: RunConfig) -> str:
     method = get_method(config.method)
-    shared = {p.name: config.params[p.name] for p in method.hyperparameters if not p.per_member}
+    shared = {p.name: config.params.get(p.name, p.default) for p in method.hyperparameters if not p.per_member}
     d = config.to_dict()
     d["params"] = shared
     if shares_step_sizes(config):

@@ -24,6 +24,18 @@ def check_scheme(scheme: str) -> str:
     return scheme
 
 
+def _form(scheme: str, fan_in: int, fan_out: int) -> tuple[str, float, bool]:
+    """How ``scheme`` draws a layer: the weight's distribution (``"uniform"``: U(−1, 1) times
+    the factor, ``"normal"``: N(0, 1) times it), the factor (its bound or s.d.), and whether
+    the bias is drawn the same way (``torch_default``) or set to 0."""
+    if scheme == "torch_default":
+        return "uniform", 1.0 / math.sqrt(fan_in), True
+    return {"kaiming_uniform": ("uniform", math.sqrt(6.0 / fan_in), False),
+            "kaiming_normal": ("normal", math.sqrt(2.0 / fan_in), False),
+            "xavier_uniform": ("uniform", math.sqrt(6.0 / (fan_in + fan_out)), False),
+            "xavier_normal": ("normal", math.sqrt(2.0 / (fan_in + fan_out)), False)}[scheme]
+
+
 def _fill(scheme: str, weight: torch.Tensor, bias: torch.Tensor, fan_in: int, fan_out: int,
           generator: torch.Generator) -> None:
     """Draw one member's layer from ``scheme`` into ``weight`` and ``bias`` (weight first, then
@@ -32,20 +44,14 @@ def _fill(scheme: str, weight: torch.Tensor, bias: torch.Tensor, fan_in: int, fa
     ``(torch.rand(shape) * 2 − 1) * bound`` and ``torch.randn(shape) * std`` from the same
     generator, written in place instead of through temporaries. ``scheme`` is checked by the
     caller, once per layer rather than once per member."""
-    if scheme == "torch_default":
-        bound = 1.0 / math.sqrt(fan_in)
-        weight.uniform_(-1.0, 1.0, generator=generator).mul_(bound)
-        bias.uniform_(-1.0, 1.0, generator=generator).mul_(bound)
-        return
-    bias.zero_()
-    if scheme == "kaiming_uniform":
-        weight.uniform_(-1.0, 1.0, generator=generator).mul_(math.sqrt(6.0 / fan_in))
-    elif scheme == "kaiming_normal":
-        weight.normal_(0.0, 1.0, generator=generator).mul_(math.sqrt(2.0 / fan_in))
-    elif scheme == "xavier_uniform":
-        weight.uniform_(-1.0, 1.0, generator=generator).mul_(math.sqrt(6.0 / (fan_in + fan_out)))
-    else:  # xavier_normal
-        weight.normal_(0.0, 1.0, generator=generator).mul_(math.sqrt(2.0 / (fan_in + fan_out)))
+    distribution, factor, bias_drawn = _form(scheme, fan_in, fan_out)
+    for tensor in (weight, bias) if bias_drawn else (weight,):
+        if distribution == "uniform":
+            tensor.uniform_(-1.0, 1.0, generator=generator).mul_(factor)
+        else:
+            tensor.normal_(0.0, 1.0, generator=generator).mul_(factor)
+    if not bias_drawn:
+        bias.zero_()
 
 
 def draw(
@@ -80,3 +86,28 @@ def draw_members(scheme: str, weight_shape: tuple[int, ...], fan_in: int, fan_ou
     for k, generator in enumerate(generators):
         _fill(scheme, weight[k], bias[k], fan_in, fan_out, generator)
     return to_device(weight, device), to_device(bias, device)
+
+
+def draw_members_philox(scheme: str, weight_shape: tuple[int, ...], fan_in: int, fan_out: int,
+                        weight_keys: torch.Tensor, bias_keys: torch.Tensor, step: int,
+                        device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every member's (weight ``[K, …]``, bias ``[K, …]``) for a layer from ``scheme``, drawn
+    with Philox-4x32-10 (:mod:`plasticlab.philox`) on ``device`` for all members at once:
+    member k's weight from its stream ``weight_keys[k]`` and its bias from ``bias_keys[k]``, at
+    counter ``step``. U(−1, 1) (:func:`plasticlab.philox.uniform`) or N(0, 1)
+    (:func:`plasticlab.philox.normal`) times the scheme's bound or s.d., as :func:`draw_members`
+    — other numbers than its generators', the same bits on any device and for any K."""
+    from .. import philox
+
+    check_scheme(scheme)
+    distribution, factor, bias_drawn = _form(scheme, fan_in, fan_out)
+
+    def one(keys, shape):
+        if distribution == "uniform":
+            return philox.uniform(keys, step, shape, device, -1.0, 1.0).mul_(factor)
+        return philox.normal(keys, step, shape, device).mul_(factor)
+
+    weight = one(weight_keys, weight_shape)
+    bias = one(bias_keys, weight_shape[:1]) if bias_drawn else \
+        torch.zeros(len(bias_keys), weight_shape[0], device=weight.device)
+    return weight, bias

@@ -1,0 +1,85 @@
+"""Shrink & Perturb's noise drawn with Philox on the device (``draws = "philox"``, issue 44): ε is
+the literal init draw of each layer's Philox stream at the step it follows, member k is seed k
+alone to the bit, and the run stops and resumes between two steps to the bit."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from plasticlab import philox
+from plasticlab.engine import train_ensemble
+from plasticlab.experiments.config import resolve_config
+from plasticlab.nets import build_network
+from plasticlab.run_config import Members
+from test_toolkit_spectral import trained_parameters
+
+TINY = {"problem": "permuted_mnist", "tasks": 2, "steps_per_task": 6, "lr": 1e-2,
+        "problem_params": {"examples_per_task": 96}, "method": "shrink_perturb",
+        "params": {"draws": "philox", "shrink": 0.9, "noise": 0.5}}
+
+
+@pytest.mark.parametrize("scheme", ["torch_default", "kaiming_uniform", "kaiming_normal", "xavier_normal"])
+def test_a_draw_is_each_layers_philox_stream_at_that_step_times_the_schemes_bound(scheme):
+    net = build_network("mlp", 2, (12,), 3, init=scheme)
+    keys = net.philox_init_keys([7, 8], "method/shrink_perturb")
+    drawn = net.sample_init_philox(keys, 41)
+    for i, layer in enumerate(net.affine_layers):
+        weight_keys = philox.member_keys([7, 8], f"method/shrink_perturb/{i}/weight")
+        bias_keys = philox.member_keys([7, 8], f"method/shrink_perturb/{i}/bias")
+        fan_in, fan_out = layer.fan_in, layer.fan_out
+        shape = tuple(layer.weight.shape[1:])
+        if scheme.endswith("normal"):
+            std = math.sqrt(2.0 / (fan_in + (fan_out if scheme.startswith("xavier") else 0)))
+            weight, bias = philox.normal(weight_keys, 41, shape) * std, torch.zeros(2, shape[0])
+        else:
+            bound = 1 / math.sqrt(fan_in) if scheme == "torch_default" else math.sqrt(6.0 / fan_in)
+            weight = philox.uniform(weight_keys, 41, shape, low=-1.0, high=1.0) * bound
+            bias = (philox.uniform(bias_keys, 41, shape[:1], low=-1.0, high=1.0) * bound
+                    if scheme == "torch_default" else torch.zeros(2, shape[0]))
+        assert torch.equal(drawn[2 * i], weight) and torch.equal(drawn[2 * i + 1], bias)
+    assert not torch.equal(net.sample_init_philox(keys, 42)[0], drawn[0])
+
+
+@pytest.mark.parametrize("problem", ["permuted_mnist", "random_label_cifar"], ids=["mlp", "cnn"])
+def test_member_k_is_seed_k_alone_to_the_bit(data_dir, problem):
+    size = {"examples_per_task": 96} if problem == "permuted_mnist" else {"examples": 64}
+    cfg = resolve_config({**TINY, "problem": problem, "problem_params": size})
+    together = trained_parameters(cfg, [0, 1, 2], data_dir)
+    alone = trained_parameters(cfg, [2], data_dir)
+    assert all(torch.equal(t[2], a[0]) for t, a in zip(together, alone, strict=True))
+
+
+def test_the_draws_are_philoxs_not_the_generators_and_repeat(data_dir):
+    cfg = resolve_config(TINY)
+    first, again = (trained_parameters(cfg, [0], data_dir) for _ in range(2))
+    host = trained_parameters(resolve_config({**TINY, "params": {**TINY["params"], "draws": "generator"}}),
+                              [0], data_dir)
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+    assert not torch.equal(first[0], host[0])
+
+
+def test_no_host_round_trip_per_step(data_dir, monkeypatch):
+    from conftest import assert_host_reads_do_not_grow_with_steps
+
+    cfg = resolve_config({**TINY, "tasks": 1})
+    train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, measure=False)
+    assert_host_reads_do_not_grow_with_steps(Members.from_config(cfg, [0, 1]), data_dir, monkeypatch)
+
+
+def test_the_default_draws_leave_a_runs_configuration_and_id_as_they_were():
+    """``draws`` came after Shrink & Perturb's runs were recorded: at its default it is no part
+    of a run's configuration (``Param.implicit_default``), so their ids, results and
+    checkpoints still match; set, it is recorded."""
+    from plasticlab.experiments.store import ResultStore
+
+    config = resolve_config({"problem": "permuted_mnist", "method": "shrink_perturb",
+                             "params": {"shrink": 0.9999, "noise": 0.01}})
+    assert config.params == {"shrink": 0.9999, "noise": 0.01}
+    as_before = {**config.to_dict(), "params": {"noise": 0.01, "shrink": 0.9999}}
+    assert ResultStore.run_id(config.to_dict(), 3) == ResultStore.run_id(as_before, 3)
+    philox_config = resolve_config({**config.to_dict(), "params": {**config.params, "draws": "philox"}})
+    assert philox_config.params["draws"] == "philox"
+    assert ResultStore.run_id(philox_config.to_dict(), 3) != ResultStore.run_id(config.to_dict(), 3)
