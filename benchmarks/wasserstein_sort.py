@@ -31,7 +31,8 @@ def run_seconds(method: str, steps: int, members: int, data_dir: str, plain_sort
     """Wall seconds of one task of ``steps`` steps of ``method`` on ``members`` seeds."""
     cfg = resolve_config({"problem": "permuted_mnist", "tasks": 1, "steps_per_task": steps, "lr": 1e-3,
                           "method": method, "params": {"strength": 1e-2}})
-    patch = mock.patch.object(rank_order, "applies", lambda flat, hint: False) if plain_sort else mock.MagicMock()
+    patch = (mock.patch.object(rank_order, "applies", lambda flat, hint: False) if plain_sort
+             else mock.MagicMock())
     with patch:
         start = time.perf_counter()
         train_ensemble(Members.from_config(cfg, list(range(members))), data_dir=data_dir, measure=False)
@@ -49,7 +50,8 @@ def main() -> None:
     print(f"device cpu ({platform.processor() or platform.machine()}), torch {torch.__version__}, "
           f"threads {torch.get_num_threads()}, K = {args.members}, batch 16, the paper's MLP "
           f"(784-100-100-10), {args.steps} steps measured, {args.repeats} repeats")
-    forms = {"L2 Init": ("l2_init", False), "Wasserstein Init, sorted from the last order": ("wasserstein_init", False),
+    forms = {"L2 Init": ("l2_init", False),
+             "Wasserstein Init, sorted from the last order": ("wasserstein_init", False),
              "Wasserstein Init, plain stable argsort": ("wasserstein_init", True)}
     per_step: dict[str, list[float]] = {name: [] for name in forms}
     for _ in range(args.repeats):

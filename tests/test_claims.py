@@ -533,3 +533,20 @@ def test_plasticlab_claims_on_the_committed_exports(tmp_path, capsys):
     assert "adam-1" in text and "forgetting-3" in text
     md = out_md.read_text()
     assert md.count("\n| adam-") >= len([c for c in C.CLAIMS if c.key.startswith("adam-")])
+
+
+def test_a_study_still_training_is_a_note_not_a_verdict(tmp_path):
+    """A study whose export holds only the runs finished so far (``partial_export`` in its run
+    record: ``reproduce`` refreshes it as ensembles finish) is not judged: part of a protocol
+    study is not the protocol's selection."""
+    from plasticlab.experiments.study import PARTIAL_EXPORT
+
+    folder = tmp_path / "main-permuted_mnist-adam"
+    folder.mkdir()
+    (folder / "results.json.gz").write_bytes(b"")  # never read: the record says it is partial
+    (folder / "run.json").write_text(json.dumps({"study": "main-permuted_mnist-adam", PARTIAL_EXPORT: {
+        "finished_runs": 32, "planned_runs": 332, "written": "2026-11-29 09:00:00 UTC"}}))
+    studies, notes = C.find_studies([tmp_path])
+    assert studies == []
+    assert notes == [f"{folder}: training, not judged yet: its export holds 32 of its 332 runs "
+                     "(written 2026-11-29 09:00:00 UTC)"]

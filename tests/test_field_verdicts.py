@@ -13,7 +13,7 @@ import numpy as np
 from conftest import REPO
 from plasticlab.cli import main
 from plasticlab.report import field_verdicts as F
-from plasticlab.report.claims import HOLDS, DOES_NOT_HOLD, Study
+from plasticlab.report.claims import DOES_NOT_HOLD, HOLDS, Study
 from plasticlab.report.data import ConfigRuns, Results
 
 SEEDS = [100, 101, 102]
@@ -31,7 +31,8 @@ def _runs(method: str, level, optimizer: str = "adam", tasks: int = 40) -> Confi
 
 def _field_study(configs) -> Study:
     return Study("field-toolkit-permuted_mnist", Path("synthetic"), "field", "permuted_mnist", "adam",
-                 "reference values", Results(Path("synthetic"), configs, Counter()), 1.0, "full length (synthetic)")
+                 "reference values", Results(Path("synthetic"), configs, Counter()), 1.0,
+                 "full length (synthetic)")
 
 
 def _rows() -> dict[str, F.FieldRow]:

@@ -213,7 +213,8 @@ def _product(axes: dict) -> list[dict]:
 
 def _group_key(config: RunConfig) -> str:
     method = get_method(config.method)
-    shared = {p.name: config.params.get(p.name, p.default) for p in method.hyperparameters if not p.per_member}
+    shared = {p.name: config.params.get(p.name, p.default)  # an implicit default is absent
+              for p in method.hyperparameters if not p.per_member}
     d = config.to_dict()
     d["params"] = shared
     if shares_step_sizes(config):

@@ -636,16 +636,34 @@ def _scale(name: str, folder: Path, runs: Sequence[ConfigRuns], problem: str) ->
             f"{how}: {tasks} of {full_tasks} tasks × {steps:,} of {full_steps:,} steps")
 
 
+def partial_note(folder: Path) -> str:
+    """Why a study folder is not judged yet, or "": its export holds only the runs finished so
+    far (its ``run.json`` has :data:`~plasticlab.experiments.study.PARTIAL_EXPORT`) — a protocol
+    study without its evaluation, a comparison without some of its methods — and a verdict
+    on part of a study is not the study's."""
+    from ..experiments.study import PARTIAL_EXPORT
+
+    partial = read_record(folder / "run.json").get(PARTIAL_EXPORT)
+    if not partial:
+        return ""
+    return (f"training, not judged yet: its export holds {partial['finished_runs']} of its "
+            f"{partial['planned_runs']} runs (written {partial['written']})")
+
+
 def find_studies(paths: Iterable[str | Path]) -> tuple[list[Study], list[str]]:
     """The studies under ``paths`` that a claim reads (:func:`study_kind`), each loaded once;
-    and notes on the folders left out (studies no claim reads, folders without runs or that
-    could not be read — their parts are then not judged)."""
+    and notes on the folders left out (studies no claim reads, studies still training
+    (:func:`partial_note`), folders without runs or that could not be read — their parts are
+    then not judged)."""
     studies, notes = [], []
     for folder in study_folders(paths):
         name = _study_name(folder)
         kind = study_kind(name)
         if kind is None:
             notes.append(f"{folder}: study {name!r} is read by no claim")
+            continue
+        if partial := partial_note(folder):
+            notes.append(f"{folder}: {partial}")
             continue
         try:
             results = load_results(folder)

@@ -29,6 +29,7 @@ from ..experiments.paper import PROBLEMS as PAPER_PROBLEMS
 from .claims import (
     HOLDS,
     METHOD_NAMES,
+    Study,
     View,
     _cell,
     _pts,
@@ -42,8 +43,8 @@ from .claims import (
     loses_plasticity,
     mitigates,
     paired_difference,
+    partial_note,
     study_folders,
-    Study,
 )
 from .data import ConfigRuns, load_results
 
@@ -134,12 +135,12 @@ def judge_field_study(study: Study) -> list[FieldRow]:
 
 def find_field_studies(paths: Iterable[str | Path]) -> list[Study]:
     """The field studies under ``paths`` (:data:`FIELD_STUDY`, on a paper problem) that hold
-    finished runs, each loaded once."""
+    finished runs and are not still training (:func:`~.claims.partial_note`), each loaded once."""
     studies = []
     for folder in study_folders(paths):
         name = _study_name(folder)
         match = FIELD_STUDY.fullmatch(name)
-        if not match or match[1] not in PAPER_PROBLEMS:
+        if not match or match[1] not in PAPER_PROBLEMS or partial_note(folder):
             continue
         results = load_results(folder)
         if not results.configs:
