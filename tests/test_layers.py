@@ -17,7 +17,7 @@ LAYERS = [
     {"data"},
     {"problems"},
     {"nets"},
-    {"metrics", "regularizers", "perturb", "optim"},
+    {"metrics", "regularizers", "rank_order", "perturb", "optim"},
     {"methods", "measure"},
     {"step"},
     {"engine"},

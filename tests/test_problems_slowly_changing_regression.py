@@ -161,7 +161,7 @@ def test_a_run_from_the_cli_prints_and_records_the_online_squared_error(tmp_path
         assert r["total_online_squared_error"] == pytest.approx(np.mean(r["task_online_squared_error"]))
 
 
-def test_a_sweep_records_the_online_squared_error_and_the_report_leaves_it_out_saying_so(tmp_path):
+def test_a_sweep_records_the_online_squared_error_and_the_report_reads_it(tmp_path):
     from plasticlab.report.data import load_results
 
     sweep = tmp_path / "sweep.toml"
@@ -181,7 +181,9 @@ def test_a_sweep_records_the_online_squared_error_and_the_report_leaves_it_out_s
             assert run["summary"]["total_online_squared_error"] == pytest.approx(
                 np.mean(metrics["online_squared_error"]))
     results = load_results(out)
-    assert not results.configs and any("regression" in w for w in results.warnings)
+    assert {c.method for c in results.configs} == {"baseline", "l2_init"}
+    assert all(c.measure.metric == "online_squared_error" for c in results.configs)
+    assert not any("regression" in w for w in results.warnings)
 
 
 def test_the_preset_runs_baseline_l2_init_and_full_reset_as_dohare_et_al_trained():
