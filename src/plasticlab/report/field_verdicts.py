@@ -201,8 +201,10 @@ def field_text(judged: dict[str, list[FieldRow]]) -> str:
     for key, rows in judged.items():
         out.append(f"the field: {key}")
         for r in rows:
+            versus = (f"L2 Init − it {r.vs_l2_init} ({r.l2_init_as_good})" if r.vs_l2_init != "—"
+                      else "the reference")
             out.append(f"  {r.method:<34} total {r.total:<22} L {r.loss:<22} {r.plasticity:<8} "
-                       f"mitigates: {r.mitigates:<14} L2 Init − it {r.vs_l2_init} ({r.l2_init_as_good})")
+                       f"mitigates: {r.mitigates:<14} {versus}")
         out.append("")
     return "\n".join(out)
 
