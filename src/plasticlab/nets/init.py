@@ -12,6 +12,7 @@ import math
 
 import torch
 
+from .. import philox
 from ..device import to_device
 
 INIT_SCHEMES = ("torch_default", "kaiming_uniform", "kaiming_normal", "xavier_uniform", "xavier_normal")
@@ -97,8 +98,6 @@ def draw_members_philox(scheme: str, weight_shape: tuple[int, ...], fan_in: int,
     counter ``step``. U(−1, 1) (:func:`plasticlab.philox.uniform`) or N(0, 1)
     (:func:`plasticlab.philox.normal`) times the scheme's bound or s.d., as :func:`draw_members`
     — other numbers than its generators', the same bits on any device and for any K."""
-    from .. import philox
-
     check_scheme(scheme)
     distribution, factor, bias_drawn = _form(scheme, fan_in, fan_out)
 

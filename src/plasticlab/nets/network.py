@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from .. import philox
 from . import init as init_schemes
 from . import pool_before_relu
 from .injection import FrozenHeads
@@ -129,8 +130,6 @@ class EnsembleNet(nn.Module):
         """Each affine layer's Philox keys for :meth:`sample_init_philox`: layer i's (weight
         keys, bias keys), ``[K, 2]`` each on the layer's device, of the streams
         ``STREAM/i/weight`` and ``STREAM/i/bias`` of member k's seed ``seeds[k]``."""
-        from .. import philox
-
         return [tuple(philox.member_keys(seeds, f"{stream}/{i}/{part}", layer.weight.device)
                       for part in ("weight", "bias"))
                 for i, layer in enumerate(self.affine_layers)]
