@@ -650,15 +650,18 @@ def partial_note(folder: Path) -> str:
             f"{partial['planned_runs']} runs (written {partial['written']})")
 
 
-def find_studies(paths: Iterable[str | Path]) -> tuple[list[Study], list[str]]:
-    """The studies under ``paths`` that a claim reads (:func:`study_kind`), each loaded once;
-    and notes on the folders left out (studies no claim reads, studies still training
+def find_studies(paths: Iterable[str | Path],
+                 kind_of: Callable[[str], tuple[str, str, str, str] | None] = study_kind
+                 ) -> tuple[list[Study], list[str]]:
+    """The studies under ``paths`` that a claim reads (``kind_of``, :func:`study_kind` unless
+    given, names a study's kind, problem, optimizer and configurations), each loaded once; and
+    notes on the folders left out (studies no claim reads, studies still training
     (:func:`partial_note`), folders without runs or that could not be read — their parts are
     then not judged)."""
     studies, notes = [], []
     for folder in study_folders(paths):
         name = _study_name(folder)
-        kind = study_kind(name)
+        kind = kind_of(name)
         if kind is None:
             notes.append(f"{folder}: study {name!r} is read by no claim")
             continue

@@ -34,19 +34,16 @@ from .claims import (
     _cell,
     _pts,
     _rank,
-    _scale,
     _signed,
-    _study_name,
     as_good_as_or_better,
+    find_studies,
     interval,
     keeps_plasticity,
     loses_plasticity,
     mitigates,
     paired_difference,
-    partial_note,
-    study_folders,
 )
-from .data import ConfigRuns, load_results
+from .data import ConfigRuns
 
 FIELD_STUDY = re.compile(r"field-(?:toolkit-)?(\w+)")
 """A field study's preset name: ``field-PROBLEM`` (SPEC §10's methods) or
@@ -133,22 +130,19 @@ def judge_field_study(study: Study) -> list[FieldRow]:
     return rows
 
 
+def field_kind(name: str) -> tuple[str, str, str, str] | None:
+    """A field study's kind, problem, optimizer and configurations (as
+    :func:`~.claims.study_kind` gives a claim's study), or None for any other study."""
+    match = FIELD_STUDY.fullmatch(name)
+    if not match or match[1] not in PAPER_PROBLEMS:
+        return None
+    return "field", match[1], "adam", "reference values"
+
+
 def find_field_studies(paths: Iterable[str | Path]) -> list[Study]:
-    """The field studies under ``paths`` (:data:`FIELD_STUDY`, on a paper problem) that hold
-    finished runs and are not still training (:func:`~.claims.partial_note`), each loaded once."""
-    studies = []
-    for folder in study_folders(paths):
-        name = _study_name(folder)
-        match = FIELD_STUDY.fullmatch(name)
-        if not match or match[1] not in PAPER_PROBLEMS or partial_note(folder):
-            continue
-        results = load_results(folder)
-        if not results.configs:
-            continue
-        fraction, scale = _scale(name, folder, results.configs, match[1])
-        studies.append(Study(name, folder, "field", match[1], "adam", "reference values", results,
-                             fraction, scale))
-    return studies
+    """The field studies under ``paths`` (:func:`field_kind`) that hold finished runs and are
+    not still training (:func:`~.claims.partial_note`), each loaded once."""
+    return find_studies(paths, kind_of=field_kind)[0]
 
 
 def judge_field(studies: Sequence[Study]) -> dict[str, list[FieldRow]]:
