@@ -107,6 +107,7 @@ def _statistical_verdicts(groups: dict[str, list]) -> int:
     methods together (each at 1 − 0.05/methods, Bonferroni). A method whose interval excludes 0
     differs; 1 when one does. Pairs with a diverged task are left out, and said so; a method
     with fewer than two seeds left gets no verdict."""
+    from ..experiments.protocol import recorded_measure
     from ..report.stats import bootstrap_ci
 
     confidence = 1 - 0.05 / len(groups)
@@ -119,13 +120,15 @@ def _statistical_verdicts(groups: dict[str, list]) -> int:
                   "seeds for an interval")
             continue
         # accuracies in points; a regression's online squared error as it is
-        scale, unit, fmt = (100, " points", ".2f") if kept[0].metric == "online_accuracy" else (1, "", ".4g")
+        measure = recorded_measure(None, [kept[0].metric])
+        scale = measure.scale
+        unit, fmt = (" points", ".2f") if measure.percent else ("", ".4g")
         d = bootstrap_ci([scale * (p.total_a - p.total_b) for p in kept], confidence=confidence)
         mean_a = scale * math.fsum(p.total_a for p in kept) / len(kept)
         mean_b = scale * math.fsum(p.total_b for p in kept) / len(kept)
         consistent = d.lo <= 0 <= d.hi
         differ += not consistent
-        means = (f"A {mean_a:.2f} %, B {mean_b:.2f} %" if scale == 100
+        means = (f"A {mean_a:.2f} %, B {mean_b:.2f} %" if measure.percent
                  else f"A {mean_a:{fmt}}, B {mean_b:{fmt}}")
         print(f"  {'consistent' if consistent else 'DIFFERENT ':10s} {label}: {len(kept)} run(s), "
               f"{_task_span(kept)} task(s): A − B = {d.point:+{fmt}}{unit} [{d.lo:+{fmt}}, {d.hi:+{fmt}}] "
