@@ -8,13 +8,17 @@
 #      on the device (draws=philox), K = 64, 300 steps (plasticlab run --json: steps/s);
 #   5. the paper's protocol on Permuted MNIST with Adam (`plasticlab reproduce
 #      main-permuted_mnist-adam --device cuda`: grid on 3 seeds, selection, 10 new seeds, 500
-#      tasks): its wall time if it ends within its budget, else its pace extrapolated to the
-#      whole study (benchmarks/grid_pace.py) — both into grid.json with the device and commit.
+#      tasks) twice: with a worker process per core (`--executor local`, the default) and with
+#      one process stepping every ensemble in turn, each on a CUDA stream of its own
+#      (`--executor interleaved`); each its wall time if it ends within its budget, else its
+#      pace extrapolated to the whole study (benchmarks/grid_pace.py), into grid.json (local)
+#      and grid_interleaved.json, with the device, the commit and the executor.
 # Everything goes to OUT_DIR (default benchmarks/recorded/<gpu>-<date>), to be committed.
 #
 #     benchmarks/gpu.sh DATA_DIR [OUT_DIR]
 #
-# Budgets (seconds, each a hard timeout; 450 s in all): TESTS_S=120 SPEED_S=120 SP_S=60 GRID_S=150.
+# Budgets (seconds, each a hard timeout; 450 s in all): TESTS_S=90 SPEED_S=90 SP_S=40 (each of
+# the two draws) GRID_S=95 (each of the two executors).
 set -uo pipefail
 data=${1:?usage: benchmarks/gpu.sh DATA_DIR [OUT_DIR]}
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '-' | tr 'A-Z' 'a-z')
@@ -28,34 +32,36 @@ export PYTHONUNBUFFERED=1 PLASTICLAB_DATA=$data
     python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
 } 2>&1 | tee "$out/device.txt"
 
-timeout "${TESTS_S:-120}" python3 -m pytest -q -p no:cacheprovider -rs -m cuda tests/ 2>&1 \
+timeout "${TESTS_S:-90}" python3 -m pytest -q -p no:cacheprovider -rs -m cuda tests/ 2>&1 \
     | tee "$out/cuda_tests.txt"
 
-timeout "${SPEED_S:-120}" python3 benchmarks/speed.py --device cuda --data-dir "$data" \
+timeout "${SPEED_S:-90}" python3 benchmarks/speed.py --device cuda --data-dir "$data" \
     --archs mlp --methods l2_init --members 256,1024 --cli-members 256 --peer-members 256,1024 \
     --mlp-steps 625 --repeats 1 --verbose --csv "$out/speed_cuda.csv" 2>&1 | tee "$out/speed_cuda.txt"
 
 for draws in generator philox; do
-    timeout "${SP_S:-60}" plasticlab run --device cuda --problem permuted_mnist --method shrink_perturb \
+    timeout "${SP_S:-40}" plasticlab run --device cuda --problem permuted_mnist --method shrink_perturb \
         --set draws=$draws --seeds 0-63 --tasks 1 --steps-per-task 300 --no-measure --no-progress \
         --data-dir "$data" --out "$(mktemp -d)" --json > "$out/shrink_perturb_$draws.json" 2> "$out/shrink_perturb_$draws.err"
     echo "shrink_perturb draws=$draws: exit $?, $(grep -o '"steps_per_second": [0-9.]*' "$out/shrink_perturb_$draws.json" | head -1)"
 done 2>&1 | tee "$out/shrink_perturb_draws.txt"
 
-# The protocol: the grid trains in the background; at its budget's end (or its own end) its
-# pace is read from the results folder.
-grid=$(mktemp -d)
-started=$(date +%s)
-timeout --signal=TERM "${GRID_S:-150}" plasticlab reproduce main-permuted_mnist-adam --device cuda \
-    --out "$grid/runs" --docs "$grid/docs" --data-dir "$data" --no-progress > "$out/grid.txt" 2>&1
-code=$?
-finished=$(date +%s)
-if [ "$code" -eq 0 ]; then
+# The protocol, with each executor: the grid trains in the background; at its budget's end (or
+# its own end) its pace is read from the results folder.
+for executor in local interleaved; do
+    grid=$(mktemp -d)
+    record=$out/grid.json
+    [ "$executor" = local ] || record=$out/grid_$executor.json
+    started=$(date +%s)
+    timeout --signal=TERM "${GRID_S:-95}" plasticlab reproduce main-permuted_mnist-adam --device cuda \
+        --executor "$executor" --out "$grid/runs" --docs "$grid/docs" --data-dir "$data" \
+        --no-progress > "$out/grid_$executor.txt" 2>&1
+    code=$?
+    finished=$(date +%s)
+    ended=()
+    [ "$code" -eq 0 ] && ended=(--finished "$finished")
     python3 benchmarks/grid_pace.py "$grid/runs/main-permuted_mnist-adam" --started "$started" \
-        --finished "$finished" --device "$gpu" --json "$out/grid.json"
-else
-    python3 benchmarks/grid_pace.py "$grid/runs/main-permuted_mnist-adam" --started "$started" \
-        --device "$gpu" --json "$out/grid.json"
-fi
-plasticlab status "$grid/runs/main-permuted_mnist-adam" >> "$out/grid.txt" 2>&1
+        "${ended[@]}" --device "$gpu" --executor "$executor" --json "$record"
+    plasticlab status "$grid/runs/main-permuted_mnist-adam" >> "$out/grid_$executor.txt" 2>&1
+done
 echo "gpu.sh: done in $(( $(date +%s) - $(date -d "$(head -1 "$out/device.txt")" +%s) )) s; results in $out"

@@ -20,10 +20,12 @@ task's accuracies, so the per-step loop gains only an integer comparison.
 
 from __future__ import annotations
 
+import inspect
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 
@@ -39,6 +41,8 @@ from .problems import get_problem, task_prefetch
 from .rng import torch_generator
 from .run_config import Member, Members, RunConfig
 from .step import BACKPROPS, Step
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -147,7 +151,7 @@ def configure_threads(device: torch.device, threads: int | None) -> int:
     return torch.get_num_threads()
 
 
-def train_ensemble(
+def ensemble_steps(
     members: Members,
     *,
     data_dir=None,
@@ -168,7 +172,7 @@ def train_ensemble(
     checkpoint_every: float | None = None,
     stop: Callable[[], bool] | None = None,
     measurements: Sequence[str] = (),
-) -> EnsembleResult:
+) -> Generator[None, None, EnsembleResult]:
     """Train one ensemble: member k is the run of ``members.config`` with ``members[k]``'s seed,
     method, parameters and step size (:class:`~plasticlab.run_config.Members`: one step size per
     member needs Adam or SGD, :data:`plasticlab.optim.MEMBER_LR_OPTIMIZERS`; several methods in
@@ -220,6 +224,12 @@ def train_ensemble(
     ``extra["step"]`` says which ran (:mod:`plasticlab.step`: the step, written once).
 
     The three stages — set up, run a task, finish — are :class:`EnsembleTraining`'s.
+
+    The training one step at a time: a generator that sets the ensemble up at its first
+    ``next``, pauses after each training step (between two steps, where a save or a stop may
+    have happened) and returns the :class:`EnsembleResult` (``StopIteration.value``).
+    :func:`train_ensemble` runs it to the end; a scheduler that trains several ensembles in one
+    process steps each in turn (:mod:`plasticlab.experiments.executor`'s ``interleaved``).
     """
     _check_sitting(sitting)
     if checkpoint_every is not None and not checkpoint_every > 0:
@@ -237,7 +247,7 @@ def train_ensemble(
             **(sitting or {})})
         between = _between_steps(training, checkpoint, checkpoint_every, stop)
         for task in range(training.next_task, training.problem.tasks):
-            task_acc = training.run_task(task, on_steps, progress_every, between)
+            task_acc = yield from training.task_steps(task, on_steps, progress_every, between)
             if checkpoint is not None and task < training.problem.tasks - 1:
                 training.save(checkpoint)
             if on_task_end is not None:
@@ -245,6 +255,27 @@ def train_ensemble(
         return training.result()
     finally:
         training.close()
+
+
+
+def train_ensemble(members: Members, **options) -> EnsembleResult:
+    """Train one ensemble to the end and return every member's results: :func:`ensemble_steps`
+    (whose docstring explains the arguments) run through."""
+    return run_to_end(ensemble_steps(members, **options))
+
+
+train_ensemble.__signature__ = inspect.signature(ensemble_steps).replace(
+    return_annotation=EnsembleResult)
+
+
+def run_to_end(steps: Generator[None, None, T]) -> T:
+    """Step ``steps`` (a generator such as :func:`ensemble_steps` or
+    :meth:`EnsembleTraining.task_steps`) until it ends, and return what it returns."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as end:
+            return end.value
 
 
 STOP_POLL_S = 0.2
@@ -448,6 +479,13 @@ class EnsembleTraining:
         the step it stands at when it is in flight (a resume) — measure at its end, tell a
         boundary oracle; return the task's online accuracy per member. ``between()`` runs after
         every step (a timed save, a stop)."""
+        return run_to_end(self.task_steps(task, on_steps, progress_every, between))
+
+    def task_steps(self, task: int, on_steps: Callable[[int], None] | None = None,
+                   progress_every: int = 50, between: Callable[[], None] | None = None,
+                   ) -> Generator[None, None, list[float]]:
+        """:meth:`run_task` one step at a time: a generator that pauses after each step (after
+        ``between()``) and returns the task's online accuracy per member."""
         started = time.perf_counter()
         problem, measurer = self.problem, self.measurer
         every, steps = self.every, problem.steps_per_task
@@ -479,6 +517,7 @@ class EnsembleTraining:
                 on_steps(progress_every)
             if between is not None and step + 1 < steps:
                 between()
+            yield
         if on_steps is not None and steps % progress_every:
             on_steps(steps % progress_every)
         return self._finish_task(flight)

@@ -146,7 +146,7 @@ def register(sub) -> None:
     rp.add_argument("--workers", type=int)
     rp.add_argument("--executor", default="local", choices=EXECUTORS,
                     help="where the ensembles train (sweep --executor): local worker processes, "
-                         "a Ray cluster, or inline in this process")
+                         "interleaved in this process, a Ray cluster, or inline in this process")
     rp.add_argument("--ray-address", dest="ray_address", help="Ray cluster (default $RAY_ADDRESS)")
     rp.add_argument("--device")
     rp.add_argument("--compile", action="store_true",

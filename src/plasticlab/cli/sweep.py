@@ -214,11 +214,16 @@ def register(sub) -> None:
     sw.add_argument("--out", help="results directory (default results/<sweep name>)")
     sw.add_argument("--data-dir", dest="data_dir")
     sw.add_argument("--device", default="cpu")
-    sw.add_argument("--workers", type=int, help="worker processes (default: one per core)")
+    sw.add_argument("--workers", type=int,
+                    help="worker processes (default: one per core); with --executor interleaved, "
+                         "the ensembles this process trains at once (default: all)")
     sw.add_argument("--max-members", dest="max_members", type=int,
                     help="largest ensemble (default: the fastest K of `plasticlab bench` per "
                          "architecture, else 16 on CPU; on CUDA 256 for the MLP, 64 for the CNN)")
-    sw.add_argument("--executor", default="local", choices=EXECUTORS)
+    sw.add_argument("--executor", default="local", choices=EXECUTORS,
+                    help="local: a worker process per core; interleaved: this process trains "
+                         "the ensembles at once, a step of each in turn (on CUDA each on a stream "
+                         "of its own); inline: one after another here; ray: a Ray cluster")
     sw.add_argument("--ray-address", dest="ray_address", help="Ray cluster (default $RAY_ADDRESS)")
     sw.add_argument("--dry-run", action="store_true",
                     help="check the sweep, print the plan and a time estimate; writes nothing")

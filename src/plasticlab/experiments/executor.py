@@ -1,10 +1,13 @@
 """Run ensembles and record their runs: the one driver of ``plasticlab run``, ``sweep`` and
 ``demo``.
 
-Three executors share one driver loop (start each run's attempt, train, record):
+Four executors share one driver loop (start each run's attempt, train, record):
 
 - ``inline``: one ensemble after another in this process (``plasticlab run``);
 - ``local``: one worker process per core (spawned), one torch thread each;
+- ``interleaved``: one process drives the device: every ensemble (or ``workers`` of them) at
+  once, a step of each in turn, on CUDA each on a stream of its own — in place of several
+  processes time-slicing one GPU;
 - ``ray``: the same jobs as Ray tasks on a cluster (``--ray-address`` or ``$RAY_ADDRESS``; a
   local Ray instance when neither is set). Ray is an optional extra: ``pip install plasticlab[ray]``.
 
@@ -20,7 +23,8 @@ Stopping (:mod:`plasticlab.experiments.lifecycle`): on SIGINT or SIGTERM the dri
 local worker to stop; each stops within a step, its state saved between two steps (it resumes
 there, bit-identical), records what finished as finished and the rest as interrupted, and
 re-raises (exit 130/143). Workers that have not stopped within ``grace_s`` seconds, or a second
-signal, are killed. The ``inline`` and ``ray`` executors stop at once and abandon the task in
+signal, are killed. The ``interleaved`` executor stops each of its ensembles the same way, within
+a step, in its own process. The ``inline`` and ``ray`` executors stop at once and abandon the task in
 flight: it resumes from the ensemble's last checkpoint — a task end, or a save between steps at
 most :data:`CHECKPOINT_EVERY_S` old. Workers die with the driver, however it dies.
 """
@@ -35,7 +39,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, as_completed, wait
 from concurrent.futures import TimeoutError as FuturesTimeout
 from concurrent.futures.process import BrokenProcessPool
@@ -46,13 +50,15 @@ import torch
 
 from ..data.locate import ENV_VAR as DATA_ENV_VAR
 from ..data.locate import resolve_data_dir
-from ..engine import EnsembleResult, TrainingStopped, train_ensemble
+from ..device import own_stream
+from ..engine import EnsembleResult, TrainingStopped, ensemble_steps, run_to_end
 from ..run_config import Members, OfMembers
 from .lifecycle import (
     StopRequested,
     check_stop,
     handle_sigterm,
     signal_name,
+    signals_ask_to_stop,
     stop_asked,
     worker_init,
 )
@@ -62,7 +68,7 @@ from .oserrors import StorageError, storage_error
 from .recording import checkpoint_path, progress_bar, record_result, record_start
 from .store import ResultStore
 
-EXECUTORS = ("inline", "local", "ray")
+EXECUTORS = ("inline", "local", "interleaved", "ray")
 
 
 @dataclass
@@ -96,6 +102,16 @@ def default_workers() -> int:
 def train_job(job: Job, data_dir=None, device: str = "cpu", position: int = 0,
               progress: bool = True) -> EnsembleResult:
     """Train one job in this process (what a worker runs)."""
+    return run_to_end(job_steps(job, data_dir, device, position, progress))
+
+
+def job_steps(job: Job, data_dir=None, device: str = "cpu", position: int = 0,
+              progress: bool = True, stop: Callable[[], bool] = stop_asked,
+              ) -> Generator[None, None, EnsembleResult]:
+    """:func:`train_job` one step at a time (:func:`~plasticlab.engine.ensemble_steps`), with its
+    progress bar; ``stop`` is asked between steps (by default, whether the driver asked this
+    worker to stop: :func:`~.lifecycle.stop_asked`). A stop raises :class:`~.lifecycle.StopRequested`,
+    the state saved between two steps."""
     bar, show_task = progress_bar(job.config, len(job.seeds), enabled=progress, position=position,
                                   label=job.label or None)
     last = job.config.tasks - 1
@@ -107,9 +123,9 @@ def train_job(job: Job, data_dir=None, device: str = "cpu", position: int = 0,
 
     try:
         # a stop the driver asks for (a local worker's stop file) takes effect between steps
-        return train_ensemble(job.members, data_dir=data_dir, device=device,
-                              on_task_end=on_task_end, on_steps=bar.update,
-                              sitting=this_sitting(device), stop=stop_asked, **job.options)
+        return (yield from ensemble_steps(job.members, data_dir=data_dir, device=device,
+                                          on_task_end=on_task_end, on_steps=bar.update,
+                                          sitting=this_sitting(device), stop=stop, **job.options))
     except TrainingStopped as stopped:
         raise StopRequested(stopped.task, stopped.step) from None
     finally:
@@ -155,11 +171,12 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
         # killed sweep loses at most that much of each ensemble.
         job.options.setdefault("checkpoint", str(checkpoint_path(out, job.members, kind="ensemble")))
         job.options["checkpoint_every"] = job.options.get("checkpoint_every", CHECKPOINT_EVERY_S) or None
-    workers = workers or default_workers()
+    # interleaved: every ensemble at once unless told otherwise (one process, one device)
+    workers = workers or (len(jobs) if executor == "interleaved" else default_workers())
     # A bar per ensemble while they all run at once; beyond that one overall bar in the driver
     # (runs done / total, member-steps/s, ETA), advanced as ensembles finish.
     per_job_bars = progress and (executor == "inline"
-                                 or (len(jobs) <= workers and executor == "local"))
+                                 or (len(jobs) <= workers and executor in ("local", "interleaved")))
     overall = _overall_bar(jobs) if progress and not per_job_bars else None
     # One writer per results folder (a command that holds it already only counts it again).
     with writer_lock(out), ResultStore(out) as store:
@@ -212,6 +229,9 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
                 _run_ray(jobs, order, start, finish, data_dir, device, ray_address)
             elif executor == "inline":
                 _run_inline(jobs, order, start, finish, data_dir, device, progress)
+            elif executor == "interleaved":
+                _run_interleaved(jobs, order, start, finish, data_dir, device, workers,
+                                 per_job_bars)
             else:
                 _run_local(jobs, order, start, finish, data_dir, device, workers, per_job_bars,
                            grace_s)
@@ -295,6 +315,49 @@ def _run_inline(jobs, order, start, finish, data_dir, device, progress) -> None:
 
 def _reraise(exc: BaseException):
     raise exc
+
+
+def _run_interleaved(jobs, order, start, finish, data_dir, device, slots, progress) -> None:
+    """Train every job in this process: up to ``slots`` ensembles at once, a step of each in
+    turn (longest first). On CUDA each ensemble queues its work on a stream of its own
+    (:func:`~plasticlab.device.own_stream`): one ensemble's kernels run while the host queues
+    the next one's, and one ensemble's task-end read-back waits for its own work alone.
+
+    A signal asks every ensemble in flight to stop: each saves its state between two steps
+    (it resumes there, bit-identical) and is recorded as interrupted, the jobs not started stay
+    so, and the signal is raised then; a second signal is raised at once
+    (:func:`~.lifecycle.signals_ask_to_stop`)."""
+    queue = list(order)
+    flight: dict[int, tuple[Generator, Callable]] = {}  # job → its steps, its stream
+    bars: dict[int, int] = {}  # job → the line of its progress bar
+    with signals_ask_to_stop() as asked:
+        try:
+            while queue or flight:
+                while queue and len(flight) < slots and not asked:
+                    i = queue.pop(0)
+                    bar = min(set(range(slots)) - set(bars.values()))  # a free line for its bar
+                    bars[i] = bar
+                    flight[i] = (job_steps(jobs[i], data_dir, device, bar, progress,
+                                           stop=lambda: bool(asked)), own_stream(device))
+                    start(i)
+                if not flight:
+                    break  # asked to stop before the rest started
+                for i, (steps, on_stream) in list(flight.items()):
+                    try:
+                        with on_stream():
+                            next(steps)
+                    except StopIteration as end:
+                        del flight[i], bars[i]
+                        finish(i, lambda result=end.value: result)
+                    except Exception as exc:
+                        del flight[i], bars[i]
+                        finish(i, lambda exc=exc: _reraise(exc))
+        finally:
+            for steps, on_stream in flight.values():  # a second signal, a full disk
+                with on_stream():
+                    steps.close()
+    if asked:
+        raise asked[0]
 
 
 def _run_local(jobs, order, start, finish, data_dir, device, workers, progress, grace_s) -> None:

@@ -13,6 +13,9 @@
   driver too, which asks them to stop: a worker waits a moment for that request and stops at
   its task end like the others; a SIGTERM meant for the worker alone (the pool ending its
   workers after one died) finds no request and ends it, :data:`STOP_REQUEST_WAIT_S` later.
+- **A driver that trains its ensembles itself** (the ``interleaved`` executor) takes a signal as
+  a request (:func:`signals_ask_to_stop`): each of its ensembles stops between two steps, saved
+  there, as a worker does; a second signal interrupts at once.
 - **Workers never outlive their driver.** On Linux the kernel kills a worker when its driver
   dies, however it dies (``prctl(PR_SET_PDEATHSIG)``); elsewhere a watchdog thread notices that
   the parent is gone within a second and exits the worker.
@@ -26,6 +29,8 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 #: Exit codes of a command stopped by a signal: 128 + the signal's number.
 EXIT_CODES = {"SIGINT": 128 + signal.SIGINT, "SIGTERM": 128 + signal.SIGTERM}
@@ -73,6 +78,38 @@ def handle_sigterm() -> None:
     """Make SIGTERM raise :class:`Terminated` in the main thread (a no-op off the main thread)."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+@contextmanager
+def signals_ask_to_stop() -> Iterator[list[KeyboardInterrupt]]:
+    """Inside the block, SIGINT and SIGTERM ask to stop instead of interrupting: the first one's
+    exception (:class:`KeyboardInterrupt`, :class:`Terminated`) is appended to the list this
+    yields — for a driver that trains in its own process to stop its ensembles between two
+    steps, each saved there, and raise it then — and a second one is raised at once. Off the
+    main thread, where signals cannot be handled, nothing changes (the list stays empty)."""
+    asked: list[KeyboardInterrupt] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield asked
+        return
+
+    def ask(signum, frame) -> None:
+        global _sigterm_received
+        exc: KeyboardInterrupt
+        if signum == signal.SIGTERM:
+            _sigterm_received = True
+            exc = Terminated()
+        else:
+            exc = KeyboardInterrupt()
+        if asked:
+            raise exc
+        asked.append(exc)
+
+    before = {s: signal.signal(s, ask) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield asked
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
 
 
 # --- in the worker processes ------------------------------------------------------------------

@@ -152,7 +152,8 @@ def plan_sweep(sweep: dict, name: str, out: Path, request: SweepRequest) -> Swee
             raise ValueError(f"--only trains part of a protocol sweep, whose selection needs its whole "
                              f"grid: {len(rest)} grid run(s) outside the filter have not finished in "
                              f"{out}; run the sweep without --only first")
-    workers = request.workers or default_workers()
+    # interleaved: one process trains them all (its --workers: how many at once)
+    workers = 1 if request.executor == "interleaved" else request.workers or default_workers()
     calibration = bench.load()
     max_members = request.max_members or bench.members_for(request.device, calibration, workers)
     # Halving ensembles until every round fills every worker feeds each CPU core; on a GPU,
@@ -182,7 +183,9 @@ def train(sp: SweepPlan, p: Plan, loggers: Sequence = ()) -> list[Job]:
     """Train every ensemble of ``p`` (the grid's or the evaluation's plan) as ``sp``'s request
     asks; the jobs, failures recorded in them, not raised."""
     r = sp.request
-    return run_plan(p, out=sp.out, data_dir=r.data_dir, device=r.device, workers=sp.workers,
+    # interleaved: --workers ensembles at once in this process, by default every one
+    workers = r.workers if r.executor == "interleaved" else sp.workers
+    return run_plan(p, out=sp.out, data_dir=r.data_dir, device=r.device, workers=workers,
                     executor=r.executor, ray_address=r.ray_address, progress=r.progress,
                     options=sp.options, loggers=loggers, on_done=r.on_ensemble_done)
 

@@ -36,6 +36,17 @@ class TaskPrefetch:
         self.problem = problem
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="plasticlab-prefetch")
         self.next: tuple[int, Future] | None = None
+        # The thread queues its kernels on the stream the training queues its own on (the
+        # ensemble's stream, when several share a GPU from one process): task t + 1's reads
+        # then follow its preparation in that stream's order, as on one stream.
+        device = torch.device(getattr(problem, "device", "cpu"))
+        self.stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
+
+    def _prepare(self, task: int, buffer):
+        if self.stream is None:
+            return self.problem.prepare_task(task, buffer)
+        with torch.cuda.stream(self.stream):
+            return self.problem.prepare_task(task, buffer)
 
     def start_task(self, task: int) -> None:
         """Start ``task`` (from its prepared tensors when they were made ahead), then begin
@@ -49,7 +60,7 @@ class TaskPrefetch:
         self.problem.start_task(task, prepared)
         if task + 1 < self.problem.tasks:
             self.next = (task + 1, self.pool.submit(
-                self.problem.prepare_task, task + 1, self.problem.spare_examples()))
+                self._prepare, task + 1, self.problem.spare_examples()))
 
     def close(self) -> None:
         """Wait for a preparation under way and stop the thread."""

@@ -1,0 +1,157 @@
+"""The interleaved executor: one process trains several ensembles, a step of each in turn."""
+
+from __future__ import annotations
+
+import os
+import signal
+from contextlib import nullcontext
+
+import pytest
+
+from plasticlab import engine
+from plasticlab.engine import ensemble_steps, run_to_end, train_ensemble
+from plasticlab.experiments import ResultStore
+from plasticlab.experiments import executor as executor_module
+from plasticlab.experiments.executor import Job, run_jobs
+from plasticlab.experiments.lifecycle import Terminated, signals_ask_to_stop
+from plasticlab.experiments.config import resolve_config
+from plasticlab.run_config import Members
+
+SMALL = {"problem": "permuted_mnist", "tasks": 3, "steps_per_task": 12, "batch_size": 4,
+         "problem_params": {"examples_per_task": 48}}
+
+# Methods that never share an ensemble (each its own job), one with per-step draws and one that
+# replaces units, so that interleaving would show in their numbers if their states mixed.
+METHODS = ("l2_init", "shrink_perturb", "cbp")
+
+
+def jobs() -> list[Job]:
+    return [Job(Members.from_config(resolve_config({**SMALL, "method": m}), [0, 1]), label=m,
+                options={"measure_every": 5}) for m in METHODS]
+
+
+def stored(out) -> dict:
+    """Each finished run's summary (its online accuracies and measurements), by run id, less its
+    timings."""
+    timings = {"measure_time_s", "steps_per_second", "wall_time_s"}
+    with ResultStore(out) as store:
+        return {r["run_id"]: {k: v for k, v in r["summary"].items() if k not in timings}
+                for r in store.runs(status="finished")}
+
+
+def test_ensemble_steps_pauses_after_every_step_and_returns_what_train_ensemble_returns(data_dir):
+    members = Members.from_config(resolve_config({**SMALL, "method": "l2_init"}), [0, 1])
+    steps = ensemble_steps(members, data_dir=data_dir)
+    pauses = 0
+    while True:
+        try:
+            next(steps)
+        except StopIteration as end:
+            stepped = end.value
+            break
+        pauses += 1
+    assert pauses == SMALL["tasks"] * SMALL["steps_per_task"]
+    whole = train_ensemble(members, data_dir=data_dir)
+    for a, b in zip(stepped.members, whole.members, strict=True):
+        assert a.task_online_accuracy == b.task_online_accuracy
+        assert a.task_metrics == b.task_metrics
+    assert run_to_end(iter(())) is None  # a generator that ends at once returns None
+
+
+def test_interleaved_ensembles_give_each_run_exactly_what_one_ensemble_at_a_time_gives(
+        data_dir, tmp_path):
+    run_jobs(jobs(), out=tmp_path / "inline", data_dir=data_dir, executor="inline", progress=False)
+    interleaved = run_jobs(jobs(), out=tmp_path / "interleaved", data_dir=data_dir,
+                           executor="interleaved", progress=False)
+    assert all(job.error is None and job.interrupted is None for job in interleaved)
+    alone, together = stored(tmp_path / "inline"), stored(tmp_path / "interleaved")
+    assert len(together) == 2 * len(METHODS)
+    assert together == alone  # to the bit: every accuracy and measurement
+
+
+def test_interleaved_with_fewer_slots_than_ensembles_trains_them_all(data_dir, tmp_path):
+    done = run_jobs(jobs(), out=tmp_path / "out", data_dir=data_dir, executor="interleaved",
+                    workers=2, progress=False)
+    assert [job.error for job in done] == [None] * len(METHODS)
+    assert len(stored(tmp_path / "out")) == 2 * len(METHODS)
+
+
+def test_a_failing_ensemble_is_recorded_and_the_others_train_on(data_dir, tmp_path):
+    failing = jobs()
+    failing[1].options["measure_every"] = 0  # rejected when the ensemble is set up
+    done = run_jobs(failing, out=tmp_path / "out", data_dir=data_dir, executor="interleaved",
+                    progress=False)
+    assert "measure_every must be >= 1" in done[1].error
+    assert done[0].error is None and done[2].error is None
+    assert len(stored(tmp_path / "out")) == 2 * (len(METHODS) - 1)
+
+
+@pytest.fixture
+def sigint_as_in_a_terminal():
+    """SIGINT raising KeyboardInterrupt, as in a terminal, however the suite was started (a
+    process started with SIGINT ignored keeps ignoring it); restored after the test."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def signal_at_entry(n: int, signum: int):
+    """A stand-in for :func:`plasticlab.device.own_stream` that sends this process ``signum``
+    as the n-th piece of work of any ensemble starts: a signal at a known point of the run."""
+    count = {"entries": 0}
+
+    def own_stream(device):
+        def enter():
+            count["entries"] += 1
+            if count["entries"] == n:
+                os.kill(os.getpid(), signum)
+            return nullcontext()
+        return enter
+    return own_stream
+
+
+@pytest.mark.parametrize("signum, raised", [(signal.SIGTERM, Terminated),
+                                            (signal.SIGINT, KeyboardInterrupt)])
+def test_a_signal_stops_every_ensemble_within_a_step_and_the_resume_ends_as_an_uninterrupted_run(
+        data_dir, tmp_path, monkeypatch, sigint_as_in_a_terminal, signum, raised):
+    run_jobs(jobs(), out=tmp_path / "whole", data_dir=data_dir, executor="inline", progress=False)
+    out = tmp_path / "stopped"
+    # the signal comes as the third ensemble starts its 15th step (3 ensembles in turn, 12
+    # steps a task); the stop is asked for after every step (not every 0.2 s)
+    monkeypatch.setattr(executor_module, "own_stream", signal_at_entry(3 * 15, signum))
+    monkeypatch.setattr(engine, "STOP_POLL_S", 0.0)
+    stopped = jobs()
+    with pytest.raises(raised):
+        run_jobs(stopped, out=out, data_dir=data_dir, executor="interleaved", progress=False)
+    assert [job.interrupted.split(" (")[0] for job in stopped] == [
+        "interrupted: stopped at step 4 of task 1", "interrupted: stopped at step 4 of task 1",
+        "interrupted: stopped at step 3 of task 1"]
+    assert stored(out) == {}
+    with ResultStore(out) as store:
+        assert {r["status"] for r in store.runs()} == {"interrupted"}
+    monkeypatch.undo()
+    resumed = run_jobs(jobs(), out=out, data_dir=data_dir, executor="interleaved", progress=False)
+    assert all(job.error is None for job in resumed)
+    assert stored(out) == stored(tmp_path / "whole")
+
+
+def test_a_second_signal_is_raised_at_once(sigint_as_in_a_terminal):
+    with signals_ask_to_stop() as asked:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert len(asked) == 1 and isinstance(asked[0], Terminated)
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+
+
+@pytest.mark.cuda
+def test_on_cuda_each_ensemble_queues_on_a_stream_of_its_own():
+    import torch
+
+    from plasticlab.device import own_stream
+    first, second = own_stream("cuda"), own_stream("cuda")
+    with first():
+        a = torch.cuda.current_stream()
+    with second():
+        b = torch.cuda.current_stream()
+    assert a != b and torch.cuda.default_stream() not in (a, b)
