@@ -5,7 +5,8 @@
 #   3. the engine's L2 Init step against the compiled torch.func peer at K = 256 and 1024, and a
 #      whole `plasticlab run --device cuda` (K = 256) against the engine (benchmarks/speed.py);
 #   4. Shrink & Perturb's step with its noise from each member's host generator against Philox
-#      on the device (draws=philox), K = 64, 300 steps (plasticlab run --json: steps/s);
+#      on the device (draws=philox), eager and compiled whole (--compile: one CUDA graph),
+#      K = 64, 300 steps (plasticlab run --json: steps/s, compilation included);
 #   5. the paper's protocol on Permuted MNIST with Adam (`plasticlab reproduce
 #      main-permuted_mnist-adam --device cuda`: grid on 3 seeds, selection, 10 new seeds, 500
 #      tasks) twice: with a worker process per core (`--executor local`, the default) and with
@@ -17,8 +18,8 @@
 #
 #     benchmarks/gpu.sh DATA_DIR [OUT_DIR]
 #
-# Budgets (seconds, each a hard timeout; 450 s in all): TESTS_S=90 SPEED_S=90 SP_S=40 (each of
-# the two draws) GRID_S=95 (each of the two executors).
+# Budgets (seconds, each a hard timeout; 455 s in all): TESTS_S=80 SPEED_S=85 SP_S=35 (each of
+# the two eager draws; the compiled one SP_COMPILED_S=60) GRID_S=80 (each of the two executors).
 set -uo pipefail
 data=${1:?usage: benchmarks/gpu.sh DATA_DIR [OUT_DIR]}
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '-' | tr 'A-Z' 'a-z')
@@ -32,18 +33,21 @@ export PYTHONUNBUFFERED=1 PLASTICLAB_DATA=$data
     python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
 } 2>&1 | tee "$out/device.txt"
 
-timeout "${TESTS_S:-90}" python3 -m pytest -q -p no:cacheprovider -rs -m cuda tests/ 2>&1 \
+timeout "${TESTS_S:-80}" python3 -m pytest -q -p no:cacheprovider -rs -m cuda tests/ 2>&1 \
     | tee "$out/cuda_tests.txt"
 
-timeout "${SPEED_S:-90}" python3 benchmarks/speed.py --device cuda --data-dir "$data" \
+timeout "${SPEED_S:-85}" python3 benchmarks/speed.py --device cuda --data-dir "$data" \
     --archs mlp --methods l2_init --members 256,1024 --cli-members 256 --peer-members 256,1024 \
     --mlp-steps 625 --repeats 1 --verbose --csv "$out/speed_cuda.csv" 2>&1 | tee "$out/speed_cuda.txt"
 
-for draws in generator philox; do
-    timeout "${SP_S:-40}" plasticlab run --device cuda --problem permuted_mnist --method shrink_perturb \
-        --set draws=$draws --seeds 0-63 --tasks 1 --steps-per-task 300 --no-measure --no-progress \
-        --data-dir "$data" --out "$(mktemp -d)" --json > "$out/shrink_perturb_$draws.json" 2> "$out/shrink_perturb_$draws.err"
-    echo "shrink_perturb draws=$draws: exit $?, $(grep -o '"steps_per_second": [0-9.]*' "$out/shrink_perturb_$draws.json" | head -1)"
+for form in generator philox philox-compiled; do
+    draws=${form%-compiled} budget=${SP_S:-35} compile=()
+    [ "$form" = philox-compiled ] && budget=${SP_COMPILED_S:-60} compile=(--compile)
+    timeout "$budget" plasticlab run --device cuda --problem permuted_mnist --method shrink_perturb \
+        --set draws=$draws "${compile[@]}" --seeds 0-63 --tasks 1 --steps-per-task 300 --no-measure \
+        --no-progress --data-dir "$data" --out "$(mktemp -d)" --json > "$out/shrink_perturb_$form.json" \
+        2> "$out/shrink_perturb_$form.err"
+    echo "shrink_perturb $form: exit $?, $(grep -o '"steps_per_second": [0-9.]*' "$out/shrink_perturb_$form.json" | head -1)"
 done 2>&1 | tee "$out/shrink_perturb_draws.txt"
 
 # The protocol, with each executor: the grid trains in the background; at its budget's end (or
@@ -53,7 +57,7 @@ for executor in local interleaved; do
     record=$out/grid.json
     [ "$executor" = local ] || record=$out/grid_$executor.json
     started=$(date +%s)
-    timeout --signal=TERM "${GRID_S:-95}" plasticlab reproduce main-permuted_mnist-adam --device cuda \
+    timeout --signal=TERM "${GRID_S:-80}" plasticlab reproduce main-permuted_mnist-adam --device cuda \
         --executor "$executor" --out "$grid/runs" --docs "$grid/docs" --data-dir "$data" \
         --no-progress > "$out/grid_$executor.txt" 2>&1
     code=$?

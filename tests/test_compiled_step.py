@@ -64,7 +64,7 @@ def test_the_compiled_step_is_the_eager_step_up_to_rounding(data_dir):
     eager.step.chain.transform_gradient()
     eager.step.chain.update()
     correct = torch.zeros(len(ALL))
-    compiled.step.compiled(x, y, correct)
+    compiled.step.compiled(x, y, correct, 1)
     # the moments (0.1·g and 0.001·g² after one step) to rounding, absolute where the task
     # gradient and λθ cancel; the parameters within α/10:
     # Adam's first step is α·g/(|g| + ε), which a rounding difference moves where |g| ≈ ε
@@ -130,11 +130,43 @@ def test_the_compiled_step_applies_only_where_it_computes_the_method(data_dir):
 
 
 def test_the_compiled_step_refuses_a_method_it_does_not_compute(data_dir):
+    # Shrink & Perturb with its host generators' noise: not a hook a compiled step can capture
     config = resolve_config({"problem": "permuted_mnist", "method": "shrink_perturb", "tasks": 1,
                              "steps_per_task": 5, "width": 0.25})
     training = EnsembleTraining(Members.from_config(config, [0]), data_dir=data_dir)
     with pytest.raises(ValueError, match="does not compute method 'shrink_perturb'"):
         compiled_step.CompiledStep(training.net, training.step.chain, training.device)
+
+
+def _shrink_perturb(data_dir, seeds, compile, optimizer="adam") -> EnsembleTraining:
+    # σ large enough that a draw counted by the wrong step, or drawn twice, shows at once
+    config = resolve_config({"problem": "permuted_mnist", "method": "shrink_perturb",
+                             "optimizer": optimizer, "tasks": TASKS, "steps_per_task": STEPS,
+                             "batch_size": BATCH, "width": 0.25,
+                             "params": {"draws": "philox", "shrink": 0.99, "noise": 0.05}})
+    return EnsembleTraining(Members.from_config(config, seeds), data_dir=data_dir, compile=compile)
+
+
+@pytest.mark.slow
+def test_shrink_and_perturb_with_philox_draws_is_captured_whole_and_its_members_are_independent(
+        data_dir):
+    eager = _run(_shrink_perturb(data_dir, [0, 1, 2], compile=False))
+    compiled = _run(_shrink_perturb(data_dir, [0, 1, 2], compile=True))
+    assert compiled.step.compiled.after is not None  # the perturbation inside the compiled step
+    assert compiled.result().extra["step"] == "compiled"
+    for a, b in zip(eager.net.parameters(), compiled.net.parameters(), strict=True):
+        torch.testing.assert_close(b.detach(), a.detach(), rtol=0, atol=1e-4)
+    two_examples = 2 / (STEPS * BATCH)
+    for acc_e, acc_c in zip(eager.accuracies, compiled.accuracies, strict=True):
+        assert acc_c == pytest.approx(acc_e, abs=two_examples)
+    # A member's numbers depend on neither its place nor its companions: the same seeds in
+    # another order, through the same compiled graph (a Philox graph takes tens of seconds of a
+    # core to compile; seed k alone, K = 1, would be another), to the bit.
+    shuffled = _run(_shrink_perturb(data_dir, [2, 0, 1], compile=True))
+    for k, j in ((2, 0), (0, 1), (1, 2)):
+        for a, b in zip(_member(compiled, k), _member(shuffled, j), strict=True):
+            assert torch.equal(a, b), f"seed {k} differs at place {j}"
+        assert [acc[k] for acc in compiled.accuracies] == [acc[j] for acc in shuffled.accuracies]
 
 
 def test_run_and_sweep_take_the_compiled_step_when_asked(data_dir, tmp_path, capsys):

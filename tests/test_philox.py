@@ -186,6 +186,22 @@ def test_member_k_of_five_is_seed_k_alone_bit_for_bit(draw):
         assert torch.equal(together[k], fn(philox.member_keys([seed], "independence"))[0])
 
 
+@pytest.mark.parametrize("pieces", [False, True], ids=["one piece", "pieces across streams"])
+def test_several_streams_drawn_at_once_are_each_stream_drawn_alone_bit_for_bit(monkeypatch, pieces):
+    if pieces:  # pieces of 5 blocks per member: boundaries inside and between the streams
+        monkeypatch.setitem(philox._PIECE_COUNTERS, "cpu", 3 * 5)
+    names, shapes = ["w0", "b0", "w1"], [(7, 9), (7,), (2, 3, 5)]
+    keys = torch.stack([philox.member_keys([4, 5, 6], name) for name in names], dim=1)
+    step = torch.tensor(2**32 + 9)
+    together = philox.uniform_streams(keys, step, shapes, low=-1.0, high=1.0)
+    normals = philox.normal_streams(keys, step, shapes)
+    for s, shape in enumerate(shapes):
+        assert torch.equal(together[s], philox.uniform(keys[:, s], step, shape, low=-1.0, high=1.0))
+        assert torch.equal(normals[s], philox.normal(keys[:, s], step, shape))
+    with pytest.raises(ValueError, match=r"need keys \[K, 2, 2\] for 2 streams"):
+        philox.uniform_streams(keys, 0, shapes[:2])
+
+
 def test_steps_streams_and_seeds_draw_different_numbers():
     keys = philox.member_keys(SEEDS, "a")
     base = philox.random_words(keys, 0, 4000)

@@ -57,10 +57,11 @@ the code it speeds up, beside its plain form:
   (bit-identical). Applies: float32, from a tensor's second sort on. Test:
   ``tests/test_toolkit_wasserstein_init.py``.
 - :mod:`plasticlab.step.compiled` — the whole training step (the hand-written backward, the
-  penalties toward a fixed target, Adam's or SGD's rule) as one function under
-  ``torch.compile``. Plain form: the eager step (up to rounding; member k still seed k alone to
-  the bit on the CPU). Applies: asked for (``compile=True``), the MLP with a method that adds
-  nothing but penalties toward fixed targets, and Adam or SGD. Test:
+  penalties toward a fixed target, Adam's or SGD's rule, a post-step hook written for capture)
+  as one function under ``torch.compile``. Plain form: the eager step (up to rounding; member k
+  still seed k alone to the bit on the CPU). Applies: asked for (``compile=True``), the MLP with
+  a method that adds nothing but penalties toward fixed targets and a captured post-step hook
+  (Shrink & Perturb with ``draws=philox``), and Adam or SGD. Test:
   ``tests/test_compiled_step.py``.
 
 Each applies only outside :func:`plain_forms`. Three fast forms stay inside the object they

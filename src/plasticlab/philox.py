@@ -163,19 +163,47 @@ def _draw(keys: torch.Tensor, step, numel: int, device, transform, dtype: torch.
     """``transform`` of the words of blocks 0 … ⌈numel/4⌉ − 1 of step ``step`` of every
     member's stream, ``[K, numel]``: the blocks are drawn piece by piece, ``transform`` taking
     a piece's words ``[K, blocks, 4]`` to as many values of ``dtype``."""
+    if keys.dim() != 2 or keys.shape[-1] != 2:
+        raise ValueError(f"need keys [K, 2], got {tuple(keys.shape)}")
+    return _draw_streams(keys[:, None], step, [numel], device, transform, dtype)[0]
+
+
+def _draw_streams(keys: torch.Tensor, step, numels: Sequence[int], device, transform,
+                  dtype: torch.dtype) -> list[torch.Tensor]:
+    """:func:`_draw` of several streams at once: ``keys`` ``[K, S, 2]`` (member k's stream s is
+    keyed ``keys[k, s]``) and ``numels[s]`` elements of stream s, → S tensors ``[K, numels[s]]``.
+    A counter's words depend on its key and counter alone, so these are the S draws' values to
+    the bit, from one batch of rounds over every stream's blocks: one sequence of kernels where
+    S were (and one graph to compile)."""
     device = keys.device if device is None else torch.device(device)
     keys = keys.to(device=device, dtype=torch.int64)
-    if keys.dim() != 2 or keys.shape[1] != 2:
-        raise ValueError(f"need keys [K, 2], got {tuple(keys.shape)}")
-    members, blocks = len(keys), (int(numel) + 3) // 4
+    if keys.dim() != 3 or keys.shape[2] != 2 or keys.shape[1] != len(numels):
+        raise ValueError(f"need keys [K, {len(numels)}, 2] for {len(numels)} streams, got "
+                         f"{tuple(keys.shape)}")
+    members = len(keys)
+    blocks = [(int(n) + 3) // 4 for n in numels]
+    total = sum(blocks)
+    # each block of the batch: its stream, and its number within that stream
+    if len(blocks) == 1:
+        stream_of = None  # one stream: its key broadcasts over the blocks
+        block_of = torch.arange(total, device=device, dtype=torch.int64)
+    else:
+        stream_of = torch.cat([torch.full((b,), s, device=device, dtype=torch.int64)
+                               for s, b in enumerate(blocks)])
+        block_of = torch.cat([torch.arange(b, device=device, dtype=torch.int64) for b in blocks])
     t0, t1 = _step_words(step, device)
     piece = max(1, _PIECE_COUNTERS.get(device.type, _DEVICE_PIECE_COUNTERS) // max(1, members))
-    out = torch.empty(members, blocks, 4, dtype=dtype, device=device)
-    for start in range(0, blocks, piece):
-        b = torch.arange(start, min(blocks, start + piece), device=device, dtype=torch.int64)[None]
-        words = _rounds(keys[:, :1], keys[:, 1:], b & MASK32, b >> 32, t0, t1)
+    out = torch.empty(members, total, 4, dtype=dtype, device=device)
+    for start in range(0, total, piece):
+        b = block_of[None, start:start + piece]
+        k = keys[:, :1] if stream_of is None else keys[:, stream_of[start:start + piece]]
+        words = _rounds(k[..., 0], k[..., 1], b & MASK32, b >> 32, t0, t1)
         out[:, start:start + piece] = transform(torch.stack(words, dim=-1))
-    return out.reshape(members, -1)[:, :numel]
+    flat = out.reshape(members, -1)
+    firsts = [0]
+    for b in blocks[:-1]:
+        firsts.append(firsts[-1] + 4 * b)
+    return [flat[:, first:first + int(n)] for first, n in zip(firsts, numels, strict=True)]
 
 
 def random_words(keys: torch.Tensor, step, numel: int, device=None) -> torch.Tensor:
@@ -243,7 +271,7 @@ def box_muller(x0: torch.Tensor, x1: torch.Tensor) -> tuple[torch.Tensor, torch.
 
 
 def _numel(shape: Sequence[int]) -> int:
-    return math.prod(int(s) for s in shape)
+    return math.prod([int(s) for s in shape])
 
 
 def uniform(keys: torch.Tensor, step, shape: Sequence[int], device=None, low: float = 0.0,
@@ -251,11 +279,22 @@ def uniform(keys: torch.Tensor, step, shape: Sequence[int], device=None, low: fl
     """Uniform float32 on [low, high), ``[K, *shape]`` on ``device`` (default: the keys'):
     member k's element n (row-major) is low + (high − low)·u, u = :func:`to_uniform` of word n
     of step ``step`` of its stream (:func:`random_words`). With the default [0, 1) it is u."""
-    shape = tuple(int(s) for s in shape)
-    u = _draw(keys, step, _numel(shape), device, to_uniform, torch.float32)
+    if keys.dim() != 2 or keys.shape[-1] != 2:
+        raise ValueError(f"need keys [K, 2], got {tuple(keys.shape)}")
+    return uniform_streams(keys[:, None], step, [shape], device, low, high)[0]
+
+
+def uniform_streams(keys: torch.Tensor, step, shapes: Sequence[Sequence[int]], device=None,
+                    low: float = 0.0, high: float = 1.0) -> list[torch.Tensor]:
+    """:func:`uniform` of several streams in one draw (:func:`_draw_streams`): ``keys``
+    ``[K, S, 2]``, stream s shaped ``shapes[s]`` → S tensors ``[K, *shapes[s]]``, each the
+    values :func:`uniform` of ``keys[:, s]`` gives, to the bit."""
+    shapes = [tuple([int(d) for d in shape]) for shape in shapes]
+    drawn = _draw_streams(keys, step, [_numel(shape) for shape in shapes], device, to_uniform,
+                          torch.float32)
     if (low, high) != (0.0, 1.0):
-        u = u.mul(float(high - low)).add_(float(low))
-    return u.reshape(len(keys), *shape)
+        drawn = [u.mul(float(high - low)).add_(float(low)) for u in drawn]
+    return [u.reshape(len(keys), *shape) for u, shape in zip(drawn, shapes, strict=True)]
 
 
 def _box_muller_block(words: torch.Tensor) -> torch.Tensor:
@@ -268,6 +307,16 @@ def normal(keys: torch.Tensor, step, shape: Sequence[int], device=None) -> torch
     """Standard normal float32, ``[K, *shape]`` on ``device`` (default: the keys'): member k's
     elements 4b, 4b + 1 are :func:`box_muller` of words 4b, 4b + 1 of step ``step`` of its
     stream, and 4b + 2, 4b + 3 of words 4b + 2, 4b + 3 (the cos term first)."""
-    shape = tuple(int(s) for s in shape)
-    z = _draw(keys, step, _numel(shape), device, _box_muller_block, torch.float32)
-    return z.reshape(len(keys), *shape)
+    if keys.dim() != 2 or keys.shape[-1] != 2:
+        raise ValueError(f"need keys [K, 2], got {tuple(keys.shape)}")
+    return normal_streams(keys[:, None], step, [shape], device)[0]
+
+
+def normal_streams(keys: torch.Tensor, step, shapes: Sequence[Sequence[int]],
+                   device=None) -> list[torch.Tensor]:
+    """:func:`normal` of several streams in one draw (:func:`_draw_streams`), as
+    :func:`uniform_streams` is :func:`uniform`'s."""
+    shapes = [tuple([int(d) for d in shape]) for shape in shapes]
+    drawn = _draw_streams(keys, step, [_numel(shape) for shape in shapes], device,
+                          _box_muller_block, torch.float32)
+    return [z.reshape(len(keys), *shape) for z, shape in zip(drawn, shapes, strict=True)]

@@ -244,7 +244,8 @@ def register(sub) -> None:
     run.add_argument("--compile", action="store_true",
                      help="take each training step through torch.compile where it applies (the "
                           "MLP with a penalty method — Baseline, L2, L2 Init, L1 Init, Huber Init "
-                          "— and Adam or SGD; the same numbers up to rounding; docs/performance.md "
+                          "— or Shrink & Perturb with draws=philox, and Adam or SGD; the same "
+                          "numbers up to rounding; docs/performance.md "
                           "says when it is faster)")
     run.add_argument("--rerun", action="store_true",
                      help="train seeds whose run already finished in --out again (a new attempt: "

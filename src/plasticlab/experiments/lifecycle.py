@@ -93,13 +93,7 @@ def signals_ask_to_stop() -> Iterator[list[KeyboardInterrupt]]:
         return
 
     def ask(signum, frame) -> None:
-        global _sigterm_received
-        exc: KeyboardInterrupt
-        if signum == signal.SIGTERM:
-            _sigterm_received = True
-            exc = Terminated()
-        else:
-            exc = KeyboardInterrupt()
+        exc = Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
         if asked:
             raise exc
         asked.append(exc)

@@ -12,6 +12,8 @@ compiled) reads that declaration and nothing else:
    ``add_penalty_grad()`` — a gradient transform of the method's own (Parseval, C-CHAIN),
    told the step's task loss first by ``observe_task_loss(loss)`` where it asks;
 3. ``after_step(features, x, step)`` — after the optimizer step (Shrink & Perturb, CBP, ReDo);
+   ``captured_after_step()`` — the same hook in the form a compiled step captures, where the
+   method writes one (Shrink & Perturb with Philox draws);
    ``before_step(step)`` — before a step's forward pass (ReDo's ``schedule=reference``);
 4. ``on_task_end(stream)`` — at a task boundary: a boundary oracle; only EWC may use it in the
    paper's protocol (SPEC §1).
@@ -23,7 +25,7 @@ Python branches.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -49,6 +51,22 @@ class MethodContext:
         """One generator per member for the method's own random draws, seeded from
         ``(seed_k, "method", *keys)`` so member k draws the same numbers in any ensemble."""
         return [torch_generator(s, "method", *keys) for s in self.seeds]
+
+
+@dataclass(frozen=True)
+class CapturedHook:
+    """A method's post-step hook in the form a compiled step captures whole
+    (:meth:`Method.captured_after_step`): ``counter.fill_(step)`` (outside the compiled
+    function: the updates so far, written into an int64 device tensor without waiting on the
+    device), then ``run()`` — tensor operations alone, no host synchronisation, no
+    data-dependent shape, no Python branch on a tensor's value — does exactly what
+    :meth:`Method.after_step` does for that step. ``params``: the tensors it updates in place;
+    ``reads``: every other tensor it reads (kept at fixed addresses under CUDA graphs)."""
+
+    run: Callable[[], None]
+    counter: torch.Tensor
+    params: tuple[torch.Tensor, ...]
+    reads: tuple[torch.Tensor, ...]
 
 
 @dataclass(frozen=True)
@@ -129,6 +147,11 @@ class Method:
         pass (only when ``Needs.features``; else empty); ``x``: this step's inputs
         ``[K, B, …]``; ``step``: the number of optimizer steps taken so far (1 after the first).
         """
+
+    def captured_after_step(self) -> CapturedHook | None:
+        """:meth:`after_step` written for capture inside a compiled step
+        (:mod:`plasticlab.step.compiled`), or None (the default) where it is not."""
+        return None
 
     def before_step(self, step: int) -> None:
         """Called at the start of every step, before its forward pass; ``step``: the number of

@@ -12,7 +12,8 @@ keyed by (member's seed, layer, weight or bias) and counted by the optimizer ste
 other numbers, the same bits on the CPU and on CUDA, member k still seed k alone. Philox in
 tensor operations is slower than torch's generator on one CPU thread
 (benchmarks/README.md#philox-draws); it is there for the GPU, where the host draws and their
-copies are what make Shrink & Perturb slow (issue 44).
+copies are what make Shrink & Perturb slow (issue 44). With Philox the perturbation is also
+captured whole by the compiled step (``--compile``: :meth:`ShrinkPerturbMethod.captured_after_step`).
 """
 
 from functools import partial
@@ -21,7 +22,7 @@ import torch
 
 from .. import perturb
 from ..params import Param
-from .base import Method, Needs
+from .base import CapturedHook, Method, Needs
 
 DRAWS = ("generator", "philox")
 """Where Shrink & Perturb's noise ε comes from (module docstring)."""
@@ -33,7 +34,7 @@ class CountedInitDraws:
 
     def __init__(self, net, keys):
         self.net, self.keys = net, keys
-        self.step = torch.zeros((), dtype=torch.int64, device=keys[0][0].device)
+        self.step = torch.zeros((), dtype=torch.int64, device=keys.device)
 
     def __call__(self):
         return self.net.sample_init_philox(self.keys, self.step)
@@ -74,3 +75,12 @@ class ShrinkPerturbMethod(Method):
         if self.draws is not None:
             self.draws.step.fill_(step)
         self.perturb.step()
+
+    def captured_after_step(self) -> CapturedHook | None:
+        """With Philox draws, the step's perturbation is tensor operations on the device, counted
+        by a device tensor: a compiled step captures it whole. The host generators cannot be."""
+        if self.draws is None:
+            return None
+        return CapturedHook(run=self.perturb.step, counter=self.draws.step,
+                            params=tuple(self.perturb.params),
+                            reads=(self.draws.keys, self.perturb.shrink, self.perturb.noise))

@@ -89,24 +89,36 @@ def draw_members(scheme: str, weight_shape: tuple[int, ...], fan_in: int, fan_ou
     return to_device(weight, device), to_device(bias, device)
 
 
-def draw_members_philox(scheme: str, weight_shape: tuple[int, ...], fan_in: int, fan_out: int,
-                        weight_keys: torch.Tensor, bias_keys: torch.Tensor, step: int,
-                        device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every member's (weight ``[K, …]``, bias ``[K, …]``) for a layer from ``scheme``, drawn
-    with Philox-4x32-10 (:mod:`plasticlab.philox`) on ``device`` for all members at once:
-    member k's weight from its stream ``weight_keys[k]`` and its bias from ``bias_keys[k]``, at
-    counter ``step``. U(−1, 1) (:func:`plasticlab.philox.uniform`) or N(0, 1)
-    (:func:`plasticlab.philox.normal`) times the scheme's bound or s.d., as :func:`draw_members`
-    — other numbers than its generators', the same bits on any device and for any K."""
+def draw_layers_philox(scheme: str, layers: Sequence[tuple[tuple[int, ...], int, int]],
+                       keys: torch.Tensor, step, device) -> list[torch.Tensor]:
+    """Every member's weight and bias of every layer from ``scheme``, drawn with
+    Philox-4x32-10 (:mod:`plasticlab.philox`) on ``device`` for all members and all layers in
+    one draw (:func:`plasticlab.philox.uniform_streams`): ``layers[i]`` = (layer i's weight
+    shape ``[out, …]``, fan-in, fan-out); member k's layer-i weight from its stream
+    ``keys[k, 2i]`` and its bias from ``keys[k, 2i + 1]`` (``keys`` ``[K, 2L, 2]``), at counter
+    ``step`` (an int, or an int64 tensor on ``device``). Returns [W₀ ``[K, …]``, b₀ ``[K, out]``,
+    W₁, b₁, …]: U(−1, 1) or N(0, 1) times each layer's bound or s.d., as :func:`draw_members`
+    draws them — other numbers than its generators', the same bits on any device and for any
+    K, and each layer's the numbers of its own streams alone."""
     check_scheme(scheme)
-    distribution, factor, bias_drawn = _form(scheme, fan_in, fan_out)
-
-    def one(keys, shape):
-        if distribution == "uniform":
-            return philox.uniform(keys, step, shape, device, -1.0, 1.0).mul_(factor)
-        return philox.normal(keys, step, shape, device).mul_(factor)
-
-    weight = one(weight_keys, weight_shape)
-    bias = one(bias_keys, weight_shape[:1]) if bias_drawn else \
-        torch.zeros(len(bias_keys), weight_shape[0], device=weight.device)
-    return weight, bias
+    forms = [_form(scheme, fan_in, fan_out) for _, fan_in, fan_out in layers]
+    distribution, _, bias_drawn = forms[0]  # the scheme's, for every layer
+    streams, shapes = [], []
+    for i, (shape, _, _) in enumerate(layers):
+        streams.append(2 * i)
+        shapes.append(shape)
+        if bias_drawn:
+            streams.append(2 * i + 1)
+            shapes.append(shape[:1])
+    chosen = keys if len(streams) == keys.shape[1] else keys[:, streams]
+    if distribution == "uniform":
+        drawn = iter(philox.uniform_streams(chosen, step, shapes, device, -1.0, 1.0))
+    else:
+        drawn = iter(philox.normal_streams(chosen, step, shapes, device))
+    out = []
+    for (shape, _, _), (_, factor, _) in zip(layers, forms, strict=True):
+        weight = next(drawn).mul_(factor)
+        bias = next(drawn).mul_(factor) if bias_drawn else \
+            torch.zeros(len(keys), shape[0], device=weight.device)
+        out.extend((weight, bias))
+    return out

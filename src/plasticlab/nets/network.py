@@ -126,27 +126,26 @@ class EnsembleNet(nn.Module):
             out.extend(self.sample_layer_init(layer, generators))
         return out
 
-    def philox_init_keys(self, seeds: Sequence[int], stream: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Each affine layer's Philox keys for :meth:`sample_init_philox`: layer i's (weight
-        keys, bias keys), ``[K, 2]`` each on the layer's device, of the streams
-        ``STREAM/i/weight`` and ``STREAM/i/bias`` of member k's seed ``seeds[k]``."""
-        return [tuple(philox.member_keys(seeds, f"{stream}/{i}/{part}", layer.weight.device)
-                      for part in ("weight", "bias"))
-                for i, layer in enumerate(self.affine_layers)]
+    def philox_init_keys(self, seeds: Sequence[int], stream: str) -> torch.Tensor:
+        """The Philox keys of :meth:`sample_init_philox`, ``[K, 2L, 2]`` on the parameters'
+        device: row 2i of member k keys layer i's weight stream ``STREAM/i/weight`` of its seed
+        ``seeds[k]``, row 2i + 1 its bias stream ``STREAM/i/bias``."""
+        device = self.affine_layers[0].weight.device
+        return torch.stack([philox.member_keys(seeds, f"{stream}/{i}/{part}", device)
+                            for i in range(len(self.affine_layers)) for part in ("weight", "bias")],
+                           dim=1)
 
-    def sample_init_philox(self, keys: Sequence[tuple[torch.Tensor, torch.Tensor]], step
-                           ) -> list[torch.Tensor]:
+    def sample_init_philox(self, keys: torch.Tensor, step) -> list[torch.Tensor]:
         """A fresh draw from the init distribution, shaped like :meth:`regularized_parameters`,
-        with Philox on the parameters' device (:func:`~plasticlab.nets.init.draw_members_philox`):
-        layer i's weight and bias from ``keys[i]`` (:meth:`philox_init_keys`) at counter
+        with Philox on the parameters' device, every layer in one draw
+        (:func:`~plasticlab.nets.init.draw_layers_philox`): layer i's weight and bias from the
+        streams ``keys[:, 2i]`` and ``keys[:, 2i + 1]`` (:meth:`philox_init_keys`) at counter
         ``step`` (an int, or an int64 tensor on that device). Member k's numbers depend on its
         keys and ``step`` only."""
-        out = []
-        for layer, (weight_keys, bias_keys) in zip(self.affine_layers, keys, strict=True):
-            out.extend(init_schemes.draw_members_philox(
-                self.init, tuple(layer.weight.shape[1:]), layer.fan_in, layer.fan_out, weight_keys,
-                bias_keys, step, layer.weight.device))
-        return out
+        layers = [(tuple(layer.weight.shape[1:]), layer.fan_in, layer.fan_out)
+                  for layer in self.affine_layers]
+        return init_schemes.draw_layers_philox(self.init, layers, keys, step,
+                                               self.affine_layers[0].weight.device)
 
     def sample_layer_init(self, layer: nn.Module, generators: Sequence[torch.Generator]
                           ) -> tuple[torch.Tensor, torch.Tensor]:

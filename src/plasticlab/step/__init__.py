@@ -24,8 +24,9 @@ regression's squared error, which only the first form computes):
   wherever the network allows);
 - **compiled** — the whole chain as one function under ``torch.compile``
   (:mod:`plasticlab.step.compiled`, asked for with ``compile=True``, where the method adds
-  nothing but penalties toward fixed targets); where a measurement needs the task gradient on
-  its own, that step runs eager.
+  nothing but penalties toward fixed targets and a post-step hook written for capture:
+  Shrink & Perturb with Philox draws); where a measurement needs the task gradient on its own,
+  that step runs eager.
 
 λ(θ − θ₀) is written once (:func:`plasticlab.regularizers.add_penalty_gradient_`), and so is
 each update rule (:func:`plasticlab.optim.adam.adam_update_`,
@@ -92,8 +93,7 @@ class Step:
         chain = self.chain
         chain.before(t)
         if self.compiled is not None and not task_gradient:
-            self.compiled(x, y, correct)  # every link below, compiled
-            chain.after([], x, t + 1)
+            self.compiled(x, y, correct, t + 1)  # every link below, the post-step hook too
             return None
         features = chain.needs.features
         if self.hand is not None:

@@ -8,6 +8,8 @@ member k::
     g ← g + λ_k ρ'(θ − target)                       (:func:`plasticlab.regularizers.add_penalty_gradient_`)
     the update                                       (:func:`plasticlab.optim.adam.adam_update_`,
                                                       :func:`plasticlab.optim.sgd.sgd_update_`)
+    the method's post-step hook, where it is         (:meth:`plasticlab.methods.Method.captured_after_step`:
+    written for capture                               Shrink & Perturb's θ ← p·θ + σ·ε, ε from Philox)
 
 :class:`CompiledStep` calls those same functions — the ones the eager step and the
 optimizers' plain forms call — in one function and hands it to ``torch.compile``: on the CPU,
@@ -27,7 +29,8 @@ not to the bit; member k of a compiled ensemble is still seed k compiled alone
 Applies (:func:`applies`): asked for (the engine's ``compile=True``, ``--compile``), outside
 :func:`plasticlab.fast.plain_forms`, with the hand-written MLP backward (so the cross-entropy:
 a regression problem's squared error and a growing head never compile), a method that declares
-no hook and no gradient transform of its own and whose penalties are all
+no hook but a captured post-step hook (:class:`~plasticlab.methods.base.CapturedHook`) and no
+gradient transform of its own and whose penalties are all
 :class:`~plasticlab.regularizers.TargetPenalty` (:meth:`plasticlab.methods.Method.needs`), and
 :class:`plasticlab.optim.Adam` with no restarted elements or :class:`plasticlab.optim.SGD`.
 Elsewhere the engine takes the eager step and the run's manifest says so.
@@ -57,17 +60,24 @@ from .mlp_backprop import ManualBackprop, minus_ones, mlp_gradients
 RECOMPILE_LIMIT = 64
 """The most ensemble shapes and method structures one process compiles the step for."""
 
+REALIZE_OPCOUNT = 8
+"""With a captured post-step hook, the longest chain of operations inductor inlines into its
+readers before writing a buffer (:meth:`CompiledStep._inductor_options`)."""
+
 
 def applies(hand: ManualBackprop | None, chain: Chain) -> bool:
     """Whether :class:`CompiledStep` computes this step: the hand-written MLP backward (``hand``
     not None: the cross-entropy, no growing head, :func:`plasticlab.step.mlp_backprop.applies`),
-    a method whose declared needs (``chain.needs``) are penalties toward fixed targets alone,
-    and :class:`plasticlab.optim.Adam` (no restarted elements) or :class:`plasticlab.optim.SGD`;
+    a method whose declared needs (``chain.needs``) are penalties toward fixed targets and a
+    post-step hook written for capture (:meth:`plasticlab.methods.Method.captured_after_step`)
+    alone, and :class:`plasticlab.optim.Adam` (no restarted elements) or :class:`plasticlab.optim.SGD`;
     outside :func:`plasticlab.fast.plain_forms`."""
     needs, optimizer = chain.needs, chain.optimizer
-    if (not enabled() or hand is None or needs.per_step_hooks or needs.features
+    if (not enabled() or hand is None or needs.before_step or needs.features
             or needs.gradient_hook or needs.task_loss or needs.task_end
             or not all(isinstance(reg, TargetPenalty) for reg in chain.penalties)):
+        return False
+    if needs.after_step and chain.method.captured_after_step() is None:
         return False
     if type(optimizer) is Adam:
         return all(c is None for c in optimizer.restart_counts)
@@ -75,9 +85,10 @@ def applies(hand: ManualBackprop | None, chain: Chain) -> bool:
 
 
 class CompiledStep:
-    """The compiled training step of one ensemble: ``step(x, y, correct)`` trains every member
-    on its batch (``x`` ``[K, B, in]``, ``y`` ``[K, B]``) and adds each member's number of
-    correct predictions to ``correct`` ``[K]``, as the eager step does."""
+    """The compiled training step of one ensemble: ``step(x, y, correct, step)`` trains every
+    member on its batch (``x`` ``[K, B, in]``, ``y`` ``[K, B]``) and adds each member's number of
+    correct predictions to ``correct`` ``[K]``, as the eager step does (with the method's
+    captured post-step hook, told ``step``)."""
 
     def __init__(self, net, chain: Chain, device: torch.device):
         if not applies(ManualBackprop(net), chain):
@@ -98,6 +109,11 @@ class CompiledStep:
             targets = dict(zip(map(id, reg.params), reg.targets(), strict=True))
             self.penalties.append((reg, [targets.get(id(p), False) for p in self.params]))
         self.weight_decay = getattr(optimizer, "weight_decay", 0.0) + chain.decay
+        # the method's post-step hook, captured in the same function (None: it has none)
+        self.after = chain.method.captured_after_step() if chain.needs.after_step else None
+        if self.after is not None and not {id(p) for p in self.after.params} <= set(map(id, self.params)):
+            raise ValueError(f"method {chain.method.name!r}'s captured post-step hook updates "
+                             f"tensors other than the MLP's weights and biases")
         self.device = torch.device(device)
         # Adam's step count t as a device scalar (float32, like torch.optim.Adam's step tensors:
         # inductor in torch 2.13 loses the in-place update of a float64 0-d input), kept equal
@@ -109,7 +125,7 @@ class CompiledStep:
         self._compiled = False  # the first call compiles
 
     def _build(self) -> Callable:
-        penalties, adam, weight_decay = self.penalties, self.adam, self.weight_decay
+        penalties, adam, weight_decay, after = self.penalties, self.adam, self.weight_decay, self.after
         betas = getattr(self.optimizer, "betas", None)
         eps = getattr(self.optimizer, "eps", None)
 
@@ -130,6 +146,8 @@ class CompiledStep:
                              weight_decay=weight_decay)
             else:
                 sgd_update_(params, grads, lr)
+            if after is not None:
+                after.run()  # Shrink & Perturb's θ ← p·θ + σ·ε, ε drawn with Philox
             return hits
 
         if self.device.type == "cuda":
@@ -139,17 +157,23 @@ class CompiledStep:
             for tensor in [*self.params, *self._state(), self.lr, self.t,
                            *(r.strength for r, _ in penalties),
                            *(r.delta for r, _ in penalties if isinstance(r, HuberInit)),
-                           *(t for _, ts in penalties for t in ts if isinstance(t, torch.Tensor))]:
+                           *(t for _, ts in penalties for t in ts if isinstance(t, torch.Tensor)),
+                           *((after.counter, *after.reads) if after is not None else ())]:
                 torch._dynamo.mark_static_address(tensor)
-            return torch.compile(step, dynamic=False, mode="reduce-overhead")
-        return torch.compile(step, dynamic=False)
+            return torch.compile(step, dynamic=False, fullgraph=True, mode="reduce-overhead")
+        # fullgraph: the step is captured whole, or compiling it fails (never a silent split)
+        return torch.compile(step, dynamic=False, fullgraph=True)
 
     def _state(self) -> list[torch.Tensor]:
         opt = self.optimizer
         return [*opt.exp_avg, *opt.exp_avg_sq] if self.adam else []
 
     @torch.no_grad()
-    def __call__(self, x: torch.Tensor, y: torch.Tensor, correct: torch.Tensor) -> None:
+    def __call__(self, x: torch.Tensor, y: torch.Tensor, correct: torch.Tensor, step: int) -> None:
+        """Train on the batch; ``step``: the updates so far once this one is taken (what the
+        method's post-step hook is told)."""
+        if self.after is not None:
+            self.after.counter.fill_(step)
         if self._compiled:
             self._call(x, y, correct)
             return
@@ -157,10 +181,21 @@ class CompiledStep:
         # keeps together (so a process compiles each ensemble shape once and reuses it), up to
         # a recompile limit (8) past which it would silently run the function eagerly: raise
         # the limit for this compile, and fail rather than fall back.
-        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT,
-                                        fail_on_recompile_limit_hit=True):
+        with (torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT,
+                                         fail_on_recompile_limit_hit=True),
+              torch._inductor.config.patch(self._inductor_options())):
             self._call(x, y, correct)
         self._compiled = True
+
+    def _inductor_options(self) -> dict:
+        """Inductor's settings for this step's compilation: with a captured post-step hook, a
+        buffer is written out once a chain of 8 operations leads to it (inductor's default:
+        30 on CUDA, 50 on the CPU). Philox's ten rounds reuse every word twice a round, and
+        inlined they make an expression tree whose code generation took 11 s a draw on this
+        CPU, against 5 s this way (the same values)."""
+        if self.after is None:
+            return {}
+        return {"realize_opcount_threshold": REALIZE_OPCOUNT, "realize_cpu_opcount_threshold": REALIZE_OPCOUNT}
 
     def _call(self, x: torch.Tensor, y: torch.Tensor, correct: torch.Tensor) -> None:
         if self._minus_one is None or self._minus_one.shape[:2] != y.shape:
