@@ -1,7 +1,10 @@
 """Does the compiled training step (``compile=True``) beat the engine's eager step?
 
 The engine's eager step for the paper's MLP on Permuted MNIST with L2 Init (λ 1e-2) and Adam
-(the hand-written backward, the penalty λ(θ − θ₀), torch's fused Adam) against the same step
+(the hand-written backward, the penalty λ(θ − θ₀), torch's fused Adam) — or, with ``--method
+shrink_perturb``, Shrink & Perturb with its noise drawn with Philox (``draws=philox``: the
+perturbation and its draw captured in the compiled step; the eager step with its host
+generators' draws, the default, is timed too) — against the same step
 through :class:`plasticlab.step.compiled.CompiledStep` — what ``plasticlab run --compile``
 runs (inductor on the CPU; CUDA graphs, ``mode="reduce-overhead"``, on CUDA). Both start from the
 same network and take the same batches. Printed per K: each path's steady-state rate (best of
@@ -13,6 +16,7 @@ compile and the task-end measurements included).
 
     python benchmarks/compiled_step.py --data-dir ../shared/data --members 1 8 32
     python benchmarks/compiled_step.py --data-dir ../shared/data --members 8 --fresh-cache --tasks 4
+    python benchmarks/compiled_step.py --data-dir ../shared/data --members 8 --method shrink_perturb
 """
 
 from __future__ import annotations
@@ -38,10 +42,14 @@ from plasticlab.experiments.config import resolve_config  # noqa: E402
 from plasticlab.run_config import Members  # noqa: E402
 
 
-def config(tasks: int = 1):
-    """L2 Init (λ = 1e-2) + Adam (α = 1e-3) on Permuted MNIST, the paper's MLP and batch."""
-    return resolve_config({"problem": "permuted_mnist", "method": "l2_init",
-                           "params": {"strength": 1e-2}, "lr": 1e-3, "tasks": tasks})
+METHODS = {"l2_init": {"strength": 1e-2}, "shrink_perturb": {"draws": "philox"}}
+
+
+def config(tasks: int = 1, method: str = "l2_init", **params):
+    """L2 Init (λ = 1e-2), or Shrink & Perturb (its defaults, Philox draws), + Adam (α = 1e-3)
+    on Permuted MNIST, the paper's MLP and batch; ``params`` over the method's."""
+    return resolve_config({"problem": "permuted_mnist", "method": method,
+                           "params": {**METHODS[method], **params}, "lr": 1e-3, "tasks": tasks})
 
 
 def best_rate(run, steps: int, rounds: int, sync) -> float:
@@ -59,25 +67,36 @@ def best_rate(run, steps: int, rounds: int, sync) -> float:
 def step_rates(members: int, args, sync) -> tuple[float, float, float, float]:
     """(eager steps/s, compiled steps/s, first compiled call in s, max |θ_c − θ_e| after one
     step) for an ensemble of ``members``."""
-    eager = EnsembleTraining(Members.from_config(config(), list(range(members))), data_dir=args.data_dir,
-                             device=args.device, measure=False)
-    compiled = EnsembleTraining(Members.from_config(config(), list(range(members))), data_dir=args.data_dir,
-                                device=args.device, measure=False, compile=True)
-    for training in (eager, compiled):
-        training.problem.start_task(0)
+    def training(compile, **params):
+        return EnsembleTraining(Members.from_config(config(method=args.method, **params),
+                                                    list(range(members))),
+                                data_dir=args.data_dir, device=args.device, measure=False,
+                                compile=compile)
+
+    eager, compiled = training(False), training(True)
+    for t in (eager, compiled):
+        t.problem.start_task(0)
     batches = [eager.problem.batch(s) for s in range(200)]
     correct = torch.zeros(members, device=args.device)
 
-    def run_eager(n, first=False):
+    def run_eager(n, first=False, eager=eager):
         for i in range(n):
             x, y = batches[0 if first else (i + 1) % len(batches)]
             eager.step.hand.step(x, y)
             eager.step.chain.transform_gradient()
             eager.step.chain.update()
+            eager.step.chain.after([], x, i + 1)  # Shrink & Perturb's perturbation
 
     def run_compiled(n, first=False):
         for i in range(n):
-            compiled.step.compiled(*batches[0 if first else (i + 1) % len(batches)], correct)
+            compiled.step.compiled(*batches[0 if first else (i + 1) % len(batches)], correct, i + 1)
+
+    if args.method == "shrink_perturb":
+        generators = training(False, draws="generator")
+        generators.problem.start_task(0)
+        rate = best_rate(lambda n: run_eager(n, eager=generators), args.steps, args.rounds, sync)
+        print(f"K = {members}: eager with the host generators' draws (the default), "
+              f"{rate * members * 16:,.0f} member-samples/s", flush=True)
 
     start = time.perf_counter()
     run_compiled(1, first=True)
@@ -95,7 +114,8 @@ def whole_run(members: int, tasks: int, compile: bool, args, sync) -> float:
     """Seconds for a whole ``tasks``-task training of ``members`` (measurements on)."""
     sync()
     start = time.perf_counter()
-    train_ensemble(Members.from_config(config(tasks), list(range(members))), data_dir=args.data_dir,
+    train_ensemble(Members.from_config(config(tasks, args.method), list(range(members))),
+                   data_dir=args.data_dir,
                    device=args.device, compile=compile)
     sync()
     return time.perf_counter() - start
@@ -108,6 +128,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--method", choices=sorted(METHODS), default="l2_init")
     parser.add_argument("--tasks", type=int, default=0,
                         help="also time a whole training of this many tasks, eager and compiled")
     parser.add_argument("--fresh-cache", action="store_true",
@@ -117,7 +138,8 @@ def main() -> None:
         torch.set_num_threads(1)
     cuda = args.device.startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    print(f"device {args.device}, {torch.get_num_threads()} thread(s), batch 16, "
+    print(f"{args.method} ({config(method=args.method).params}), Adam; "
+          f"device {args.device}, {torch.get_num_threads()} thread(s), batch 16, "
           f"torch {torch.__version__}, inductor cache "
           f"{'fresh' if args.fresh_cache else os.environ.get('TORCHINDUCTOR_CACHE_DIR', 'default')}")
     print("| K | eager (member-samples/s) | compiled (member-samples/s) | compiled/eager | "

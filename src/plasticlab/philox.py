@@ -192,7 +192,10 @@ def _draw_streams(keys: torch.Tensor, step, numels: Sequence[int], device, trans
                                for s, b in enumerate(blocks)])
         block_of = torch.cat([torch.arange(b, device=device, dtype=torch.int64) for b in blocks])
     t0, t1 = _step_words(step, device)
-    piece = max(1, _PIECE_COUNTERS.get(device.type, _DEVICE_PIECE_COUNTERS) // max(1, members))
+    # compiled (torch.compile traces this), one piece: inductor fuses the rounds, and each
+    # piece would be another copy of them to compile
+    piece = total if torch.compiler.is_compiling() else max(
+        1, _PIECE_COUNTERS.get(device.type, _DEVICE_PIECE_COUNTERS) // max(1, members))
     out = torch.empty(members, total, 4, dtype=dtype, device=device)
     for start in range(0, total, piece):
         b = block_of[None, start:start + piece]

@@ -60,9 +60,10 @@ from .mlp_backprop import ManualBackprop, minus_ones, mlp_gradients
 RECOMPILE_LIMIT = 64
 """The most ensemble shapes and method structures one process compiles the step for."""
 
-REALIZE_OPCOUNT = 8
+REALIZE_OPCOUNT = 1000
 """With a captured post-step hook, the longest chain of operations inductor inlines into its
-readers before writing a buffer (:meth:`CompiledStep._inductor_options`)."""
+readers before writing a buffer (:meth:`CompiledStep._inductor_options`): the whole of a
+Philox draw's rounds."""
 
 
 def applies(hand: ManualBackprop | None, chain: Chain) -> bool:
@@ -188,11 +189,11 @@ class CompiledStep:
         self._compiled = True
 
     def _inductor_options(self) -> dict:
-        """Inductor's settings for this step's compilation: with a captured post-step hook, a
-        buffer is written out once a chain of 8 operations leads to it (inductor's default:
-        30 on CUDA, 50 on the CPU). Philox's ten rounds reuse every word twice a round, and
-        inlined they make an expression tree whose code generation took 11 s a draw on this
-        CPU, against 5 s this way (the same values)."""
+        """Inductor's settings for this step's compilation: with a captured post-step hook (a
+        Philox draw: ten rounds that reuse every word twice a round), inductor inlines chains of
+        up to :data:`REALIZE_OPCOUNT` operations into their readers before it writes a buffer
+        (its default: 30 on CUDA, 50 on the CPU). Measured for Shrink & Perturb's step on this
+        CPU (docs/performance.md): inlined whole it ran fastest and compiled no slower."""
         if self.after is None:
             return {}
         return {"realize_opcount_threshold": REALIZE_OPCOUNT, "realize_cpu_opcount_threshold": REALIZE_OPCOUNT}
