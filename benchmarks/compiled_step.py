@@ -41,7 +41,6 @@ from plasticlab.engine import EnsembleTraining, train_ensemble  # noqa: E402
 from plasticlab.experiments.config import resolve_config  # noqa: E402
 from plasticlab.run_config import Members  # noqa: E402
 
-
 METHODS = {"l2_init": {"strength": 1e-2}, "shrink_perturb": {"draws": "philox"}}
 
 

@@ -12,9 +12,9 @@ from plasticlab import engine
 from plasticlab.engine import ensemble_steps, run_to_end, train_ensemble
 from plasticlab.experiments import ResultStore
 from plasticlab.experiments import executor as executor_module
+from plasticlab.experiments.config import resolve_config
 from plasticlab.experiments.executor import Job, run_jobs
 from plasticlab.experiments.lifecycle import Terminated, signals_ask_to_stop
-from plasticlab.experiments.config import resolve_config
 from plasticlab.run_config import Members
 
 SMALL = {"problem": "permuted_mnist", "tasks": 3, "steps_per_task": 12, "batch_size": 4,

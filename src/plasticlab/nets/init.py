@@ -9,6 +9,7 @@ bias to 0, as ``torch.nn.init`` does.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 

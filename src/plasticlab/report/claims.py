@@ -116,15 +116,17 @@ def paired_difference(a: Scores, b: Scores) -> Interval:
     return difference_ci(a.values, b.values, paired=False, reps=REPS, seed=SEED)
 
 
-def _pts(i: Interval, digits: int = 2) -> str:
+def in_points(i: Interval, digits: int = 2) -> str:
+    """An interval of percentage points as the verdicts write it: ``mean [lo, hi]``."""
     return i.format(scale=1, digits=digits)
 
 
-def _signed(i: Interval) -> str:
+def signed_points(i: Interval) -> str:
+    """A difference in percentage points with its sign: ``+mean [+lo, +hi]``."""
     return f"{i.point:+.2f} [{i.lo:+.2f}, {i.hi:+.2f}]"
 
 
-def _rank(method: str, totals: Mapping[str, np.ndarray]) -> tuple[int, int, float]:
+def rank_by_total(method: str, totals: Mapping[str, np.ndarray]) -> tuple[int, int, float]:
     """``method``'s rank by mean total (1 = highest), how many methods, its mean."""
     means = {m: float(np.mean(v)) for m, v in totals.items()}
     return 1 + sum(v > means[method] for m, v in means.items() if m != method), len(means), means[method]
@@ -138,20 +140,20 @@ def loses_plasticity(loss) -> Finding:
     """*Loses plasticity*: the mean plasticity loss L over seeds is at least 2 points and its
     95 % interval's lower bound is above 0."""
     i = interval(loss)
-    return _yes(i.point >= 2.0 and i.lo > 0.0, f"L {_pts(i)} (loses: ≥ 2, lower bound > 0)")
+    return _yes(i.point >= 2.0 and i.lo > 0.0, f"L {in_points(i)} (loses: ≥ 2, lower bound > 0)")
 
 
 def keeps_plasticity(loss) -> Finding:
     """*Keeps plasticity*: the mean plasticity loss L over seeds is at most 1 point."""
     i = interval(loss)
-    return _yes(i.point <= 1.0, f"L {_pts(i)} (keeps: ≤ 1)")
+    return _yes(i.point <= 1.0, f"L {in_points(i)} (keeps: ≤ 1)")
 
 
 def loses_some_plasticity(loss) -> Finding:
     """*Loses some plasticity*: does not keep it — mean L above 1 point (the complement of
     :func:`keeps_plasticity`; SPEC §12 defines no other threshold for "some")."""
     i = interval(loss)
-    return _yes(i.point > 1.0, f"L {_pts(i)} (some: > 1)")
+    return _yes(i.point > 1.0, f"L {in_points(i)} (some: > 1)")
 
 
 def mitigates(loss, baseline_loss) -> Finding:
@@ -159,7 +161,7 @@ def mitigates(loss, baseline_loss) -> Finding:
     Baseline's. Where the Baseline loses less than 2 points there is no loss to mitigate, and
     the method mitigates unless it loses plasticity itself (:func:`loses_plasticity`)."""
     i, b = interval(loss), interval(baseline_loss)
-    text = f"L {_pts(i)} vs Baseline's {_pts(b)}"
+    text = f"L {in_points(i)} vs Baseline's {in_points(b)}"
     if b.point < 2.0:
         lost = loses_plasticity(loss).verdict == HOLDS
         return _yes(not lost, f"{text} (Baseline < 2: no loss to mitigate; holds unless it loses plasticity)")
@@ -171,7 +173,7 @@ def mitigates_only_some(loss, baseline_loss, l2_init_loss) -> Finding:
     while L ≥ L_L2Init + 1 point (means over seeds). Where the Baseline loses less than 2 points
     there is no loss to mitigate, and this does not hold."""
     i, b, r = interval(loss), interval(baseline_loss), interval(l2_init_loss)
-    text = f"L {_pts(i)}, Baseline's {_pts(b)}, L2 Init's {_pts(r)}"
+    text = f"L {in_points(i)}, Baseline's {in_points(b)}, L2 Init's {in_points(r)}"
     if b.point < 2.0:
         return _yes(False, f"{text} (Baseline < 2: no loss to mitigate)")
     some = 0.5 * b.point < i.point < b.point or (i.point <= 0.5 * b.point and i.point >= r.point + 1.0)
@@ -181,22 +183,23 @@ def mitigates_only_some(loss, baseline_loss, l2_init_loss) -> Finding:
 def performs_poorly_overall(method: str, totals: Mapping[str, np.ndarray]) -> Finding:
     """*Performs poorly overall*: its mean total average online accuracy is in the bottom three
     of the study's methods."""
-    rank, n, mean = _rank(method, totals)
-    return _yes(rank > n - 3, f"total {_pts(interval(totals[method]))}, {rank} of {n} (poorly: bottom 3)")
+    rank, n, mean = rank_by_total(method, totals)
+    return _yes(rank > n - 3,
+                f"total {in_points(interval(totals[method]))}, {rank} of {n} (poorly: bottom 3)")
 
 
 def top_3(method: str, totals: Mapping[str, np.ndarray]) -> Finding:
     """*In the top 3* by total average online accuracy: rank ≤ 3 by mean total."""
-    rank, n, _ = _rank(method, totals)
-    return _yes(rank <= 3, f"total {_pts(interval(totals[method]))}, {rank} of {n} (top 3)")
+    rank, n, _ = rank_by_total(method, totals)
+    return _yes(rank <= 3, f"total {in_points(interval(totals[method]))}, {rank} of {n} (top 3)")
 
 
 def ranks_first(method: str, totals: Mapping[str, np.ndarray]) -> Finding:
     """*Best* ("does best", "is best"): the highest mean total of those compared."""
-    rank, n, _ = _rank(method, totals)
+    rank, n, _ = rank_by_total(method, totals)
     best = max(totals, key=lambda m: float(np.mean(totals[m])))
     runner = f", first: {_name(best)} {np.mean(totals[best]):.2f}" if best != method else ""
-    return _yes(rank == 1, f"total {_pts(interval(totals[method]))}, {rank} of {n}{runner}")
+    return _yes(rank == 1, f"total {in_points(interval(totals[method]))}, {rank} of {n}{runner}")
 
 
 def clearly_beats_every_other(method: str, scores: Mapping[str, Scores]) -> Finding:
@@ -208,38 +211,38 @@ def clearly_beats_every_other(method: str, scores: Mapping[str, Scores]) -> Find
             continue
         d = paired_difference(scores[method], s)
         ok &= d.point >= 1.0 and d.lo > 0.0
-        parts.append(f"− {_name(other)} {_signed(d)}")
+        parts.append(f"− {_name(other)} {signed_points(d)}")
     return _yes(ok, "; ".join(parts) + " (clearly: ≥ 1, interval above 0, against each)")
 
 
 def as_good_as_or_better(a: Scores, b: Scores) -> Finding:
     """*A as good as or better than B*: mean paired difference A − B ≥ −0.5 points."""
     d = paired_difference(a, b)
-    return _yes(d.point >= -0.5, f"{_signed(d)} (≥ −0.5)")
+    return _yes(d.point >= -0.5, f"{signed_points(d)} (≥ −0.5)")
 
 
 def roughly_the_same(a: Scores, b: Scores) -> Finding:
     """*Roughly the same / similar*: |mean paired difference A − B| ≤ 1 point."""
     d = paired_difference(a, b)
-    return _yes(abs(d.point) <= 1.0, f"{_signed(d)} (|·| ≤ 1)")
+    return _yes(abs(d.point) <= 1.0, f"{signed_points(d)} (|·| ≤ 1)")
 
 
 def below(a: Scores, b: Scores) -> Finding:
     """*A below B*: mean paired difference A − B below 0 with its interval below 0."""
     d = paired_difference(a, b)
-    return _yes(d.point < 0.0 and d.hi < 0.0, f"{_signed(d)} (< 0, interval below 0)")
+    return _yes(d.point < 0.0 and d.hi < 0.0, f"{signed_points(d)} (< 0, interval below 0)")
 
 
 def much_better(a: Scores, b: Scores) -> Finding:
     """*A much better than B*: mean paired difference A − B ≥ 1 point with its interval above 0."""
     d = paired_difference(a, b)
-    return _yes(d.point >= 1.0 and d.lo > 0.0, f"{_signed(d)} (≥ 1, interval above 0)")
+    return _yes(d.point >= 1.0 and d.lo > 0.0, f"{signed_points(d)} (≥ 1, interval above 0)")
 
 
 def slightly_worse(a: Scores, b: Scores) -> Finding:
     """*A slightly worse than B*: A is between 0 and 1 point worse, −1 ≤ mean(A − B) < 0."""
     d = paired_difference(a, b)
-    return _yes(-1.0 <= d.point < 0.0, f"{_signed(d)} (in [−1, 0))")
+    return _yes(-1.0 <= d.point < 0.0, f"{signed_points(d)} (in [−1, 0))")
 
 
 def _window_mean(values: np.ndarray, first: bool, w: int) -> np.ndarray:
@@ -311,38 +314,38 @@ def less_plasticity_loss_with_sgd(sgd_losses: Mapping[str, np.ndarray],
 def reduces_forgetting_markedly(bwt: Scores, other_bwt: Scores) -> Finding:
     """*Reduces forgetting (BWT) markedly*: BWT up by at least 5 points from the other's."""
     d = paired_difference(bwt, other_bwt)
-    return _yes(d.point >= 5.0, f"BWT change {_signed(d)} (markedly: ≥ +5)")
+    return _yes(d.point >= 5.0, f"BWT change {signed_points(d)} (markedly: ≥ +5)")
 
 
 def little_cost_in_plasticity(total: Scores, other_total: Scores) -> Finding:
     """*Little cost in plasticity*: total online accuracy down by at most 2 points from the other's."""
     d = paired_difference(total, other_total)
-    return _yes(d.point >= -2.0, f"total change {_signed(d)} (little cost: ≥ −2)")
+    return _yes(d.point >= -2.0, f"total change {signed_points(d)} (little cost: ≥ −2)")
 
 
 def relatively_poor_plasticity(total: Scores, l2_init_total: Scores) -> Finding:
     """*Relatively poor plasticity*: total online accuracy at least 3 points below L2 Init's."""
     d = paired_difference(total, l2_init_total)
-    return _yes(d.point <= -3.0, f"total − L2 Init's {_signed(d)} (poor: ≤ −3)")
+    return _yes(d.point <= -3.0, f"total − L2 Init's {signed_points(d)} (poor: ≤ −3)")
 
 
 def increases_forgetting(bwt: Scores, other_bwt: Scores) -> Finding:
     """*Increases forgetting*: BWT down by at least 2 points from the other's."""
     d = paired_difference(bwt, other_bwt)
-    return _yes(d.point <= -2.0, f"BWT change {_signed(d)} (increases forgetting: ≤ −2)")
+    return _yes(d.point <= -2.0, f"BWT change {signed_points(d)} (increases forgetting: ≤ −2)")
 
 
 def forgets_less(bwt: Scores, other_bwt: Scores) -> Finding:
     """*Forgets less than* the other: the other's BWT is at least 2 points lower — the other
     :func:`increases_forgetting` against this one."""
     d = paired_difference(bwt, other_bwt)
-    return _yes(d.point >= 2.0, f"BWT − the other's {_signed(d)} (forgets less: ≥ +2)")
+    return _yes(d.point >= 2.0, f"BWT − the other's {signed_points(d)} (forgets less: ≥ +2)")
 
 
 def one_step_bwt_unchanged(one_step: Scores, other_one_step: Scores) -> Finding:
     """*One-step BWT unchanged*: |difference in one-step BWT| at most 1.5 points."""
     d = paired_difference(one_step, other_one_step)
-    return _yes(abs(d.point) <= 1.5, f"one-step BWT change {_signed(d)} (unchanged: |·| ≤ 1.5)")
+    return _yes(abs(d.point) <= 1.5, f"one-step BWT change {signed_points(d)} (unchanged: |·| ≤ 1.5)")
 
 
 CRITERIA: dict[str, Callable[..., Finding]] = {f.__name__: f for f in (
@@ -1102,7 +1105,8 @@ def claims_json(verdicts: Sequence[ClaimVerdict], notes: Sequence[str] = ()) -> 
             "notes": list(notes)}
 
 
-def _cell(text: str) -> str:
+def markdown_cell(text: str) -> str:
+    """``text`` as one cell of a Markdown table (— when empty)."""
     return (text or "—").replace("|", "\\|").replace("\n", " ")
 
 
@@ -1162,8 +1166,8 @@ def claims_matrix(verdicts: Sequence[ClaimVerdict]) -> str:
         over = f"**{v.summary.verdict}**"
         if v.summary.verdict == NOT_JUDGED and judged:
             over += f" (the {len(judged)} judged: {_over(judged, None)})"
-        lines.append(f"| {v.claim.key}: {_cell(v.claim.text)} | " + " | ".join(map(_cell, cells))
-                     + f" | {over} |")
+        lines.append(f"| {v.claim.key}: {markdown_cell(v.claim.text)} | "
+                     + " | ".join(map(markdown_cell, cells)) + f" | {over} |")
     lines.append("")
     for problem in PAPER_PROBLEMS:
         if read[problem]:
@@ -1193,7 +1197,8 @@ def claims_by_study(verdicts: Sequence[ClaimVerdict]) -> dict[str, str]:
                 continue
             lines = tables.setdefault(_study_key(r), ["| claim | part | verdict | figures |",
                                                       "|---|---|---|---|"])
-            lines.append(f"| {v.claim.key} | {_cell(r.part)} | **{r.verdict}** | {_cell(r.figures)} |")
+            lines.append(f"| {v.claim.key} | {markdown_cell(r.part)} | **{r.verdict}** | "
+                         f"{markdown_cell(r.figures)} |")
     return {key: "\n".join(lines) + "\n" for key, lines in tables.items()}
 
 
@@ -1204,14 +1209,14 @@ def claims_markdown(verdicts: Sequence[ClaimVerdict], notes: Sequence[str] = ())
     lines = ["## The claims at a glance", "", claims_matrix(verdicts).rstrip("\n"), "",
              "## The paper's claims, judged (SPEC §11 by §12)", "",
              "| claim | the paper's words | verdict | over its parts |", "|---|---|---|---|"]
-    lines += [f"| {v.claim.key} | {_cell(v.claim.text)} | **{v.summary.verdict}** "
-              f"| {_cell(v.summary.figures)} |" for v in verdicts]
+    lines += [f"| {v.claim.key} | {markdown_cell(v.claim.text)} | **{v.summary.verdict}** "
+              f"| {markdown_cell(v.summary.figures)} |" for v in verdicts]
     lines += ["", "## Each claim × part", "",
               "| " + " | ".join(_HEADERS.get(c, c) for c in PART_COLUMNS) + " |",
               "|" + "---|" * len(PART_COLUMNS)]
     for v in verdicts:
         for r in v.rows:
-            cells = [_cell(str(getattr(r, c))) for c in PART_COLUMNS]
+            cells = [markdown_cell(str(getattr(r, c))) for c in PART_COLUMNS]
             cells[2] = f"**{r.verdict}**"
             lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "## By study"]

@@ -31,17 +31,17 @@ from .claims import (
     METHOD_NAMES,
     Study,
     View,
-    _cell,
-    _pts,
-    _rank,
-    _signed,
     as_good_as_or_better,
     find_studies,
+    in_points,
     interval,
     keeps_plasticity,
     loses_plasticity,
+    markdown_cell,
     mitigates,
     paired_difference,
+    rank_by_total,
+    signed_points,
 )
 from .data import ConfigRuns
 
@@ -116,16 +116,16 @@ def judge_field_study(study: Study) -> list[FieldRow]:
         optimizer, method = key.split(":") if ":" in key else ("adam", key)
         loss = view.losses(key)
         keeps, loses = keeps_plasticity(loss).verdict == HOLDS, loses_plasticity(loss).verdict == HOLDS
-        rank, n, _ = _rank(key, totals)
+        rank, n, _ = rank_by_total(key, totals)
         mitigated = vs = as_good = "—"
         if "baseline" in view.runs and key != "baseline":
             mitigated = mitigates(loss, view.losses("baseline")).verdict
         if "l2_init" in view.runs and key != "l2_init":
             d = paired_difference(view.scores("l2_init", "total"), view.scores(key, "total"))
-            vs = _signed(d)
+            vs = signed_points(d)
             as_good = as_good_as_or_better(view.scores("l2_init", "total"), view.scores(key, "total")).verdict
         rows.append(FieldRow(study.name, study.scale, _entry_name(optimizer, method), float(c.config["lr"]),
-                             _pts(interval(totals[key])), f"{rank} of {n}", _pts(interval(loss)),
+                             in_points(interval(totals[key])), f"{rank} of {n}", in_points(interval(loss)),
                              KEEPS if keeps else LOSES if loses else NEITHER, mitigated, vs, as_good))
     return rows
 
@@ -161,7 +161,7 @@ def field_table(rows: Sequence[FieldRow]) -> str:
     for r in rows:
         cells = [r.method, f"{r.lr:g}", r.total, r.rank, r.loss, f"**{r.plasticity}**", r.mitigates,
                  r.vs_l2_init, r.l2_init_as_good]
-        lines.append("| " + " | ".join(map(_cell, cells)) + " |")
+        lines.append("| " + " | ".join(map(markdown_cell, cells)) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -196,7 +196,8 @@ class CompiledStep:
         CPU (docs/performance.md): inlined whole it ran fastest and compiled no slower."""
         if self.after is None:
             return {}
-        return {"realize_opcount_threshold": REALIZE_OPCOUNT, "realize_cpu_opcount_threshold": REALIZE_OPCOUNT}
+        return {"realize_opcount_threshold": REALIZE_OPCOUNT,
+                "realize_cpu_opcount_threshold": REALIZE_OPCOUNT}
 
     def _call(self, x: torch.Tensor, y: torch.Tensor, correct: torch.Tensor) -> None:
         if self._minus_one is None or self._minus_one.shape[:2] != y.shape:
