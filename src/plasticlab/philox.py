@@ -52,10 +52,11 @@ computes them itself from + − × ÷ (:func:`_ln_unit`, :func:`_cos_sin_turns`)
 float64, accurate to a few units of 2⁻⁵³, the same bits on any device and at any position
 (``tests/test_philox.py`` compares CUDA with the CPU wherever a GPU is present).
 
-Shrink & Perturb draws its noise from it with ``draws="philox"``
-(:mod:`plasticlab.methods.shrink_perturb`); its default, and every other method, still draw from
-per-member generators: moving them changes their numbers once (docs/member-independence.md,
-"Draws on the device: Philox").
+Shrink & Perturb's noise and L2 Init + Resample's target are drawn from it with
+``draws="philox"`` (:mod:`plasticlab.methods.init_draws`; every layer in one draw,
+:func:`uniform_streams`); their default, and every other method, still draw from per-member
+generators: moving them changes their numbers once (docs/member-independence.md, "Draws on the
+device: Philox").
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
-"""Shrink & Perturb's noise drawn with Philox on the device (``draws = "philox"``, issue 44): ε is
-the literal init draw of each layer's Philox stream at the step it follows, member k is seed k
-alone to the bit, and the run stops and resumes between two steps to the bit."""
+"""Fresh init draws with Philox on the device (``draws = "philox"``, issue 44,
+:mod:`plasticlab.methods.init_draws`): Shrink & Perturb's noise ε and L2 Init + Resample's target
+φₜ are the literal init draw of each layer's Philox stream at their step, member k is seed k
+alone to the bit, nothing goes to the host per step, and the default keeps the recorded runs'
+ids. (Stopping and resuming between two steps to the bit: tests/test_checkpoint.py, which runs
+every method's every form.)"""
 
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ from test_toolkit_spectral import trained_parameters
 TINY = {"problem": "permuted_mnist", "tasks": 2, "steps_per_task": 6, "lr": 1e-2,
         "problem_params": {"examples_per_task": 96}, "method": "shrink_perturb",
         "params": {"draws": "philox", "shrink": 0.9, "noise": 0.5}}
+RESAMPLE = {**TINY, "method": "l2_init_resample", "params": {"draws": "philox", "strength": 1.0}}
+METHODS = pytest.mark.parametrize("tiny", [TINY, RESAMPLE], ids=["shrink_perturb", "l2_init_resample"])
 
 
 @pytest.mark.parametrize("scheme", ["torch_default", "kaiming_uniform", "kaiming_normal", "xavier_normal"])
@@ -44,41 +49,57 @@ def test_a_draw_is_each_layers_philox_stream_at_that_step_times_the_schemes_boun
 
 
 @pytest.mark.parametrize("problem", ["permuted_mnist", "random_label_cifar"], ids=["mlp", "cnn"])
-def test_member_k_is_seed_k_alone_to_the_bit(data_dir, problem):
+@METHODS
+def test_member_k_is_seed_k_alone_to_the_bit(data_dir, problem, tiny):
     size = {"examples_per_task": 96} if problem == "permuted_mnist" else {"examples": 64}
-    cfg = resolve_config({**TINY, "problem": problem, "problem_params": size})
+    cfg = resolve_config({**tiny, "problem": problem, "problem_params": size})
     together = trained_parameters(cfg, [0, 1, 2], data_dir)
     alone = trained_parameters(cfg, [2], data_dir)
     assert all(torch.equal(t[2], a[0]) for t, a in zip(together, alone, strict=True))
 
 
-def test_the_draws_are_philoxs_not_the_generators_and_repeat(data_dir):
-    cfg = resolve_config(TINY)
+@METHODS
+def test_the_draws_are_philoxs_not_the_generators_and_repeat(data_dir, tiny):
+    cfg = resolve_config(tiny)
     first, again = (trained_parameters(cfg, [0], data_dir) for _ in range(2))
-    host = trained_parameters(resolve_config({**TINY, "params": {**TINY["params"], "draws": "generator"}}),
+    host = trained_parameters(resolve_config({**tiny, "params": {**tiny["params"], "draws": "generator"}}),
                               [0], data_dir)
     assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
     assert not torch.equal(first[0], host[0])
 
 
-def test_no_host_round_trip_per_step(data_dir, monkeypatch):
+@METHODS
+def test_no_host_round_trip_per_step(data_dir, monkeypatch, tiny):
     from conftest import assert_host_reads_do_not_grow_with_steps
 
-    cfg = resolve_config({**TINY, "tasks": 1})
+    cfg = resolve_config({**tiny, "tasks": 1})
     train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, measure=False)
     assert_host_reads_do_not_grow_with_steps(Members.from_config(cfg, [0, 1]), data_dir, monkeypatch)
 
 
-def test_the_default_draws_leave_a_runs_configuration_and_id_as_they_were():
-    """``draws`` came after Shrink & Perturb's runs were recorded: at its default it is no part
-    of a run's configuration (``Param.implicit_default``), so their ids, results and
-    checkpoints still match; set, it is recorded."""
+def test_resamples_target_at_step_t_is_the_philox_init_draw_at_t(data_dir):
+    from plasticlab.engine import EnsembleTraining
+
+    training = EnsembleTraining(Members.from_config(resolve_config(RESAMPLE), [3, 4]),
+                                data_dir=data_dir, measure=False)
+    training.run_task(0)  # 6 steps: the last target φ₅ was drawn for step 5 (5 updates before it)
+    keys = training.net.philox_init_keys([3, 4], "method/l2_init_resample")
+    expected = training.net.sample_init_philox(keys, 5)
+    assert all(torch.equal(a, b) for a, b in
+               zip(training.method.regularizer.targets(), expected, strict=True))
+
+
+@pytest.mark.parametrize("method, params", [("shrink_perturb", {"shrink": 0.9999, "noise": 0.01}),
+                                            ("l2_init_resample", {"strength": 0.01})])
+def test_the_default_draws_leave_a_runs_configuration_and_id_as_they_were(method, params):
+    """``draws`` came after Shrink & Perturb's and L2 Init + Resample's runs were recorded: at its
+    default it is no part of a run's configuration (``Param.implicit_default``), so their ids,
+    results and checkpoints still match; set, it is recorded."""
     from plasticlab.experiments.store import ResultStore
 
-    config = resolve_config({"problem": "permuted_mnist", "method": "shrink_perturb",
-                             "params": {"shrink": 0.9999, "noise": 0.01}})
-    assert config.params == {"shrink": 0.9999, "noise": 0.01}
-    as_before = {**config.to_dict(), "params": {"noise": 0.01, "shrink": 0.9999}}
+    config = resolve_config({"problem": "permuted_mnist", "method": method, "params": params})
+    assert config.params == params
+    as_before = {**config.to_dict(), "params": dict(reversed(params.items()))}
     assert ResultStore.run_id(config.to_dict(), 3) == ResultStore.run_id(as_before, 3)
     philox_config = resolve_config({**config.to_dict(), "params": {**config.params, "draws": "philox"}})
     assert philox_config.params["draws"] == "philox"
