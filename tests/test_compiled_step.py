@@ -118,6 +118,8 @@ def test_the_compiled_step_applies_only_where_it_computes_the_method(data_dir):
                              "steps_per_task": 5, "width": 0.25})
     cbp = train_ensemble(Members.from_config(config, [0]), data_dir=data_dir, compile=True)
     assert cbp.extra["step"] == "eager"  # CBP's unit replacement after each step: eager
+    assert cbp.extra["step_note"] == ("compile asked for; eager: a post-step hook that reads "
+                                      "the step's features")
     ewc = resolve_config({"problem": "permuted_mnist", "method": "ewc", "tasks": 1,
                           "steps_per_task": 5, "width": 0.25})  # its anchor moves at task ends
     assert train_ensemble(Members.from_config(ewc, [0]),
@@ -183,6 +185,7 @@ def test_run_and_sweep_take_the_compiled_step_when_asked(data_dir, tmp_path, cap
         assert main(["run", *tiny, "--method", "l2_init", "--out", str(out), *flags]) == 0
         runs = json.loads(capsys.readouterr().out)["runs"]
         assert [r["step"] for r in runs] == [step, step]
+        assert not any("step_note" in r for r in runs)  # compiled, or not asked for
         manifests = [r["manifest"] for r in ResultStore(out).runs(status="finished")]
         assert [m["step"] for m in manifests] == [step, step]
     sweep = tmp_path / "sweep.toml"
@@ -194,3 +197,29 @@ def test_run_and_sweep_take_the_compiled_step_when_asked(data_dir, tmp_path, cap
     steps = {r["config"]["method"]: r["manifest"]["step"]
              for r in ResultStore(tmp_path / "sw").runs(status="finished")}
     assert steps == {"l2_init": "compiled", "cbp": "eager"}
+
+
+FORMS_BEGIN, FORMS_END = "<!-- compiled-forms: tests/test_compiled_step.py -->", "<!-- /compiled-forms -->"
+
+
+def test_docs_say_which_methods_steps_compile_and_what_keeps_the_others_eager(data_dir):
+    # Every registered method at its defaults (and Shrink & Perturb with Philox draws) on the
+    # paper's MLP with Adam: compiled, or eager for the reason compiled.why_eager gives. The
+    # table in docs/performance.md is this one; a method added or changed shows here.
+    from conftest import REPO
+    from plasticlab.methods import METHODS
+
+    forms = [(name, {}) for name in sorted(METHODS)] + [("shrink_perturb", {"draws": "philox"})]
+    rows = []
+    for name, params in forms:
+        config = resolve_config({"problem": "permuted_mnist", "method": name, "params": params,
+                                 "tasks": 1, "steps_per_task": 2, "width": 0.25})
+        training = EnsembleTraining(Members.from_config(config, [0]), data_dir=data_dir,
+                                    measure=False)
+        why = compiled_step.why_eager(training.step.hand, training.step.chain)
+        form = f"`{name}`" + "".join(f" `{k}={v}`" for k, v in params.items())
+        rows.append(f"| {form} | {'compiled' if why is None else 'eager: ' + why} |")
+    table = "\n".join(["| method | `--compile` |", "|---|---|", *rows])
+    page = (REPO / "docs" / "performance.md").read_text()
+    block = page.split(FORMS_BEGIN)[1].split(FORMS_END)[0].strip()
+    assert block == table, "docs/performance.md's table should read:\n" + table

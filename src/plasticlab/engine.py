@@ -221,7 +221,8 @@ def ensemble_steps(
     :mod:`plasticlab.step.compiled` computes it (the MLP with the Baseline, L2, L2 Init,
     L1 Init or Huber Init and Adam or SGD; the same numbers up to rounding); elsewhere, and
     where a measurement needs the task gradient, the eager step. The result's
-    ``extra["step"]`` says which ran (:mod:`plasticlab.step`: the step, written once).
+    ``extra["step"]`` says which ran (:mod:`plasticlab.step`: the step, written once), and
+    ``extra["step_note"]`` what kept an asked-for compiled step eager.
 
     The three stages — set up, run a task, finish — are :class:`EnsembleTraining`'s.
 
@@ -566,6 +567,8 @@ class EnsembleTraining:
             device=str(self.device), threads=self.threads,
             data_source=getattr(problem, "source", ""), measure_time=self.measure_time,
             extra={"backprop": self.step.backprop, "step": self.step.form,
+                   **({"step_note": f"compile asked for; eager: {self.step.eager_because}"}
+                      if self.step.eager_because else {}),
                    "measurements": {"task_end": self.measure, "every": self.every or None,
                                     "forgetting": self.forgetting,
                                     "samples": measurer.samples if measurer else None,

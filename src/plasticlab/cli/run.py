@@ -102,6 +102,8 @@ def _run(args: argparse.Namespace, hold: ExitStack) -> int:
                            checkpoint_every=args.checkpoint_every,
                            loggers=make_loggers(args.tensorboard, args.wandb),
                            resume=not args.no_resume, on_resume=_say_resumed)
+    if records and records[0].get("step_note"):
+        print(f"plasticlab: note: {records[0]['step_note']}", file=sys.stderr)
     for r in records:
         if "diverged_at_task" in r:
             print(f"plasticlab: warning: seed {r['seed']} diverged (non-finite weights at the end of "

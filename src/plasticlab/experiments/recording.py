@@ -149,6 +149,7 @@ def record_result(store: ResultStore, config: RunConfig, run_ids: Sequence[str],
                                           "measurements": result.extra.get("measurements"),
                                           "backprop": result.extra.get("backprop"),
                                           "step": result.extra.get("step"),
+                                          **_step_note(result),
                                           "method_notes": result.extra.get("method") or {},
                                           "end_time": utc_now()})
         records.append(run_record(config, member, result, rid)
@@ -156,10 +157,17 @@ def record_result(store: ResultStore, config: RunConfig, run_ids: Sequence[str],
                           "steps_per_second": result.steps_per_second,
                           "measure_time_s": result.measure_time,
                           "threads": result.threads, "backprop": result.extra.get("backprop"),
-                          "step": result.extra.get("step"),
+                          "step": result.extra.get("step"), **_step_note(result),
                           "reported_tasks": member.reported_tasks}
                        | ({"diverged_at_task": diverged} if diverged is not None else {}))
     return records
+
+
+def _step_note(result) -> dict:
+    """``{"step_note": …}`` when an asked-for compiled step ran eager (what kept it so), else
+    nothing."""
+    note = result.extra.get("step_note")
+    return {"step_note": note} if note else {}
 
 
 def fill_unrecorded_code(sittings: list[dict], attempts: list[dict]) -> list[dict]:

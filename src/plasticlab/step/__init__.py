@@ -75,8 +75,10 @@ class Step:
         self.parameters = list(net.parameters())
         self.hand = (mlp_backprop.ManualBackprop(net)
                      if backprop != "autograd" and mlp_backprop.applies(net, loss) else None)
+        # asked to compile: what keeps the step eager, if anything (compiled.why_eager)
+        self.eager_because = compiled.why_eager(self.hand, self.chain) if compile else None
         self.compiled = (compiled.CompiledStep(net, self.chain, torch.device(device))
-                         if compile and compiled.applies(self.hand, self.chain) else None)
+                         if compile and self.eager_because is None else None)
 
     @property
     def backprop(self) -> str:

@@ -72,17 +72,33 @@ def applies(hand: ManualBackprop | None, chain: Chain) -> bool:
     a method whose declared needs (``chain.needs``) are penalties toward fixed targets and a
     post-step hook written for capture (:meth:`plasticlab.methods.Method.captured_after_step`)
     alone, and :class:`plasticlab.optim.Adam` (no restarted elements) or :class:`plasticlab.optim.SGD`;
-    outside :func:`plasticlab.fast.plain_forms`."""
-    needs, optimizer = chain.needs, chain.optimizer
-    if (not enabled() or hand is None or needs.before_step or needs.features
-            or needs.gradient_hook or needs.task_loss or needs.task_end
-            or not all(isinstance(reg, TargetPenalty) for reg in chain.penalties)):
-        return False
-    if needs.after_step and chain.method.captured_after_step() is None:
-        return False
+    outside :func:`plasticlab.fast.plain_forms`. :func:`why_eager` says what stops it."""
+    return why_eager(hand, chain) is None
+
+
+def why_eager(hand: ManualBackprop | None, chain: Chain) -> str | None:
+    """What keeps this step out of :class:`CompiledStep` (the first of :func:`applies`'
+    conditions it fails, in words), or None where the compiled step computes it."""
+    needs, optimizer, method = chain.needs, chain.optimizer, chain.method
+    if not enabled():
+        return "the plain forms were asked for (plasticlab.fast.plain_forms)"
+    if hand is None:
+        return "its network or loss has no hand-written backward (autograd)"
+    reasons = [(needs.before_step, "a hook before each step"),
+               (needs.features, "a post-step hook that reads the step's features"),
+               (needs.after_step and method.captured_after_step() is None,
+                "a post-step hook not written for capture"),
+               (needs.gradient_hook or needs.task_loss, "a gradient transform of its own"),
+               (needs.task_end, "a task-end hook (a boundary oracle)"),
+               (not all(isinstance(reg, TargetPenalty) for reg in chain.penalties),
+                "a penalty whose target is not fixed")]
+    for failed, reason in reasons:
+        if failed:
+            return reason
     if type(optimizer) is Adam:
-        return all(c is None for c in optimizer.restart_counts)
-    return type(optimizer) is SGD
+        return (None if all(c is None for c in optimizer.restart_counts)
+                else "Adam with restarted elements (per-element step counts)")
+    return None if type(optimizer) is SGD else f"its optimizer ({type(optimizer).__name__})"
 
 
 class CompiledStep:
@@ -217,4 +233,4 @@ class CompiledStep:
         correct.add_(hits)
 
 
-__all__ = ["CompiledStep", "applies"]
+__all__ = ["CompiledStep", "applies", "why_eager"]
