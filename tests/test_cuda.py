@@ -148,35 +148,24 @@ def test_preparing_the_next_task_in_the_background_on_cuda_changes_no_number(dat
         assert a.task_metrics == b.task_metrics
 
 
-def test_the_compiled_step_on_cuda_replays_a_cuda_graph_and_trains_as_the_eager_step(data_dir):
+@pytest.mark.parametrize("method, params", [
+    ("l2_init", {}),
+    # the perturbation and its Philox draw inside the replayed graph
+    ("shrink_perturb", {"draws": "philox", "shrink": 0.999, "noise": 0.01})])
+def test_the_compiled_step_on_cuda_replays_a_cuda_graph_and_trains_as_the_eager_step(
+        data_dir, method, params):
     # --compile on CUDA: mode="reduce-overhead". A mutated input that is not static would make
     # inductor skip the CUDA graph (counted in its "cudagraph_skips"); none may.
     from torch._dynamo.utils import counters
 
     counters.clear()
-    config = resolve_config({**MLP, "method": "l2_init"})
+    config = resolve_config({**MLP, "method": method, "params": params})
     eager = train_ensemble(Members.from_config(config, SEEDS), data_dir=data_dir, device="cuda")
     compiled = train_ensemble(Members.from_config(config, SEEDS),
                               data_dir=data_dir, device="cuda", compile=True)
     assert compiled.extra["step"] == "compiled"
     assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
-    _assert_same_run(eager, compiled, "l2_init", MLP["steps_per_task"] * 16)
-
-
-def test_shrink_and_perturb_with_philox_draws_is_one_cuda_graph_and_trains_as_the_eager_step(
-        data_dir):
-    # the perturbation and its Philox draw inside the replayed graph, no skipped graph
-    from torch._dynamo.utils import counters
-
-    counters.clear()
-    config = resolve_config({**MLP, "method": "shrink_perturb",
-                             "params": {"draws": "philox", "shrink": 0.999, "noise": 0.01}})
-    eager = train_ensemble(Members.from_config(config, SEEDS), data_dir=data_dir, device="cuda")
-    compiled = train_ensemble(Members.from_config(config, SEEDS),
-                              data_dir=data_dir, device="cuda", compile=True)
-    assert compiled.extra["step"] == "compiled"
-    assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
-    _assert_same_run(eager, compiled, "shrink_perturb", MLP["steps_per_task"] * 16)
+    _assert_same_run(eager, compiled, method, MLP["steps_per_task"] * 16)
 
 
 def test_feature_ranks_on_cuda_take_the_gram_matrix_and_match_the_cpus_svd():
