@@ -52,11 +52,11 @@ computes them itself from + − × ÷ (:func:`_ln_unit`, :func:`_cos_sin_turns`)
 float64, accurate to a few units of 2⁻⁵³, the same bits on any device and at any position
 (``tests/test_philox.py`` compares CUDA with the CPU wherever a GPU is present).
 
-Shrink & Perturb's noise and L2 Init + Resample's target are drawn from it with
-``draws="philox"`` (:mod:`plasticlab.methods.init_draws`; every layer in one draw,
-:func:`uniform_streams`); their default, and every other method, still draw from per-member
-generators: moving them changes their numbers once (docs/member-independence.md, "Draws on the
-device: Philox").
+Shrink & Perturb's noise, L2 Init + Resample's target (:mod:`plasticlab.methods.init_draws`;
+every layer in one draw, :func:`uniform_streams`) and UPGD's noise (:mod:`plasticlab.optim.upgd`)
+are drawn from it with ``draws="philox"`` (:func:`draws_param`); their default, and every other
+method, still draw from per-member generators: moving them changes their numbers once
+(docs/member-independence.md, "Draws on the device: Philox").
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ from collections.abc import Sequence
 
 import torch
 
+from .params import Param
 from .rng import derive_seed
 
 MASK32 = 0xFFFFFFFF
@@ -84,6 +85,23 @@ _ATANH_COEFFS = tuple(1.0 / (2 * i + 1) for i in range(11))
 # sin t, cos t on |t| ≤ π/4: the Taylor terms to t²¹/21! and t²⁰/20! leave less than 1e-19.
 _SIN_COEFFS = tuple((-1) ** i / math.factorial(2 * i + 1) for i in range(11))
 _COS_COEFFS = tuple((-1) ** i / math.factorial(2 * i) for i in range(11))
+
+
+DRAWS = ("generator", "philox")
+"""Where a method's or an optimizer's random draws during training come from (its ``draws``
+parameter): each member's torch generator (``generator``), or this module on the device
+(``philox``)."""
+
+
+def draws_param(what: str) -> Param:
+    """The ``draws`` hyper-parameter of something that draws ``what`` during training:
+    ``generator`` (each member's torch generator, member by member) or ``philox`` (this module,
+    on the device, for every member at once, counted by step). Added after runs were recorded,
+    it is left out of a run's configuration at its default, so those runs keep their ids
+    (``implicit_default``)."""
+    return Param("draws", "generator", str, f"where {what} comes from: generator (each member's "
+                 "torch generator) or philox (Philox-4x32-10 on the device, counted by step)",
+                 choices=DRAWS, implicit_default=True)
 
 
 def _mulhilo(m: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -20,19 +20,7 @@ from functools import partial
 
 import torch
 
-from ..params import Param
-
-DRAWS = ("generator", "philox")
-"""Where a method's fresh init draws come from (module docstring)."""
-
-
-def draws_param() -> Param:
-    """The ``draws`` hyper-parameter: ``generator`` or ``philox`` (module docstring). Added after
-    runs were recorded, it is left out of a run's configuration at its default, so those runs
-    keep their ids (``implicit_default``)."""
-    return Param("draws", "generator", str, "where its fresh init draws come from: generator "
-                 "(each member's torch generator on the host) or philox (Philox-4x32-10 on the "
-                 "device, counted by step)", choices=DRAWS, implicit_default=True)
+from ..philox import DRAWS, draws_param
 
 
 class CountedInitDraws:
@@ -57,3 +45,6 @@ def init_sampler(net, context, method: str, draws: str
     if draws != "generator":
         raise ValueError(f"draws must be one of {', '.join(DRAWS)}, got {draws!r}")
     return partial(net.sample_init, context.generators(method)), None
+
+
+__all__ = ["DRAWS", "CountedInitDraws", "draws_param", "init_sampler"]

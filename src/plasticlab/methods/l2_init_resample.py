@@ -18,7 +18,7 @@ class L2InitResampleMethod(PenaltyMethod):
 
     name = "l2_init_resample"
     description = "L2 toward a fresh init draw every step"
-    hyperparameters = (STRENGTH, draws_param())
+    hyperparameters = (STRENGTH, draws_param("its target φₜ"))
 
     @classmethod
     def needs(cls, params):

@@ -32,7 +32,7 @@ class ShrinkPerturbMethod(Method):
               per_member=True, low=0, high=1),
         Param("noise", 1e-2, float, "σ: scale of the fresh init-distribution noise",
               per_member=True, low=0),
-        draws_param(),
+        draws_param("its noise ε"),
     )
 
     @classmethod

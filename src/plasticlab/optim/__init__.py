@@ -26,10 +26,14 @@ def optimizer_hyperparameters(name: str) -> tuple:
 def optimizer_options(name: str, seeds, device, settings: dict | None = None) -> dict:
     """Keyword arguments for optimizer ``name`` in an ensemble of ``seeds``: its ``settings``,
     and for an optimizer that draws noise (UPGD) one generator per member, seeded from
-    ``(seed_k, "optimizer", name)``, so member k draws what seed k draws alone."""
+    ``(seed_k, "optimizer", name)`` — or, with ``draws="philox"``, the seeds its Philox streams
+    are keyed by —, so member k draws what seed k draws alone."""
     options = dict(settings or {})
     if getattr(OPTIMIZERS[name], "draws_noise", False):
-        options["generators"] = [torch_generator(s, "optimizer", name, device=device) for s in seeds]
+        if options.get("draws") == "philox":  # its streams keyed by the seeds, on the device
+            options["seeds"] = list(seeds)
+        else:
+            options["generators"] = [torch_generator(s, "optimizer", name, device=device) for s in seeds]
     return options
 
 

@@ -27,7 +27,10 @@ a given α it learns as fast as SGD at that α.
 
 On stacked ensemble parameters (``member_dim=True``) η is each member's own maximum, s is taken
 member by member and each member's noise comes from its own generator, so member k equals seed
-k alone. The rule's steps
+k alone. With ``draws="philox"`` ξ is drawn instead with Philox-4x32-10 on the parameters'
+device (:mod:`plasticlab.philox`) for every member and tensor at once: tensor i's from the
+stream ``optimizer/NAME/i`` of the member's seed, counted by the update t — other numbers, no
+draw member by member, member k still seed k alone. The rule's steps
 are functions (:func:`trace_utility_`, :func:`utility_max`, :func:`scaled_utility`,
 :func:`perturbed_update_`) that the ``torch.optim.Optimizer`` drop-in
 :class:`plasticlab.dropin_field.UPGD` shares.
@@ -40,6 +43,7 @@ from typing import ClassVar
 
 import torch
 
+from .. import philox
 from ..params import Param
 from .stacked import StackedOptimizer
 
@@ -106,11 +110,14 @@ class UPGD(StackedOptimizer):
 
     protecting: ClassVar[bool] = True
     draws_noise: ClassVar[bool] = True
-    hyperparameters: ClassVar[tuple[Param, ...]] = (BETA, SIGMA, WEIGHT_DECAY)
+    name: ClassVar[str] = "upgd"
+    hyperparameters: ClassVar[tuple[Param, ...]] = (BETA, SIGMA, WEIGHT_DECAY,
+                                                    philox.draws_param("its noise ξ"))
 
     def __init__(self, params: Sequence[torch.Tensor], lr: float, beta: float = 0.9999,
                  sigma: float = 0.1, weight_decay: float = 0.01, member_dim: bool = True,
-                 generators: Sequence[torch.Generator] | None = None):
+                 generators: Sequence[torch.Generator] | None = None, draws: str = "generator",
+                 seeds: Sequence[int] | None = None):
         if not isinstance(lr, int | float):
             raise ValueError(f"UPGD takes one step size for all members, got lr={lr}: train "
                              "each step size as its own ensemble")
@@ -129,10 +136,30 @@ class UPGD(StackedOptimizer):
             raise ValueError(f"UPGD needs one generator per member ({members}), got {len(self.generators)}")
         self.utility = [torch.zeros_like(p) for p in self.params]
         self.step_count = 0
+        if draws not in philox.DRAWS:
+            raise ValueError(f"UPGD draws must be one of {', '.join(philox.DRAWS)}, got {draws!r}")
+        self.keys = None  # with Philox: [K, tensors, 2], tensor i's stream of each member's seed
+        if draws == "philox":
+            if seeds is None or len(seeds) != members:
+                raise ValueError(f"UPGD with draws='philox' needs one seed per member ({members}), "
+                                 f"got {seeds}")
+            device = self.params[0].device
+            self.keys = torch.stack([philox.member_keys(seeds, f"optimizer/{self.name}/{i}", device)
+                                     for i in range(len(self.params))], dim=1)
+            # the update t, on the device: set without waiting on it
+            self.counter = torch.zeros((), dtype=torch.int64, device=device)
 
-    def noise(self, params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    def noise(self, params: Sequence[torch.Tensor], active: Sequence[int] | None = None
+              ) -> list[torch.Tensor]:
         """σ·N(0, 1) shaped like each of ``params``; member k's from its own generator, one draw
-        of all its weights at once."""
+        of all its weights at once — or, with Philox, every member's and tensor's in one draw
+        (``active``: the indices of ``params`` among the optimizer's tensors, for their streams)."""
+        if self.keys is not None:
+            self.counter.fill_(self.step_count)
+            rows = list(range(len(params))) if active is None else list(active)
+            shapes = [p.shape[1:] if self.member_dim else p.shape for p in params]
+            drawn = philox.normal_streams(self.keys[:, rows], self.counter, shapes)
+            return [z.reshape(p.shape) * self.sigma for z, p in zip(drawn, params, strict=True)]
         if self.generators is None:
             return [torch.randn_like(p) * self.sigma for p in params]
         ref = params[0]
@@ -158,7 +185,7 @@ class UPGD(StackedOptimizer):
         utilities = [self.utility[i] for i in active]
         trace_utility_(utilities, params, [p.grad for p in params], self.beta)
         scales = scaled_utility(utilities, self.step_count, self.beta, self.member_dim)
-        for p, s, xi in zip(params, scales, self.noise(params), strict=True):
+        for p, s, xi in zip(params, scales, self.noise(params, active), strict=True):
             perturbed_update_(p, p.grad, s, xi, self.lr, self.weight_decay, self.protecting)
 
     @torch.no_grad()
@@ -189,3 +216,4 @@ class NonprotectingUPGD(UPGD):
     """Non-protecting UPGD: only the noise is scaled by 1 − s."""
 
     protecting = False
+    name = "upgd_nonprotecting"

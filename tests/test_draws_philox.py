@@ -1,9 +1,9 @@
-"""Fresh init draws with Philox on the device (``draws = "philox"``, issue 44,
-:mod:`plasticlab.methods.init_draws`): Shrink & Perturb's noise ε and L2 Init + Resample's target
-φₜ are the literal init draw of each layer's Philox stream at their step, member k is seed k
-alone to the bit, nothing goes to the host per step, and the default keeps the recorded runs'
-ids. (Stopping and resuming between two steps to the bit: tests/test_checkpoint.py, which runs
-every method's every form.)"""
+"""Draws with Philox on the device (``draws = "philox"``, issue 44): Shrink & Perturb's noise ε
+and L2 Init + Resample's target φₜ (:mod:`plasticlab.methods.init_draws`) are the literal init
+draw of each layer's Philox stream at their step, UPGD's noise ξ the normal draw of each tensor's
+stream at its update; member k is seed k alone to the bit, nothing goes to the host per step,
+and the default keeps the recorded runs' ids. (The methods' stop and resume between two steps to
+the bit: tests/test_checkpoint.py, which runs every method's every form; UPGD's: here.)"""
 
 from __future__ import annotations
 
@@ -23,7 +23,10 @@ TINY = {"problem": "permuted_mnist", "tasks": 2, "steps_per_task": 6, "lr": 1e-2
         "problem_params": {"examples_per_task": 96}, "method": "shrink_perturb",
         "params": {"draws": "philox", "shrink": 0.9, "noise": 0.5}}
 RESAMPLE = {**TINY, "method": "l2_init_resample", "params": {"draws": "philox", "strength": 1.0}}
-METHODS = pytest.mark.parametrize("tiny", [TINY, RESAMPLE], ids=["shrink_perturb", "l2_init_resample"])
+UPGD = {**TINY, "method": "baseline", "params": {}, "optimizer": "upgd",
+        "optimizer_params": {"draws": "philox", "sigma": 0.5}}
+METHODS = pytest.mark.parametrize("tiny", [TINY, RESAMPLE, UPGD],
+                                  ids=["shrink_perturb", "l2_init_resample", "upgd"])
 
 
 @pytest.mark.parametrize("scheme", ["torch_default", "kaiming_uniform", "kaiming_normal", "xavier_normal"])
@@ -62,7 +65,8 @@ def test_member_k_is_seed_k_alone_to_the_bit(data_dir, problem, tiny):
 def test_the_draws_are_philoxs_not_the_generators_and_repeat(data_dir, tiny):
     cfg = resolve_config(tiny)
     first, again = (trained_parameters(cfg, [0], data_dir) for _ in range(2))
-    host = trained_parameters(resolve_config({**tiny, "params": {**tiny["params"], "draws": "generator"}}),
+    where = "optimizer_params" if "optimizer_params" in tiny else "params"
+    host = trained_parameters(resolve_config({**tiny, where: {**tiny[where], "draws": "generator"}}),
                               [0], data_dir)
     assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
     assert not torch.equal(first[0], host[0])
@@ -103,4 +107,51 @@ def test_the_default_draws_leave_a_runs_configuration_and_id_as_they_were(method
     assert ResultStore.run_id(config.to_dict(), 3) == ResultStore.run_id(as_before, 3)
     philox_config = resolve_config({**config.to_dict(), "params": {**config.params, "draws": "philox"}})
     assert philox_config.params["draws"] == "philox"
+    assert ResultStore.run_id(philox_config.to_dict(), 3) != ResultStore.run_id(config.to_dict(), 3)
+
+
+def test_upgds_noise_at_update_t_is_each_tensors_philox_normal_stream_times_sigma():
+    from plasticlab.optim import UPGD
+
+    params = [torch.zeros(2, 3, 4), torch.zeros(2, 3)]
+    upgd = UPGD(params, lr=0.1, sigma=0.25, draws="philox", seeds=[5, 6])
+    upgd.step_count = 7
+    for i, xi in enumerate(upgd.noise(params)):
+        keys = philox.member_keys([5, 6], f"optimizer/upgd/{i}")
+        assert torch.equal(xi, philox.normal(keys, 7, params[i].shape[1:]) * 0.25)
+    # a tensor without a gradient this step is skipped; the others keep their own streams
+    assert torch.equal(upgd.noise(params[1:], active=[1])[0], upgd.noise(params)[1])
+    with pytest.raises(ValueError, match="one seed per member"):
+        UPGD(params, lr=0.1, draws="philox", seeds=[5])
+
+
+def test_upgd_with_philox_draws_resumes_from_its_checkpoint_to_the_bit(data_dir, tmp_path):
+    from plasticlab.engine import EnsembleTraining
+
+    def training():
+        return EnsembleTraining(Members.from_config(resolve_config(UPGD), [0, 1]), data_dir=data_dir)
+
+    whole = training()
+    for task in range(2):
+        whole.run_task(task)
+    first = training()
+    first.run_task(0)
+    first.save(tmp_path / "ckpt")
+    first.close()
+    resumed = training()
+    assert resumed.resume(tmp_path / "ckpt")
+    resumed.run_task(1)
+    assert all(torch.equal(a, b) for a, b in zip(whole.net.parameters(), resumed.net.parameters(),
+                                                  strict=True))
+    assert resumed.accuracies == whole.accuracies
+
+
+def test_upgds_default_draws_leave_a_runs_configuration_and_id_as_they_were():
+    from plasticlab.experiments.store import ResultStore
+
+    config = resolve_config({"problem": "permuted_mnist", "method": "baseline", "optimizer": "upgd"})
+    assert "draws" not in config.optimizer_params
+    as_before = {**config.to_dict(), "optimizer_params": dict(reversed(config.optimizer_params.items()))}
+    assert ResultStore.run_id(config.to_dict(), 3) == ResultStore.run_id(as_before, 3)
+    philox_config = resolve_config({**config.to_dict(), "optimizer_params": {"draws": "philox"}})
     assert ResultStore.run_id(philox_config.to_dict(), 3) != ResultStore.run_id(config.to_dict(), 3)
