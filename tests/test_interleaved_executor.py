@@ -145,6 +145,17 @@ def test_a_second_signal_is_raised_at_once(sigint_as_in_a_terminal):
 
 
 @pytest.mark.cuda
+def test_on_cuda_interleaved_ensembles_on_their_own_streams_give_what_one_at_a_time_gives(
+        data_dir, tmp_path):
+    # the same kernels on other streams: the same numbers (a run repeated on CUDA is identical)
+    run_jobs(jobs(), out=tmp_path / "inline", data_dir=data_dir, device="cuda", executor="inline",
+             progress=False)
+    run_jobs(jobs(), out=tmp_path / "interleaved", data_dir=data_dir, device="cuda",
+             executor="interleaved", progress=False)
+    assert stored(tmp_path / "interleaved") == stored(tmp_path / "inline")
+
+
+@pytest.mark.cuda
 def test_on_cuda_each_ensemble_queues_on_a_stream_of_its_own():
     import torch
 
