@@ -228,7 +228,8 @@ def ensemble_steps(
 
     The training one step at a time: a generator that sets the ensemble up at its first
     ``next``, pauses after each training step (between two steps, where a save or a stop may
-    have happened) and returns the :class:`EnsembleResult` (``StopIteration.value``).
+    have happened) — and on CUDA while a task end's measurements run on the device, before they
+    are read back — and returns the :class:`EnsembleResult` (``StopIteration.value``).
     :func:`train_ensemble` runs it to the end; a scheduler that trains several ensembles in one
     process steps each in turn (:mod:`plasticlab.experiments.executor`'s ``interleaved``).
     """
@@ -521,19 +522,31 @@ class EnsembleTraining:
             yield
         if on_steps is not None and steps % progress_every:
             on_steps(steps % progress_every)
-        return self._finish_task(flight)
+        measured = self._measure_task_end(flight)
+        yield from _device_done(self.device)
+        return self._finish_task(flight, measured)
 
-    def _finish_task(self, flight: TaskInFlight) -> list[float]:
+    def _measure_task_end(self, flight: TaskInFlight) -> dict[str, torch.Tensor] | None:
+        """The task-end measurements, queued on the device and not read back (None when
+        measurements are off)."""
+        if self.measurer is None:
+            return None
+        t0 = time.perf_counter()
+        measured = {**self.measurer.task_end(flight.task, flight.grad_norm, flight.reference),
+                    **self.method.extra_measurements(self.measurer, flight.task)}
+        self.measure_time += time.perf_counter() - t0
+        return measured
+
+    def _finish_task(self, flight: TaskInFlight, measured: dict[str, torch.Tensor] | None) -> list[float]:
         """The task's end: its online accuracies — or, on a regression problem, its online
-        squared errors — (the one host sync of the task), its measurements, a boundary oracle
-        told; the task is no longer in flight."""
-        problem, measurer, task = self.problem, self.measurer, flight.task
+        squared errors — and its ``measured`` values read back (the one host sync of the
+        task), a boundary oracle told; the task is no longer in flight."""
+        problem, task = self.problem, flight.task
         task_acc = (flight.correct / (problem.steps_per_task * problem.batch_size)).tolist()
         self.accuracies.append(task_acc)
-        if measurer is not None:
+        if measured is not None:
             t0 = time.perf_counter()
-            self.task_measures.append(to_host({**measurer.task_end(task, flight.grad_norm, flight.reference),
-                                               **self.method.extra_measurements(measurer, task)}))
+            self.task_measures.append(to_host(measured))
             self.step_measures.extend(_read_back(flight.pending))
             self.measure_time += time.perf_counter() - t0
         self.method.on_task_end(problem)
@@ -578,6 +591,19 @@ class EnsembleTraining:
                                        if self.measurements else {})},
                    "method": self.method.notes(),
                    "sittings": [dict(s) for s in self.sittings]})
+
+
+def _device_done(device: torch.device) -> Generator[None, None, None]:
+    """Pause until the work queued so far on ``device``'s current stream has run: on CUDA, a
+    pause at a time until an event recorded now has passed (so that a driver interleaving
+    ensemble steps keeps the others training while one ensemble's task-end measurements
+    run, and reads them back without waiting); elsewhere, none (the work has run)."""
+    if device.type != "cuda":
+        return
+    done = torch.cuda.Event()
+    done.record()
+    while not done.query():
+        yield
 
 
 def _mask_outputs(net, problem, task: int) -> None:

@@ -321,7 +321,8 @@ def _run_interleaved(jobs, order, start, finish, data_dir, device, slots, progre
     """Train every job in this process: up to ``slots`` ensembles at once, a step of each in
     turn (longest first). On CUDA each ensemble queues its work on a stream of its own
     (:func:`~plasticlab.device.own_stream`): one ensemble's kernels run while the host queues
-    the next one's, and one ensemble's task-end read-back waits for its own work alone.
+    the next one's, and an ensemble at a task end steps aside while its measurements run
+    (:func:`~plasticlab.engine.ensemble_steps` pauses there), the others training meanwhile.
 
     A signal asks every ensemble in flight to stop: each saves its state between two steps
     (it resumes there, bit-identical) and is recorded as interrupted, the jobs not started stay
