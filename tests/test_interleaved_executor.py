@@ -9,6 +9,7 @@ from contextlib import nullcontext
 import pytest
 
 from plasticlab import engine
+from plasticlab.device import MemoryAdmission
 from plasticlab.engine import ensemble_steps, run_to_end, train_ensemble
 from plasticlab.experiments import ResultStore
 from plasticlab.experiments import executor as executor_module
@@ -74,6 +75,67 @@ def test_interleaved_with_fewer_slots_than_ensembles_trains_them_all(data_dir, t
                     workers=2, progress=False)
     assert [job.error for job in done] == [None] * len(METHODS)
     assert len(stored(tmp_path / "out")) == 2 * len(METHODS)
+
+
+class FakeMemory:
+    """A device whose every ensemble takes 100 bytes at its first step, with ``free`` bytes free."""
+
+    def __init__(self, free: int):
+        self.free_bytes, self.now, self.top = free, 0, 0
+
+    def free(self) -> int:
+        return self.free_bytes
+
+    def allocated(self) -> int:
+        return self.now
+
+    def reset_peak(self) -> None:
+        self.top = self.now
+
+    def peak(self) -> int:
+        return self.top + 100
+
+
+def most_at_once(monkeypatch) -> list[int]:
+    """Count the ensembles training at once (their steps begun, not ended): [now, most]."""
+    count = [0, 0]
+    steps = executor_module.job_steps
+
+    def counted(*args, **kwargs):
+        count[0] += 1
+        count[1] = max(count)
+        try:
+            return (yield from steps(*args, **kwargs))
+        finally:
+            count[0] -= 1
+
+    monkeypatch.setattr(executor_module, "job_steps", counted)
+    return count
+
+
+@pytest.mark.parametrize("free, most", [(None, 3), (250, 3), (150, 1)],
+                         ids=["host memory: all at once", "room for more", "room for one"])
+def test_ensembles_start_while_the_device_has_room_for_another(data_dir, tmp_path, monkeypatch,
+                                                               free, most):
+    # room: free memory at least twice the largest first-step footprint seen (100 bytes here)
+    memory = None if free is None else FakeMemory(free)
+    monkeypatch.setattr(executor_module, "memory_admission", lambda device: MemoryAdmission(memory))
+    count = most_at_once(monkeypatch)
+    done = run_jobs(jobs(), out=tmp_path / "out", data_dir=data_dir, executor="interleaved",
+                    progress=False)
+    assert [job.error for job in done] == [None] * len(METHODS)
+    assert count == [0, most]
+
+
+def test_a_device_admission_admits_the_first_and_then_what_fits_twice_over():
+    admission = MemoryAdmission(FakeMemory(199))
+    assert admission.fits()  # nothing measured yet
+    stepped = []
+    admission.measure(lambda: stepped.append(1))
+    assert stepped == [1] and admission.largest == 100 and not admission.fits()
+    admission.memory.free_bytes = 200
+    assert admission.fits()
+    assert MemoryAdmission.on("cpu").memory is None and MemoryAdmission.on("cpu").fits()
 
 
 def test_a_failing_ensemble_is_recorded_and_the_others_train_on(data_dir, tmp_path):
@@ -166,3 +228,13 @@ def test_on_cuda_each_ensemble_queues_on_a_stream_of_its_own():
     with second():
         b = torch.cuda.current_stream()
     assert a != b and torch.cuda.default_stream() not in (a, b)
+
+
+@pytest.mark.cuda
+def test_on_cuda_the_admission_measures_the_peak_of_an_ensembles_first_step():
+    import torch
+
+    admission = MemoryAdmission.on("cuda")
+    admission.measure(lambda: torch.ones(1 << 20, device="cuda").sum())  # 4 MiB, freed at once
+    assert admission.largest >= 4 << 20
+    assert admission.fits() == (torch.cuda.mem_get_info()[0] >= 2 * admission.largest)

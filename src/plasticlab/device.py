@@ -33,3 +33,61 @@ def own_stream(device: torch.device | str) -> Callable[[], AbstractContextManage
         return nullcontext
     stream = torch.cuda.Stream(device)
     return lambda: torch.cuda.stream(stream)
+
+
+class CudaMemory:
+    """The memory figures of one CUDA device that :class:`MemoryAdmission` reads."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def free(self) -> int:
+        """Bytes free on the device (all processes counted)."""
+        return torch.cuda.mem_get_info(self.device)[0]
+
+    def allocated(self) -> int:
+        """Bytes this process's tensors hold on the device."""
+        return torch.cuda.memory_allocated(self.device)
+
+    def reset_peak(self) -> None:
+        """Start a new peak of :meth:`peak`."""
+        torch.cuda.reset_peak_memory_stats(self.device)
+
+    def peak(self) -> int:
+        """The most :meth:`allocated` has been since :meth:`reset_peak`."""
+        return torch.cuda.max_memory_allocated(self.device)
+
+
+class MemoryAdmission:
+    """Whether one more ensemble fits on a device beside those already training there, for a
+    driver that trains several at once in one process: while the device's free memory is at
+    least ``margin`` times the most any ensemble admitted so far took to set up and take its
+    first step (the peak it allocated then, :meth:`measure`); always before the first is
+    measured. ``memory``: the device's figures (:class:`CudaMemory` on CUDA); None — the CPU,
+    whose memory the operating system shares out — admits every ensemble."""
+
+    def __init__(self, memory: CudaMemory | None, margin: float = 2.0):
+        self.memory, self.margin = memory, float(margin)
+        self.largest = 0  # bytes: the largest footprint measured
+
+    @classmethod
+    def on(cls, device: torch.device | str) -> MemoryAdmission:
+        """The admission for ``device``: by memory on CUDA, every ensemble elsewhere."""
+        device = torch.device(device)
+        return cls(CudaMemory(device) if device.type == "cuda" else None)
+
+    def fits(self) -> bool:
+        """Whether another ensemble may start now."""
+        return (self.memory is None or self.largest == 0
+                or self.memory.free() >= self.margin * self.largest)
+
+    def measure(self, first_step: Callable[[], None]) -> None:
+        """Run ``first_step`` (an ensemble's set-up and first step) and remember the peak memory
+        it allocated beyond what was allocated before."""
+        if self.memory is None:
+            first_step()
+            return
+        before = self.memory.allocated()
+        self.memory.reset_peak()
+        first_step()
+        self.largest = max(self.largest, self.memory.peak() - before)

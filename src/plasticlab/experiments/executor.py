@@ -50,7 +50,7 @@ import torch
 
 from ..data.locate import ENV_VAR as DATA_ENV_VAR
 from ..data.locate import resolve_data_dir
-from ..device import own_stream
+from ..device import MemoryAdmission, own_stream
 from ..engine import EnsembleResult, TrainingStopped, ensemble_steps, run_to_end
 from ..run_config import Members, OfMembers
 from .lifecycle import (
@@ -318,8 +318,9 @@ def _reraise(exc: BaseException):
 
 
 def _run_interleaved(jobs, order, start, finish, data_dir, device, slots, progress) -> None:
-    """Train every job in this process: up to ``slots`` ensembles at once, a step of each in
-    turn (longest first). On CUDA each ensemble queues its work on a stream of its own
+    """Train every job in this process: up to ``slots`` ensembles at once — on CUDA, while the
+    device has room for another (:func:`memory_admission`) — a step of each in turn (longest
+    first). On CUDA each ensemble queues its work on a stream of its own
     (:func:`~plasticlab.device.own_stream`): one ensemble's kernels run while the host queues
     the next one's, and an ensemble at a task end steps aside while its measurements run
     (:func:`~plasticlab.engine.ensemble_steps` pauses there), the others training meanwhile.
@@ -331,34 +332,49 @@ def _run_interleaved(jobs, order, start, finish, data_dir, device, slots, progre
     queue = list(order)
     flight: dict[int, tuple[Generator, Callable]] = {}  # job → its steps, its stream
     bars: dict[int, int] = {}  # job → the line of its progress bar
+    admission = memory_admission(device)
+
+    def advance(i: int) -> None:
+        """Job ``i``'s next step (its set-up, the first time); its end recorded when it ends."""
+        steps, on_stream = flight[i]
+        try:
+            with on_stream():
+                next(steps)
+        except StopIteration as end:
+            del flight[i], bars[i]
+            finish(i, lambda result=end.value: result)
+        except Exception as exc:
+            del flight[i], bars[i]
+            finish(i, lambda exc=exc: _reraise(exc))
+
     with signals_ask_to_stop() as asked:
         try:
             while queue or flight:
-                while queue and len(flight) < slots and not asked:
+                # one more while the device has room for it (the first always)
+                while queue and len(flight) < slots and not asked and (not flight or admission.fits()):
                     i = queue.pop(0)
                     bar = min(set(range(slots)) - set(bars.values()))  # a free line for its bar
                     bars[i] = bar
                     flight[i] = (job_steps(jobs[i], data_dir, device, bar, progress,
                                            stop=lambda: bool(asked)), own_stream(device))
                     start(i)
+                    admission.measure(lambda i=i: advance(i))  # its set-up and first step
                 if not flight:
                     break  # asked to stop before the rest started
-                for i, (steps, on_stream) in list(flight.items()):
-                    try:
-                        with on_stream():
-                            next(steps)
-                    except StopIteration as end:
-                        del flight[i], bars[i]
-                        finish(i, lambda result=end.value: result)
-                    except Exception as exc:
-                        del flight[i], bars[i]
-                        finish(i, lambda exc=exc: _reraise(exc))
+                for i in list(flight):
+                    advance(i)
         finally:
             for steps, on_stream in flight.values():  # a second signal, a full disk
                 with on_stream():
                     steps.close()
     if asked:
         raise asked[0]
+
+
+def memory_admission(device) -> MemoryAdmission:
+    """How the interleaved executor decides that one more ensemble fits on ``device``
+    (:class:`~plasticlab.device.MemoryAdmission`; a name tests can replace)."""
+    return MemoryAdmission.on(device)
 
 
 def _run_local(jobs, order, start, finish, data_dir, device, workers, progress, grace_s) -> None:
