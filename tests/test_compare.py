@@ -12,7 +12,7 @@ import pytest
 
 from conftest import change_recorded_accuracy
 from plasticlab.cli import main
-from plasticlab.experiments.compare import compare_runs, run_key, total_online_accuracy
+from plasticlab.experiments.compare import compare_runs, mean_online_measure, run_key
 from plasticlab.experiments.export import EXPORT_NAME, export_results
 
 SWEEP = """
@@ -98,10 +98,10 @@ def test_statistically_a_method_shifted_on_every_seed_differs_and_one_off_seed_d
     assert "1 method(s) differ: their interval excludes 0" in out
 
 
-def test_a_runs_total_is_its_mean_online_accuracy_over_the_tasks_compared():
-    assert total_online_accuracy([0.5, 0.7, 0.9], 2) == pytest.approx(0.6)
-    assert math.isnan(total_online_accuracy([0.5, None], 2))  # a diverged task
-    assert math.isnan(total_online_accuracy([], 0))
+def test_a_runs_total_is_its_mean_online_measure_over_the_tasks_compared():
+    assert mean_online_measure([0.5, 0.7, 0.9], 2) == pytest.approx(0.6)
+    assert math.isnan(mean_online_measure([0.5, None], 2))  # a diverged task
+    assert math.isnan(mean_online_measure([], 0))
 
 
 def test_directories_without_a_run_in_common_are_an_error(short_and_long, tmp_path, capsys):

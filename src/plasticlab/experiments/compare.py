@@ -28,23 +28,24 @@ from .verify import online_metric, recorded_runs, same_accuracy
 
 @dataclass
 class Pair:
-    """One run held by both directories, and the first task where its accuracies part."""
+    """One run held by both directories, and the first task where its online measures part
+    (accuracies, or a regression's squared errors: ``metric``)."""
 
     label: str  # method, optimizer
     seed: int
     run_a: str
     run_b: str
     tasks: int  # how many tasks were compared: those both ran
-    total_a: float  # the mean online accuracy over those tasks in A (NaN if one diverged)
+    total_a: float  # the mean online measure over those tasks in A (NaN if one diverged)
     total_b: float
-    task: int | None = None  # the first task whose online accuracy differs; None: none does
+    task: int | None = None  # the first task whose online measure differs; None: none does
     a: float | None = None
     b: float | None = None
     metric: str = "online_accuracy"  # what was compared: a regression's, online_squared_error
 
     @property
     def same(self) -> bool:
-        """The same online accuracy on every task compared."""
+        """The same online measure on every task compared."""
         return self.task is None
 
 
@@ -60,11 +61,12 @@ def compare_runs(a: Sequence[float], b: Sequence[float]) -> tuple[int, int | Non
     return tasks, next((t for t in range(tasks) if not same_accuracy(a[t], b[t])), None)
 
 
-def total_online_accuracy(accuracies: Sequence[float | None], tasks: int) -> float:
-    """The mean of a run's online accuracy aₜ over its first ``tasks`` tasks (NaN when one of
-    them diverged: NaN in a store, None in an export)."""
-    values = [math.nan if a is None else a for a in accuracies[:tasks]]
-    return math.fsum(values) / tasks if tasks else math.nan
+def mean_online_measure(values: Sequence[float | None], tasks: int) -> float:
+    """The mean of a run's online measure — accuracy aₜ, or a regression's squared error —
+    over its first ``tasks`` tasks (NaN when one of them diverged: NaN in a store, None in an
+    export)."""
+    kept = [math.nan if v is None else v for v in values[:tasks]]
+    return math.fsum(kept) / tasks if tasks else math.nan
 
 
 def shared_runs(dir_a: str | Path, dir_b: str | Path) -> tuple[list[Pair], int, int]:
@@ -85,7 +87,7 @@ def shared_runs(dir_a: str | Path, dir_b: str | Path) -> tuple[list[Pair], int, 
             if metric != "online_accuracy":  # never averaged with accuracies
                 label += f", {metric.replace('_', ' ')}"
             pair = Pair(label, run["seed"], run["run_id"], other["run_id"], tasks,
-                        total_online_accuracy(a, tasks), total_online_accuracy(b, tasks),
+                        mean_online_measure(a, tasks), mean_online_measure(b, tasks),
                         metric=metric)
             if task is not None:
                 pair.task, pair.a, pair.b = task, a[task], b[task]
