@@ -42,8 +42,10 @@ class CudaMemory:
         self.device = device
 
     def free(self) -> int:
-        """Bytes free on the device (all processes counted)."""
-        return torch.cuda.mem_get_info(self.device)[0]
+        """Bytes this process can still allocate: what the device has free (all processes
+        counted) and what torch's caching allocator holds without using it."""
+        unused = torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
+        return torch.cuda.mem_get_info(self.device)[0] + unused
 
     def allocated(self) -> int:
         """Bytes this process's tensors hold on the device."""

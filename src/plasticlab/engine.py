@@ -219,7 +219,8 @@ def ensemble_steps(
 
     ``compile``: take each step through ``torch.compile`` where
     :mod:`plasticlab.step.compiled` computes it (the MLP with the Baseline, L2, L2 Init,
-    L1 Init or Huber Init and Adam or SGD; the same numbers up to rounding); elsewhere, and
+    L1 Init, Huber Init or Shrink & Perturb with Philox draws, and Adam or SGD; the same numbers
+    up to rounding); elsewhere, and
     where a measurement needs the task gradient, the eager step. The result's
     ``extra["step"]`` says which ran (:mod:`plasticlab.step`: the step, written once), and
     ``extra["step_note"]`` what kept an asked-for compiled step eager.
@@ -257,7 +258,6 @@ def ensemble_steps(
         return training.result()
     finally:
         training.close()
-
 
 
 def train_ensemble(members: Members, **options) -> EnsembleResult:
