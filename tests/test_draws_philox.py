@@ -1,9 +1,10 @@
 """Draws with Philox on the device (``draws = "philox"``, issue 44): Shrink & Perturb's noise ε
 and L2 Init + Resample's target φₜ (:mod:`plasticlab.methods.init_draws`) are the literal init
-draw of each layer's Philox stream at their step, UPGD's noise ξ the normal draw of each tensor's
-stream at its update; member k is seed k alone to the bit, nothing goes to the host per step,
-and the default keeps the recorded runs' ids. (The methods' stop and resume between two steps to
-the bit: tests/test_checkpoint.py, which runs every method's every form; UPGD's: here.)"""
+draw of each layer's Philox stream at their step, as are ReDo's recycled units' fresh weights,
+and UPGD's noise ξ the normal draw of each tensor's stream at its update; member k is seed k
+alone to the bit, nothing goes to the host per step, and the default keeps the recorded runs'
+ids. (The methods' stop and resume between two steps to the bit: tests/test_checkpoint.py,
+which runs every method's every form; UPGD's: here.)"""
 
 from __future__ import annotations
 
@@ -25,8 +26,10 @@ TINY = {"problem": "permuted_mnist", "tasks": 2, "steps_per_task": 6, "lr": 1e-2
 RESAMPLE = {**TINY, "method": "l2_init_resample", "params": {"draws": "philox", "strength": 1.0}}
 UPGD = {**TINY, "method": "baseline", "params": {}, "optimizer": "upgd",
         "optimizer_params": {"draws": "philox", "sigma": 0.5}}
-METHODS = pytest.mark.parametrize("tiny", [TINY, RESAMPLE, UPGD],
-                                  ids=["shrink_perturb", "l2_init_resample", "upgd"])
+# every third step, the units scoring at most half the layer's mean are recycled
+REDO = {**TINY, "method": "redo", "params": {"draws": "philox", "period": 3, "threshold": 0.5}}
+METHODS = pytest.mark.parametrize("tiny", [TINY, RESAMPLE, UPGD, REDO],
+                                  ids=["shrink_perturb", "l2_init_resample", "upgd", "redo"])
 
 
 @pytest.mark.parametrize("scheme", ["torch_default", "kaiming_uniform", "kaiming_normal", "xavier_normal"])
@@ -155,3 +158,26 @@ def test_upgds_default_draws_leave_a_runs_configuration_and_id_as_they_were():
     assert ResultStore.run_id(config.to_dict(), 3) == ResultStore.run_id(as_before, 3)
     philox_config = resolve_config({**config.to_dict(), "optimizer_params": {"draws": "philox"}})
     assert ResultStore.run_id(philox_config.to_dict(), 3) != ResultStore.run_id(config.to_dict(), 3)
+
+
+def test_a_redo_recycled_units_fresh_weights_are_its_layers_philox_init_draw_at_that_step(data_dir):
+    from plasticlab.engine import EnsembleTraining
+    from plasticlab.nets.init import draw_layers_philox
+
+    training = EnsembleTraining(Members.from_config(resolve_config(REDO), [3, 4]), data_dir=data_dir)
+    redo, net = training.method, training.net
+    before = net.blocks[0].affine.weight.detach().clone()
+    units = net.blocks[0].affine.weight.shape[1]
+    dormant = torch.ones(2, units)
+    dormant[:, 1] = 0.0  # unit 1 of layer 0 is dormant in both members; nothing else is
+    rest = [torch.ones(2, b.affine.weight.shape[1]) for b in list(net.blocks)[1:-1]]
+    assert redo.recycle([dormant, *rest], step=12).sum(dim=1).tolist() == [1, 1]
+    keys = torch.stack([philox.member_keys([3, 4], f"method/redo/0/{part}") for part in ("weight", "bias")],
+                       dim=1)
+    layer = net.blocks[0].affine
+    shape = [(tuple(layer.weight.shape[1:]), layer.fan_in, layer.fan_out)]
+    weight, bias = draw_layers_philox(net.init, shape, keys, 12, "cpu")
+    assert torch.equal(layer.weight[:, 1], weight[:, 1]) and torch.equal(layer.bias[:, 1], bias[:, 1])
+    assert torch.equal(layer.weight[:, 0], before[:, 0])  # the others as they were
+    with pytest.raises(ValueError, match="counts its draws by the step"):
+        redo.recycle([dormant, *rest])

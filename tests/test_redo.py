@@ -281,8 +281,8 @@ TOTAL = {"recycled": None}
 class CountingReDo(ReDo):
     """ReDo that also sums its recycle counts (on the device) so a test can see it acted."""
 
-    def recycle(self, activity):
-        counts = super().recycle(activity)
+    def recycle(self, activity, step=None):
+        counts = super().recycle(activity, step)
         TOTAL["recycled"] = counts.sum() if TOTAL["recycled"] is None else TOTAL["recycled"] + counts.sum()
         return counts
 

@@ -48,7 +48,9 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from .. import philox
 from ..nets import EnsembleNet
+from ..nets import init as init_schemes
 from ..nets.init import check_scheme
 from ..nets.units import (
     HiddenLayer,
@@ -77,8 +79,10 @@ class UnitRecycler:
 
     ``reinit``: ``"fresh"`` draws new incoming weights and bias from init ``scheme`` with
     ``generators[l]`` (one generator per member for layer l, so member k's draws depend on its
-    own generator only); ``"initial"`` restores θ₀, the values the layers hold when this object
-    is built. ``optimizer``: see :func:`plasticlab.optim.unit_reset.unit_reset_state`;
+    own generator only) — or, given ``philox_keys[l]`` (``[K, 2, 2]``: layer l's weight and bias
+    streams), with Philox counted by :attr:`counter`, which the caller sets to the step;
+    ``"initial"`` restores θ₀, the values the layers hold when this object is built.
+    ``optimizer``: see :func:`plasticlab.optim.unit_reset.unit_reset_state`;
     ``reset_optimizer=False`` leaves its state (moments) as it is, as the L2 Init authors' code
     does. ``layer_order``: see :meth:`recycle`.
     """
@@ -86,7 +90,8 @@ class UnitRecycler:
     def __init__(self, layers: Sequence[HiddenLayer], optimizer, reinit: str = "fresh",
                  scheme: str = "torch_default",
                  generators: Sequence[Sequence[torch.Generator]] | None = None,
-                 reset_optimizer: bool = True, layer_order: str = "incoming_first"):
+                 reset_optimizer: bool = True, layer_order: str = "incoming_first",
+                 philox_keys: Sequence[torch.Tensor] | None = None):
         if reinit not in REINIT_CHOICES:
             raise ValueError(f"ReDo: reinit must be one of {', '.join(REINIT_CHOICES)}, got {reinit!r}")
         if layer_order not in LAYER_ORDERS:
@@ -98,7 +103,14 @@ class UnitRecycler:
         self.layer_order = layer_order
         self.scheme = check_scheme(scheme)
         self.state = unit_reset_state(optimizer, self.layers, "ReDo")
-        if reinit == "fresh":
+        # with Philox: each layer's keys [K, 2, 2] (its weight's and bias's streams), the draws
+        # counted by :attr:`counter`, the step the recycle follows (set by the caller)
+        self.philox_keys = None if philox_keys is None else list(philox_keys)
+        if reinit == "fresh" and self.philox_keys is not None:
+            if len(self.philox_keys) != len(self.layers):
+                raise ValueError("ReDo: Philox draws need one key tensor per layer")
+            self.counter = torch.zeros((), dtype=torch.int64, device=self.philox_keys[0].device)
+        elif reinit == "fresh":
             if generators is None or len(generators) != len(self.layers):
                 raise ValueError("ReDo: reinit='fresh' needs one list of per-member generators per layer")
             self.generators = [list(g) for g in generators]
@@ -119,6 +131,12 @@ class UnitRecycler:
         """
         if self.reinit == "initial":
             return self.initial[index]
+        if self.philox_keys is not None:  # counter-based: every member draws, none falls behind
+            layer = self.layers[index]
+            weight, bias = init_schemes.draw_layers_philox(
+                self.scheme, [(tuple(layer.in_weight.shape[1:]), layer.fan_in, layer.fan_out)],
+                self.philox_keys[index], self.counter, layer.in_weight.device)
+            return weight, bias
         layer, generators = self.layers[index], self.generators[index]
         if members is None or all(members):
             return layer.sample_init(self.scheme, generators)
@@ -212,7 +230,8 @@ class ReDo(Method):
 
     name = "redo"
     description = "ReDo: recycle dormant units every period steps"
-    hyperparameters = (PERIOD, THRESHOLD, REINIT, SCHEDULE, RESET_OPTIMIZER, LAYER_ORDER)
+    hyperparameters = (PERIOD, THRESHOLD, REINIT, SCHEDULE, RESET_OPTIMIZER, LAYER_ORDER,
+                       philox.draws_param("a recycled unit's fresh weights (reinit=fresh)"))
 
     @classmethod
     def needs(cls, params):
@@ -236,9 +255,16 @@ class ReDo(Method):
                              f"got {self.schedule!r}")
         layers = hidden_layers(net, "ReDo")
         generators = [context.generators(self.name, i) for i in range(len(layers))]
+        # draws=philox: layer l's fresh weights and biases from the streams
+        # method/redo/l/weight|bias of each member's seed, counted by the step
+        keys = None if hp.get("draws", "generator") == "generator" else [
+            torch.stack([philox.member_keys(context.seeds, f"method/{self.name}/{i}/{part}",
+                                            context.device) for part in ("weight", "bias")], dim=1)
+            for i in range(len(layers))]
         self.recycler = UnitRecycler(layers, optimizer, hp["reinit"], net.init, generators,
                                      reset_optimizer=hp.get("reset_optimizer", True),
-                                     layer_order=hp.get("layer_order", "incoming_first"))
+                                     layer_order=hp.get("layer_order", "incoming_first"),
+                                     philox_keys=keys)
         K, device = net.members, context.device
         self.last_recycled_per_layer = torch.zeros(K, len(layers), dtype=torch.long, device=device)
         self.last_recycled = torch.zeros(K, dtype=torch.long, device=device)
@@ -261,7 +287,7 @@ class ReDo(Method):
             return
         with torch.no_grad():
             _, feats = self.net(x, return_features=True)
-        self.recycle([unit_activity(f) for f in feats])
+        self.recycle([unit_activity(f) for f in feats], step)
 
     def before_step(self, step: int) -> None:
         """``schedule="reference"``: at the start of a step whose count of updates so far is a
@@ -270,10 +296,17 @@ class ReDo(Method):
         if self.kept_activity is None or step % self.period or step == 0:
             return
         kept, self.kept_activity = self.kept_activity, None
-        self.recycle(kept)
+        self.recycle(kept, step)
 
-    def recycle(self, activity: Sequence[torch.Tensor]) -> torch.Tensor:
-        """Recycle from per-layer :func:`unit_activity` ``[K, U]``; return ``[K, L]`` counts."""
+    def recycle(self, activity: Sequence[torch.Tensor], step: int | None = None) -> torch.Tensor:
+        """Recycle from per-layer :func:`unit_activity` ``[K, U]`` at ``step`` (the updates so
+        far: what Philox draws are counted by; needed with ``draws="philox"``); return ``[K, L]``
+        counts."""
+        if self.recycler.philox_keys is not None:
+            if step is None:
+                raise ValueError("ReDo with draws='philox' counts its draws by the step: "
+                                 "recycle(activity, step)")
+            self.recycler.counter.fill_(step)
         counts = self.recycler.recycle(activity, self.threshold)
         self.last_recycled_per_layer = counts
         self.last_recycled = counts.sum(dim=1)
