@@ -539,8 +539,9 @@ def test_the_method_is_named_and_parameterised_as_in_the_spec():
     hp = {p.name: p for p in ContinualBackprop.hyperparameters}
     assert {n: p.default for n, p in hp.items()} == {
         "replacement_rate": 1e-4, "maturity": 100, "decay": 0.99, "utility": "adaptable_contribution",
-        "adam_variant": "standard", "replacement_init": "network"}
+        "adam_variant": "standard", "replacement_init": "network", "draws": "generator"}
     assert [n for n, p in hp.items() if p.per_member] == ["replacement_rate", "maturity", "decay"]
     assert hp["utility"].choices == ("adaptable_contribution", "contribution")
     assert hp["adam_variant"].choices == ("standard", "reference")
     assert hp["replacement_init"].choices == ("network", "kaiming")
+    assert hp["draws"].choices == ("generator", "philox") and hp["draws"].implicit_default

@@ -1,6 +1,6 @@
 """Draws with Philox on the device (``draws = "philox"``, issue 44): Shrink & Perturb's noise ε
 and L2 Init + Resample's target φₜ (:mod:`plasticlab.methods.init_draws`) are the literal init
-draw of each layer's Philox stream at their step, as are ReDo's recycled units' fresh weights,
+draw of each layer's Philox stream at their step, as are ReDo's and CBP's new units' weights,
 and UPGD's noise ξ the normal draw of each tensor's stream at its update; member k is seed k
 alone to the bit, nothing goes to the host per step, and the default keeps the recorded runs'
 ids. (The methods' stop and resume between two steps to the bit: tests/test_checkpoint.py,
@@ -28,8 +28,10 @@ UPGD = {**TINY, "method": "baseline", "params": {}, "optimizer": "upgd",
         "optimizer_params": {"draws": "philox", "sigma": 0.5}}
 # every third step, the units scoring at most half the layer's mean are recycled
 REDO = {**TINY, "method": "redo", "params": {"draws": "philox", "period": 3, "threshold": 0.5}}
-METHODS = pytest.mark.parametrize("tiny", [TINY, RESAMPLE, UPGD, REDO],
-                                  ids=["shrink_perturb", "l2_init_resample", "upgd", "redo"])
+# a fifth of the mature units replaced every step
+CBP = {**TINY, "method": "cbp", "params": {"draws": "philox", "replacement_rate": 0.2, "maturity": 1}}
+METHODS = pytest.mark.parametrize("tiny", [TINY, RESAMPLE, UPGD, REDO, CBP],
+                                  ids=["shrink_perturb", "l2_init_resample", "upgd", "redo", "cbp"])
 
 
 @pytest.mark.parametrize("scheme", ["torch_default", "kaiming_uniform", "kaiming_normal", "xavier_normal"])
@@ -98,7 +100,8 @@ def test_resamples_target_at_step_t_is_the_philox_init_draw_at_t(data_dir):
 
 @pytest.mark.parametrize("method, params", [("shrink_perturb", {"shrink": 0.9999, "noise": 0.01}),
                                             ("l2_init_resample", {"strength": 0.01}),
-                                            ("redo", {"period": 6250, "threshold": 0.1})])
+                                            ("redo", {"period": 6250, "threshold": 0.1}),
+                                            ("cbp", {"replacement_rate": 1e-5})])
 def test_the_default_draws_leave_a_runs_configuration_and_id_as_they_were(method, params):
     """``draws`` came after these methods' runs were recorded: at its default it is no part of a
     run's configuration (``Param.implicit_default``), so their ids, results and checkpoints still
@@ -182,3 +185,17 @@ def test_a_redo_recycled_units_fresh_weights_are_its_layers_philox_init_draw_at_
     assert torch.equal(layer.weight[:, 0], before[:, 0])  # the others as they were
     with pytest.raises(ValueError, match="counts its draws by the step"):
         redo.recycle([dormant, *rest])
+
+
+def test_a_cbp_new_units_weights_are_its_row_of_the_layers_philox_init_draw_at_that_step(data_dir):
+    from plasticlab.engine import EnsembleTraining
+
+    training = EnsembleTraining(Members.from_config(resolve_config(CBP), [3, 4]), data_dir=data_dir)
+    training.run_task(0)  # 6 steps: units replaced after each, the last time after step 6
+    core, net = training.method.core, training.net
+    assert all(n > 0 for n in core.last_replaced[0])
+    fresh = net.sample_init_philox(net.philox_init_keys([3, 4], "method/cbp"), 6)[0]  # layer 0's W
+    new = core.stats[0].age == 0  # [K, U]: the units replaced after step 6
+    weight = net.blocks[0].affine.weight
+    assert torch.equal(weight[new], fresh[new])
+    assert torch.equal(net.blocks[0].affine.bias[new], torch.zeros(int(new.sum())))

@@ -367,9 +367,9 @@ class LoggingReDo(ReDo):
         self._now = step
         super().before_step(step)
 
-    def recycle(self, activity):
+    def recycle(self, activity, step=None):
         self.recycled_at.append(self._now)
-        return super().recycle(activity)
+        return super().recycle(activity, step)
 
 
 def test_reference_schedule_recycles_as_the_authors_loop_at_the_start_of_the_right_steps():

@@ -69,6 +69,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .. import philox
 from ..device import to_device
 from ..nets import EnsembleNet
 from ..nets import init as init_schemes
@@ -175,12 +176,16 @@ class GenerateAndTest:
     object with ``params`` and ``reset(index, mask, restart_count)`` (``plasticlab.optim``);
     ``replacement_rate`` r, ``maturity`` m, ``decay`` d: one value per member; ``utility``:
     ``adaptable_contribution`` | ``contribution``; ``init``: the init scheme fresh incoming
-    weights are drawn from; ``generators[ℓ][k]``: member k's generator for layer ℓ's draws.
+    weights are drawn from; ``generators[ℓ][k]``: member k's generator for layer ℓ's draws —
+    or ``philox_keys[ℓ]`` (``[K, 2, 2]``: layer ℓ's weight and bias streams): a replaced unit's
+    fresh incoming weights are then its own row of the layer's Philox init draw, counted by
+    :attr:`counter` (the caller sets it to the step).
     """
 
     def __init__(self, layers: Sequence[HiddenLayer], optimizer, *, replacement_rate: Sequence[float],
                  maturity: Sequence[int], decay: Sequence[float], utility: str, init: str,
-                 generators: Sequence[Sequence[torch.Generator]]):
+                 generators: Sequence[Sequence[torch.Generator]] | None = None,
+                 philox_keys: Sequence[torch.Tensor] | None = None):
         rate = [float(r) for r in replacement_rate]
         mature = [int(m) for m in maturity]
         decays = [float(d) for d in decay]
@@ -197,11 +202,16 @@ class GenerateAndTest:
             raise ValueError(f"decay must be in [0, 1), got {decays}")
         if utility not in UTILITIES:
             raise ValueError(f"unknown utility {utility!r}; valid: {', '.join(UTILITIES)}")
-        if len(generators) != len(layers) or any(len(g) != K for g in generators):
+        self.philox_keys = None if philox_keys is None else list(philox_keys)
+        if self.philox_keys is not None:
+            if len(self.philox_keys) != len(layers):
+                raise ValueError(f"need Philox keys for each hidden layer ({len(layers)})")
+            self.counter = torch.zeros((), dtype=torch.int64, device=self.philox_keys[0].device)
+        elif generators is None or len(generators) != len(layers) or any(len(g) != K for g in generators):
             raise ValueError(f"need one generator per member ({K}) for each hidden layer ({len(layers)})")
         self.layers, self.optimizer = list(layers), optimizer
         self.utility, self.init = utility, init_schemes.check_scheme(init)
-        self.generators = [list(g) for g in generators]
+        self.generators = None if generators is None else [list(g) for g in generators]
         w = self.layers[0].in_weight
         self.decay = torch.tensor(decays, dtype=w.dtype, device=w.device).view(K, 1)
         self.maturity = torch.tensor(mature, dtype=torch.int64, device=w.device).view(K, 1)
@@ -274,22 +284,15 @@ class GenerateAndTest:
         chosen = torch.arange(N, device=device) < counts.view(K, 1)
         mask = torch.zeros(K, U, dtype=torch.bool, device=device).scatter_(1, order, chosen)
 
-        # Fresh incoming weights: row j of member k's draw goes to its j-th lowest-û unit. Only
-        # the members that replace draw, each from its own generator, so member k's stream of
-        # draws depends on its own replacements alone (the one loop over members).
-        # The generators live on the host (the same numbers on any device); the rows travel in
-        # one non-blocking copy.
-        row_shape = tuple(layer.in_weight.shape[2:])
-        rows = torch.zeros((K, N, *row_shape), dtype=layer.in_weight.dtype)
-        for k in np.flatnonzero(n):
-            w, _ = init_schemes.draw(self.init, (int(n[k]), *row_shape), layer.fan_in, layer.fan_out,
-                                     self.generators[i][k])
-            rows[k, : int(n[k])] = w
-        rows = to_device(rows, device)
-        expand = (K, N, *row_shape)
-        index = order.view(K, N, *([1] * len(row_shape))).expand(expand)
-        pick = chosen.view(K, N, *([1] * len(row_shape))).expand(expand)
-        layer.in_weight.scatter_(1, index, torch.where(pick, rows, layer.in_weight.gather(1, index)))
+        if self.philox_keys is not None:
+            # Philox: a replaced unit's fresh weights are its own row of the layer's init draw
+            # at this step (counter-based: every member draws at once, none falls behind)
+            fresh, _ = init_schemes.draw_layers_philox(
+                self.init, [(tuple(layer.in_weight.shape[1:]), layer.fan_in, layer.fan_out)],
+                self.philox_keys[i], self.counter, device)
+            layer.in_weight.copy_(torch.where(layer.incoming_mask(mask), fresh, layer.in_weight))
+        else:
+            self._draw_rows(i, n, order, chosen)
         layer.in_bias.masked_fill_(mask, 0.0)
 
         if not layer.is_conv and not layer.outgoing_is_conv:
@@ -307,6 +310,27 @@ class GenerateAndTest:
         layer.reset_optimizer(self.optimizer, "in_weight", layer.incoming_mask(mask), restart_count=True)
         layer.reset_optimizer(self.optimizer, "in_bias", mask, restart_count=True)
         layer.reset_optimizer(self.optimizer, "out_weight", out_mask, restart_count=True)
+
+    def _draw_rows(self, i: int, n: np.ndarray, order: torch.Tensor, chosen: torch.Tensor) -> None:
+        """The generators' fresh incoming weights for layer i: row j of member k's draw goes to
+        its j-th lowest-û unit (``order``, ``chosen``: :meth:`_generate`'s padded choice)."""
+        # Only the members that replace draw, each from its own generator, so member k's stream
+        # of draws depends on its own replacements alone (the one loop over members). The
+        # generators live on the host (the same numbers on any device); the rows travel in one
+        # non-blocking copy.
+        layer = self.layers[i]
+        K, N = order.shape
+        row_shape = tuple(layer.in_weight.shape[2:])
+        rows = torch.zeros((K, N, *row_shape), dtype=layer.in_weight.dtype)
+        for k in np.flatnonzero(n):
+            w, _ = init_schemes.draw(self.init, (int(n[k]), *row_shape), layer.fan_in, layer.fan_out,
+                                     self.generators[i][k])
+            rows[k, : int(n[k])] = w
+        rows = to_device(rows, order.device)
+        expand = (K, N, *row_shape)
+        index = order.view(K, N, *([1] * len(row_shape))).expand(expand)
+        pick = chosen.view(K, N, *([1] * len(row_shape))).expand(expand)
+        layer.in_weight.scatter_(1, index, torch.where(pick, rows, layer.in_weight.gather(1, index)))
 
 
 def _per_member_values(value, K: int, kind: type) -> list:
@@ -347,7 +371,9 @@ class ContinualBackprop(Method):
     - ``replacement_init``: ``network`` (fresh incoming weights from the network's own init
       scheme) or ``kaiming`` (U(±√(6/fan_in)), fan_in = in_channels·kh·kw for a conv unit).
 
-    Member k's layer ℓ draws from ``context.generators("cbp", ℓ)[k]``; new units' biases are 0.
+    Member k's layer ℓ draws from ``context.generators("cbp", ℓ)[k]`` — or, with
+    ``draws="philox"``, a new unit's incoming weights are its row of the layer's Philox init
+    draw at the step (streams ``method/cbp/ℓ/weight|bias``); new units' biases are 0.
     """
 
     name = "cbp"
@@ -367,6 +393,7 @@ class ContinualBackprop(Method):
         Param("replacement_init", "network", str,
               "new units' incoming weights: network: the network's init distribution; kaiming: "
               "U(±√(6/fan_in)) as the public code", choices=REPLACEMENT_INITS),
+        philox.draws_param("a new unit's incoming weights"),
     )
     def __init__(self, net: EnsembleNet, optimizer, hp: dict, context: MethodContext):
         super().__init__(net, optimizer, hp, context)
@@ -389,7 +416,15 @@ class ContinualBackprop(Method):
             decay=_per_member_values(hp["decay"], K, float),
             utility=hp.get("utility", "adaptable_contribution"),
             init="kaiming_uniform" if self.replacement_init == "kaiming" else net.init,
-            generators=[context.generators(self.name, i) for i in range(len(layers))])
+            **self._draws(hp.get("draws", "generator"), net, context, len(layers)))
+
+    def _draws(self, draws: str, net: EnsembleNet, context: MethodContext, layers: int) -> dict:
+        """Where new units' weights come from: each member's generator per layer, or (Philox)
+        each layer's streams method/cbp/ℓ/weight|bias of each member's seed."""
+        if draws == "generator":
+            return {"generators": [context.generators(self.name, i) for i in range(layers)]}
+        keys = net.philox_init_keys(context.seeds, f"method/{self.name}")
+        return {"philox_keys": [keys[:, 2 * i:2 * i + 2] for i in range(layers)]}
 
     @classmethod
     def needs(cls, params):
@@ -398,7 +433,9 @@ class ContinualBackprop(Method):
                      member_lr=params.get("adam_variant", "standard") != "reference")
 
     def after_step(self, features: list[torch.Tensor], x: torch.Tensor, step: int) -> None:
-        """Generate-and-test on this step's hidden features."""
+        """Generate-and-test on this step's hidden features (Philox draws counted by ``step``)."""
+        if self.core.philox_keys is not None:
+            self.core.counter.fill_(step)
         self.core.step(features)
 
     def notes(self) -> dict:

@@ -257,10 +257,10 @@ class ReDo(Method):
         generators = [context.generators(self.name, i) for i in range(len(layers))]
         # draws=philox: layer l's fresh weights and biases from the streams
         # method/redo/l/weight|bias of each member's seed, counted by the step
-        keys = None if hp.get("draws", "generator") == "generator" else [
-            torch.stack([philox.member_keys(context.seeds, f"method/{self.name}/{i}/{part}",
-                                            context.device) for part in ("weight", "bias")], dim=1)
-            for i in range(len(layers))]
+        keys = None
+        if hp.get("draws", "generator") == "philox":
+            every = net.philox_init_keys(context.seeds, f"method/{self.name}")
+            keys = [every[:, 2 * i:2 * i + 2] for i in range(len(layers))]
         self.recycler = UnitRecycler(layers, optimizer, hp["reinit"], net.init, generators,
                                      reset_optimizer=hp.get("reset_optimizer", True),
                                      layer_order=hp.get("layer_order", "incoming_first"),
