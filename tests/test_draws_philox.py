@@ -1,6 +1,6 @@
 """Draws with Philox on the device (``draws = "philox"``, issue 44): Shrink & Perturb's noise ε
 and L2 Init + Resample's target φₜ (:mod:`plasticlab.methods.init_draws`) are the literal init
-draw of each layer's Philox stream at their step, as are ReDo's and CBP's new units' weights,
+draw of each layer's Philox stream at their step, as are ReDo's, CBP's and SNR's new units',
 and UPGD's noise ξ the normal draw of each tensor's stream at its update; member k is seed k
 alone to the bit, nothing goes to the host per step, and the default keeps the recorded runs'
 ids. (The methods' stop and resume between two steps to the bit: tests/test_checkpoint.py,
@@ -30,8 +30,11 @@ UPGD = {**TINY, "method": "baseline", "params": {}, "optimizer": "upgd",
 REDO = {**TINY, "method": "redo", "params": {"draws": "philox", "period": 3, "threshold": 0.5}}
 # a fifth of the mature units replaced every step
 CBP = {**TINY, "method": "cbp", "params": {"draws": "philox", "replacement_rate": 0.2, "maturity": 1}}
-METHODS = pytest.mark.parametrize("tiny", [TINY, RESAMPLE, UPGD, REDO, CBP],
-                                  ids=["shrink_perturb", "l2_init_resample", "upgd", "redo", "cbp"])
+# a unit silent for 16 examples (one batch) is reset
+SNR = {**TINY, "method": "snr", "params": {"draws": "philox", "initial_threshold": 16,
+                                           "max_threshold": 16}}
+METHODS = pytest.mark.parametrize("tiny", [TINY, RESAMPLE, UPGD, REDO, CBP, SNR],
+                                  ids=["shrink_perturb", "l2_init_resample", "upgd", "redo", "cbp", "snr"])
 
 
 @pytest.mark.parametrize("scheme", ["torch_default", "kaiming_uniform", "kaiming_normal", "xavier_normal"])
@@ -101,7 +104,8 @@ def test_resamples_target_at_step_t_is_the_philox_init_draw_at_t(data_dir):
 @pytest.mark.parametrize("method, params", [("shrink_perturb", {"shrink": 0.9999, "noise": 0.01}),
                                             ("l2_init_resample", {"strength": 0.01}),
                                             ("redo", {"period": 6250, "threshold": 0.1}),
-                                            ("cbp", {"replacement_rate": 1e-5})])
+                                            ("cbp", {"replacement_rate": 1e-5}),
+                                            ("snr", {"percentile": 0.9})])
 def test_the_default_draws_leave_a_runs_configuration_and_id_as_they_were(method, params):
     """``draws`` came after these methods' runs were recorded: at its default it is no part of a
     run's configuration (``Param.implicit_default``), so their ids, results and checkpoints still
@@ -199,3 +203,15 @@ def test_a_cbp_new_units_weights_are_its_row_of_the_layers_philox_init_draw_at_t
     weight = net.blocks[0].affine.weight
     assert torch.equal(weight[new], fresh[new])
     assert torch.equal(net.blocks[0].affine.bias[new], torch.zeros(int(new.sum())))
+
+
+def test_snrs_fresh_weights_at_step_t_are_each_layers_philox_init_draw_at_t(data_dir):
+    # what a reset unit takes its row of (reset_silent_units: tests/test_field_methods.py)
+    from plasticlab.engine import EnsembleTraining
+
+    training = EnsembleTraining(Members.from_config(resolve_config(SNR), [3, 4]), data_dir=data_dir)
+    method, net = training.method, training.net
+    drawn = net.sample_init_philox(net.philox_init_keys([3, 4], "method/snr"), 6)
+    method.counter.fill_(6)
+    for i in range(len(method.layers)):
+        assert torch.equal(method.fresh(i), drawn[2 * i])

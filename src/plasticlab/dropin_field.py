@@ -42,7 +42,14 @@ from .methods.hare_tortoise import follow_hare_, reset_hare_
 from .methods.normalize_project import joint_norm, project_to_norm_
 from .methods.parseval import as_matrices, parseval_penalty
 from .methods.schedule import due_members
-from .methods.snr import adapt_thresholds, empty_histograms, fired, observe_firing, reset_silent_units
+from .methods.snr import (
+    adapt_thresholds,
+    empty_histograms,
+    fired,
+    generator_draws,
+    observe_firing,
+    reset_silent_units,
+)
 from .methods.spectral import initial_vectors, power_iteration, spectral_penalty
 from .methods.swr import reinitialize_low_utility_
 from .methods.weight_clip import clip_, init_bound
@@ -223,7 +230,8 @@ class SNR:
         for i, (fire, _) in enumerate(self._fired):
             self.ages[i] = observe_firing(self.histograms[i], self.ages[i], fire, self.batch, self.max_age)
         self.last_reset = int(reset_silent_units(self.layers, self.ages, self.thresholds, self.histograms,
-                                                 self.batch, self.max_age, self.init, self.generators,
+                                                 self.batch, self.max_age,
+                                                 generator_draws(self.layers, self.init, self.generators),
                                                  self.optimizer)[0])
         self.steps += 1
         if self.steps % self.adapt_period == 0:

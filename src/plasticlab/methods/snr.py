@@ -28,10 +28,12 @@ the drop-in :class:`plasticlab.dropin_field.SNR` shares.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
+from .. import philox
+from ..nets import init as init_schemes
 from ..nets.units import HiddenLayer, hidden_layers
 from ..params import Param
 from .base import Method, Needs
@@ -93,13 +95,21 @@ def observe_firing(hist: torch.Tensor, ages: torch.Tensor, fire: torch.Tensor, b
     return torch.where(fire, 0, ages + batch)
 
 
+def generator_draws(layers: Sequence[HiddenLayer], init: str,
+                    generators: Sequence[Sequence[torch.Generator]]) -> Callable[[int], torch.Tensor]:
+    """:func:`reset_silent_units`' ``fresh`` from per-member generators: layer i's whole
+    incoming weights drawn from init ``init``, member k from ``generators[i][k]``."""
+    return lambda i: layers[i].sample_init(init, generators[i])[0]
+
+
 def reset_silent_units(layers: Sequence[HiddenLayer], ages: list[torch.Tensor],
                        thresholds: Sequence[torch.Tensor], histograms: Sequence[torch.Tensor], batch: int,
-                       max_age: torch.Tensor, init: str, generators: Sequence[Sequence[torch.Generator]],
+                       max_age: torch.Tensor, fresh: Callable[[int], torch.Tensor],
                        optimizer) -> torch.Tensor:
     """Reset every unit with aᵢ ≥ τᵢ (``ages[i]`` is replaced in the list); return how many per
-    member, ``[K]``. ``generators[i]``: layer i's, one per member; ``optimizer``: anything with
-    plasticlab's ``reset(index, mask, restart_count)``.
+    member, ``[K]``. ``fresh(i)``: layer i's fresh incoming weights for every unit, ``[K, …]``
+    (:func:`generator_draws`, or a Philox draw); ``optimizer``: anything with plasticlab's
+    ``reset(index, mask, restart_count)``.
 
     The fresh incoming weights are drawn for the whole layer at every step, reset or not:
     the number of draws then never depends on the data, so no host synchronisation is
@@ -110,7 +120,7 @@ def reset_silent_units(layers: Sequence[HiddenLayer], ages: list[torch.Tensor],
         mask = ages[i] >= thresholds[i]
         record_ages(histograms[i], ages[i], mask, batch, max_age)
         ages[i] = torch.where(mask, 0, ages[i])
-        weight, _ = layer.sample_init(init, generators[i])
+        weight = fresh(i)
         layer.in_weight.copy_(torch.where(layer.incoming_mask(mask), weight.to(layer.in_weight.dtype),
                                           layer.in_weight))
         layer.in_bias.masked_fill_(mask, 0.0)
@@ -155,7 +165,8 @@ class SelfNormalizedResets(Method):
 
     name = "snr"
     description = "Self-Normalized Resets: reset units silent longer than their own firing-age percentile"
-    hyperparameters = (PERCENTILE, GROWTH, MAX_THRESHOLD, INITIAL_THRESHOLD, ADAPT_PERIOD)
+    hyperparameters = (PERCENTILE, GROWTH, MAX_THRESHOLD, INITIAL_THRESHOLD, ADAPT_PERIOD,
+                       philox.draws_param("a reset unit's fresh weights"))
 
     @classmethod
     def needs(cls, params):
@@ -179,7 +190,18 @@ class SelfNormalizedResets(Method):
                            for layer in self.layers]
         self.histograms: list[torch.Tensor] | None = None  # sized by the batch, at the first step
         self.batch: int | None = None
-        self.generators = [context.generators(self.name, i) for i in range(len(self.layers))]
+        if hp.get("draws", "generator") == "philox":
+            # layer i's fresh weights: the layer's Philox init draw at the step (streams
+            # method/snr/i/weight|bias), every step, as the generators draw every step
+            self.counter = torch.zeros((), dtype=torch.int64, device=device)
+            keys = net.philox_init_keys(context.seeds, f"method/{self.name}")
+            self.fresh = lambda i: init_schemes.draw_layers_philox(
+                net.init, [(tuple(self.layers[i].in_weight.shape[1:]), self.layers[i].fan_in,
+                            self.layers[i].fan_out)], keys[:, 2 * i:2 * i + 2], self.counter, device)[0]
+        else:
+            self.counter = None
+            self.fresh = generator_draws(self.layers, net.init,
+                                         [context.generators(self.name, i) for i in range(len(self.layers))])
         self.last_reset = torch.zeros(K, dtype=torch.long, device=device)
 
     def after_step(self, features: list[torch.Tensor], x: torch.Tensor, step: int) -> None:
@@ -193,6 +215,8 @@ class SelfNormalizedResets(Method):
         with torch.no_grad():
             for i, f in enumerate(features):
                 self.observe(i, fired(f))
+            if self.counter is not None:
+                self.counter.fill_(step)
             self.reset_silent()
         due = due_members(self.adapt_periods, step)
         if any(due):
@@ -214,8 +238,7 @@ class SelfNormalizedResets(Method):
         """Reset every unit with aᵢ ≥ τᵢ (:func:`reset_silent_units`); return how many per
         member, ``[K]``."""
         self.last_reset = reset_silent_units(self.layers, self.ages, self.thresholds, self.histograms,
-                                             self.batch, self.max_age, self.net.init, self.generators,
-                                             self.optimizer)
+                                             self.batch, self.max_age, self.fresh, self.optimizer)
         return self.last_reset
 
     def adapt(self, due: Sequence[bool]) -> None:
