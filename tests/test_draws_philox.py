@@ -33,8 +33,12 @@ CBP = {**TINY, "method": "cbp", "params": {"draws": "philox", "replacement_rate"
 # a unit silent for 16 examples (one batch) is reset
 SNR = {**TINY, "method": "snr", "params": {"draws": "philox", "initial_threshold": 16,
                                            "max_threshold": 16}}
-METHODS = pytest.mark.parametrize("tiny", [TINY, RESAMPLE, UPGD, REDO, CBP, SNR],
-                                  ids=["shrink_perturb", "l2_init_resample", "upgd", "redo", "cbp", "snr"])
+# a fresh draw at each task end: of every layer, or of the output layer
+FULL_RESET = {**TINY, "method": "full_reset", "params": {"draws": "philox", "reinit": "fresh"}}
+HEAD_RESET = {**TINY, "method": "head_reset", "params": {"draws": "philox", "reinit": "fresh"}}
+METHODS = pytest.mark.parametrize(
+    "tiny", [TINY, RESAMPLE, UPGD, REDO, CBP, SNR, FULL_RESET, HEAD_RESET],
+    ids=["shrink_perturb", "l2_init_resample", "upgd", "redo", "cbp", "snr", "full_reset", "head_reset"])
 
 
 @pytest.mark.parametrize("scheme", ["torch_default", "kaiming_uniform", "kaiming_normal", "xavier_normal"])
@@ -136,11 +140,13 @@ def test_upgds_noise_at_update_t_is_each_tensors_philox_normal_stream_times_sigm
         UPGD(params, lr=0.1, draws="philox", seeds=[5])
 
 
-def test_upgd_with_philox_draws_resumes_from_its_checkpoint_to_the_bit(data_dir, tmp_path):
+@pytest.mark.parametrize("tiny", [UPGD, FULL_RESET], ids=["upgd", "full_reset"])
+def test_philox_draws_resume_from_a_checkpoint_to_the_bit(data_dir, tmp_path, tiny):
+    # UPGD's counter is its update count; a reset's, the task ends before it
     from plasticlab.engine import EnsembleTraining
 
     def training():
-        return EnsembleTraining(Members.from_config(resolve_config(UPGD), [0, 1]), data_dir=data_dir)
+        return EnsembleTraining(Members.from_config(resolve_config(tiny), [0, 1]), data_dir=data_dir)
 
     whole = training()
     for task in range(2):
@@ -215,3 +221,17 @@ def test_snrs_fresh_weights_at_step_t_are_each_layers_philox_init_draw_at_t(data
     method.counter.fill_(6)
     for i in range(len(method.layers)):
         assert torch.equal(method.fresh(i), drawn[2 * i])
+
+
+def test_a_fresh_reset_at_the_n_th_task_end_is_the_philox_init_draw_counted_n(data_dir):
+    from plasticlab.engine import EnsembleTraining
+
+    for tiny, rows in ((FULL_RESET, slice(None)), (HEAD_RESET, slice(-2, None))):
+        training = EnsembleTraining(Members.from_config(resolve_config(tiny), [3, 4]), data_dir=data_dir)
+        net = training.net
+        keys = net.philox_init_keys([3, 4], f"method/{tiny['method']}")
+        for task_end in range(2):
+            training.run_task(task_end)
+            drawn = net.sample_init_philox(keys, task_end)[rows]
+            now = [t for layer in training.method.layers for t in (layer.weight, layer.bias)]
+            assert all(torch.equal(a, b) for a, b in zip(now, drawn, strict=True))

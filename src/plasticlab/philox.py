@@ -53,8 +53,8 @@ float64, accurate to a few units of 2⁻⁵³, the same bits on any device and a
 (``tests/test_philox.py`` compares CUDA with the CPU wherever a GPU is present).
 
 Shrink & Perturb's noise, L2 Init + Resample's target (:mod:`plasticlab.methods.init_draws`;
-every layer in one draw, :func:`uniform_streams`), ReDo's, CBP's and SNR's new units' weights
-and UPGD's noise (:mod:`plasticlab.optim.upgd`) are drawn from it with ``draws="philox"``
+every layer in one draw, :func:`uniform_streams`), ReDo's, CBP's and SNR's new units' weights,
+the resets' fresh draws and UPGD's noise (:mod:`plasticlab.optim.upgd`) are drawn from it with ``draws="philox"``
 (:func:`draws_param`); their default, and every other
 method, still draw from per-member generators: moving them changes their numbers once
 (docs/member-independence.md, "Draws on the device: Philox").

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import torch
 
+from .. import philox
+from ..nets import init as init_schemes
 from ..params import Param
 from .base import Method, Needs
 
@@ -39,9 +41,12 @@ def fresh_optimizer_state(optimizer) -> dict:
 
 
 class BoundaryReset(Method):
-    """Copy θ₀ (or a fresh draw) into :meth:`reset_layers` at every task end."""
+    """Copy θ₀ (or a fresh draw) into :meth:`reset_layers` at every task end. A fresh draw comes
+    from each member's generator, or with ``draws="philox"`` from the reset layers' Philox init
+    streams (``method/NAME/i/weight|bias``, i the layer's place in the network) counted by the
+    task ends before it."""
 
-    hyperparameters = (REINIT, RESET_OPTIMIZER)
+    hyperparameters = (REINIT, RESET_OPTIMIZER, philox.draws_param("a fresh draw (reinit=fresh)"))
 
     @classmethod
     def needs(cls, params):
@@ -52,6 +57,13 @@ class BoundaryReset(Method):
         self.layers = self.reset_layers(net)
         self.reinit = hp["reinit"]
         self.generators = context.generators(self.name)
+        self.philox_keys = None
+        if hp.get("draws", "generator") == "philox":
+            every = net.philox_init_keys(context.seeds, f"method/{self.name}")
+            places = [i for i, layer in enumerate(net.affine_layers)
+                      if any(layer is reset for reset in self.layers)]
+            self.philox_keys = every[:, [row for i in places for row in (2 * i, 2 * i + 1)]]
+            self.task_ends = torch.zeros((), dtype=torch.int64, device=context.device)
         # θ₀ of the layers this method resets (only "initial" ever reads it back).
         self.initial = [t.detach().clone() for layer in self.layers for t in (layer.weight, layer.bias)]
         self.fresh_optimizer_state = fresh_optimizer_state(optimizer) if hp["reset_optimizer"] else None
@@ -67,6 +79,12 @@ class BoundaryReset(Method):
         params = [t for layer in self.layers for t in (layer.weight, layer.bias)]
         if self.reinit == "initial":
             targets = self.initial
+        elif self.philox_keys is not None:
+            targets = init_schemes.draw_layers_philox(
+                self.net.init, [(tuple(layer.weight.shape[1:]), layer.fan_in, layer.fan_out)
+                                for layer in self.layers], self.philox_keys, self.task_ends,
+                self.layers[0].weight.device)
+            self.task_ends.add_(1)
         else:
             targets = [t for layer in self.layers for t in self.net.sample_layer_init(layer, self.generators)]
         for p, target in zip(params, targets, strict=True):
