@@ -54,10 +54,10 @@ float64, accurate to a few units of 2⁻⁵³, the same bits on any device and a
 
 Shrink & Perturb's noise, L2 Init + Resample's target (:mod:`plasticlab.methods.init_draws`;
 every layer in one draw, :func:`uniform_streams`), ReDo's, CBP's and SNR's new units' weights,
-the resets' fresh draws and UPGD's noise (:mod:`plasticlab.optim.upgd`) are drawn from it with ``draws="philox"``
-(:func:`draws_param`); their default, and every other
-method, still draw from per-member generators: moving them changes their numbers once
-(docs/member-independence.md, "Draws on the device: Philox").
+the resets' fresh draws and UPGD's noise (:mod:`plasticlab.optim.upgd`) are drawn from it with
+``draws="philox"`` (:func:`draws_param`); by default they still draw from per-member
+generators: moving them changes their numbers once (docs/member-independence.md, "Draws on the
+device: Philox").
 """
 
 from __future__ import annotations
