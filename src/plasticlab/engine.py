@@ -217,22 +217,16 @@ def ensemble_steps(
     ``prefetch``: prepare each next task in a background thread while the current one trains
     (:mod:`plasticlab.problems.task_prefetch`; the same numbers); None: where it applies (CUDA).
 
-    ``compile``: take each step through ``torch.compile`` where
-    :mod:`plasticlab.step.compiled` computes it (the MLP with the Baseline, L2, L2 Init,
-    L1 Init, Huber Init or Shrink & Perturb with Philox draws, and Adam or SGD; the same numbers
-    up to rounding); elsewhere, and
-    where a measurement needs the task gradient, the eager step. The result's
-    ``extra["step"]`` says which ran (:mod:`plasticlab.step`: the step, written once), and
+    ``compile``: take each step through ``torch.compile`` where :mod:`plasticlab.step.compiled`
+    computes it (the same numbers up to rounding), elsewhere and where a measurement needs the
+    task gradient the eager step; the result's ``extra["step"]`` says which ran, and
     ``extra["step_note"]`` what kept an asked-for compiled step eager.
 
-    The three stages — set up, run a task, finish — are :class:`EnsembleTraining`'s.
-
-    The training one step at a time: a generator that sets the ensemble up at its first
-    ``next``, pauses after each training step (between two steps, where a save or a stop may
-    have happened) — and on CUDA while a task end's measurements run on the device, before they
-    are read back — and returns the :class:`EnsembleResult` (``StopIteration.value``).
-    :func:`train_ensemble` runs it to the end; a scheduler that trains several ensembles in one
-    process steps each in turn (:mod:`plasticlab.experiments.executor`'s ``interleaved``).
+    A generator: it sets the ensemble up at its first ``next``, pauses after each step (between
+    two steps, where a save or a stop may have happened) and, on CUDA, while a task end's
+    measurements run, and returns the :class:`EnsembleResult`. :func:`train_ensemble` runs it to
+    the end; the ``interleaved`` executor steps several in turn. The stages — set up, run a
+    task, finish — are :class:`EnsembleTraining`'s.
     """
     _check_sitting(sitting)
     if checkpoint_every is not None and not checkpoint_every > 0:
@@ -245,9 +239,7 @@ def ensemble_steps(
     try:
         if checkpoint is not None and training.resume(checkpoint) and on_steps is not None:
             on_steps(training.next_task * training.problem.steps_per_task + training.steps_in_flight)
-        training.sittings.append({"from_task": training.next_task, **(
-            {"from_step": training.steps_in_flight} if training.steps_in_flight else {}),
-            **(sitting or {})})
+        training.begin_sitting(sitting)
         between = _between_steps(training, checkpoint, checkpoint_every, stop)
         for task in range(training.next_task, training.problem.tasks):
             task_acc = yield from training.task_steps(task, on_steps, progress_every, between)
@@ -460,6 +452,12 @@ class EnsembleTraining:
         flight = state.get("in_flight")
         self.in_flight = None if flight is None else TaskInFlight.from_state(flight, self.device)
         return True
+
+    def begin_sitting(self, sitting: Mapping | None) -> None:
+        """Record ``sitting`` (what trains the ensemble now) with where it starts: the task, and
+        the step of it when a task is in flight."""
+        self.sittings.append({"from_task": self.next_task, **(
+            {"from_step": self.steps_in_flight} if self.steps_in_flight else {}), **(sitting or {})})
 
     def save(self, checkpoint: str | Path) -> None:
         """Save the whole training state, to resume at :attr:`next_task` — at the step of it

@@ -44,6 +44,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, as_complete
 from concurrent.futures import TimeoutError as FuturesTimeout
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -171,12 +172,10 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
         # killed sweep loses at most that much of each ensemble.
         job.options.setdefault("checkpoint", str(checkpoint_path(out, job.members, kind="ensemble")))
         job.options["checkpoint_every"] = job.options.get("checkpoint_every", CHECKPOINT_EVERY_S) or None
-    # interleaved: every ensemble at once unless told otherwise (one process, one device)
     workers = workers or (len(jobs) if executor == "interleaved" else default_workers())
     # A bar per ensemble while they all run at once; beyond that one overall bar in the driver
     # (runs done / total, member-steps/s, ETA), advanced as ensembles finish.
-    per_job_bars = progress and (executor == "inline"
-                                 or (len(jobs) <= workers and executor in ("local", "interleaved")))
+    per_job_bars = progress and (executor == "inline" or (len(jobs) <= workers and executor != "ray"))
     overall = _overall_bar(jobs) if progress and not per_job_bars else None
     # One writer per results folder (a command that holds it already only counts it again).
     with writer_lock(out), ResultStore(out) as store:
@@ -229,12 +228,9 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
                 _run_ray(jobs, order, start, finish, data_dir, device, ray_address)
             elif executor == "inline":
                 _run_inline(jobs, order, start, finish, data_dir, device, progress)
-            elif executor == "interleaved":
-                _run_interleaved(jobs, order, start, finish, data_dir, device, workers,
-                                 per_job_bars)
-            else:
-                _run_local(jobs, order, start, finish, data_dir, device, workers, per_job_bars,
-                           grace_s)
+            else:  # local or interleaved: a bar per job while they all train at once
+                run = _run_interleaved if executor == "interleaved" else partial(_run_local, grace_s=grace_s)
+                run(jobs, order, start, finish, data_dir, device, workers, per_job_bars)
         except KeyboardInterrupt as exc:
             for i in order:
                 if i in done or i not in run_ids:  # finished, or never started: nothing to say
