@@ -77,6 +77,30 @@ def test_interleaved_with_fewer_slots_than_ensembles_trains_them_all(data_dir, t
     assert len(stored(tmp_path / "out")) == 2 * len(METHODS)
 
 
+def test_sweep_and_its_plan_with_the_interleaved_executor(data_dir, tmp_path, capsys):
+    # the CLI's path: one process, so the plan is not split for workers, and every ensemble
+    # trains at once unless --workers says how many
+    import json
+
+    from plasticlab.cli import main
+
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text('problem = "permuted_mnist"\nmethod = "l2_init"\nseeds = "0-3"\n'
+                     'tasks = 2\nsteps_per_task = 6\n[problem_params]\nexamples_per_task = 48\n')
+    said = {}
+    for executor in ("local", "interleaved"):
+        assert main(["sweep", str(sweep), "--out", str(tmp_path / executor), "--data-dir",
+                     str(data_dir), "--workers", "2", "--executor", executor,
+                     "--dry-run" if executor == "local" else "--no-progress"]) == 0
+        said[executor] = capsys.readouterr().out
+    # two worker processes split the ensemble of 4 in two; one process interleaving keeps it
+    assert "in 2 ensembles" in said["local"] and "in 1 ensembles" in said["interleaved"]
+    plan = json.loads((tmp_path / "interleaved" / "plan.json").read_text())
+    assert [len(e["run_ids"]) for e in plan["ensembles"]] == [4]
+    with ResultStore(tmp_path / "interleaved") as store:
+        assert len(store.runs(status="finished")) == 4
+
+
 class FakeMemory:
     """A device whose every ensemble takes 100 bytes at its first step, with ``free`` bytes free."""
 
