@@ -76,6 +76,7 @@ from ..nets import init as init_schemes
 from ..nets.units import (
     HiddenLayer,
     hidden_layers,
+    hidden_philox_keys,
     parameter_index,
     sequential_hidden_layers,
     unit_mean,
@@ -287,9 +288,7 @@ class GenerateAndTest:
         if self.philox_keys is not None:
             # Philox: a replaced unit's fresh weights are its own row of the layer's init draw
             # at this step (counter-based: every member draws at once, none falls behind)
-            fresh, _ = init_schemes.draw_layers_philox(
-                self.init, [(tuple(layer.in_weight.shape[1:]), layer.fan_in, layer.fan_out)],
-                self.philox_keys[i], self.counter, device)
+            fresh, _ = layer.sample_init_philox(self.init, self.philox_keys[i], self.counter)
             layer.in_weight.copy_(torch.where(layer.incoming_mask(mask), fresh, layer.in_weight))
         else:
             self._draw_rows(i, n, order, chosen)
@@ -423,8 +422,7 @@ class ContinualBackprop(Method):
         each layer's streams method/cbp/ℓ/weight|bias of each member's seed."""
         if draws == "generator":
             return {"generators": [context.generators(self.name, i) for i in range(layers)]}
-        keys = net.philox_init_keys(context.seeds, f"method/{self.name}")
-        return {"philox_keys": [keys[:, 2 * i:2 * i + 2] for i in range(layers)]}
+        return {"philox_keys": hidden_philox_keys(net, context.seeds, f"method/{self.name}")}
 
     @classmethod
     def needs(cls, params):

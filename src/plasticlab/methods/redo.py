@@ -50,13 +50,13 @@ from torch import nn
 
 from .. import philox
 from ..nets import EnsembleNet
-from ..nets import init as init_schemes
 from ..nets.init import check_scheme
 from ..nets.units import (
     HiddenLayer,
     dormancy_scores,
     dormant_mask,
     hidden_layers,
+    hidden_philox_keys,
     sequential_hidden_layers,
     unit_activity,
 )
@@ -132,11 +132,8 @@ class UnitRecycler:
         if self.reinit == "initial":
             return self.initial[index]
         if self.philox_keys is not None:  # counter-based: every member draws, none falls behind
-            layer = self.layers[index]
-            weight, bias = init_schemes.draw_layers_philox(
-                self.scheme, [(tuple(layer.in_weight.shape[1:]), layer.fan_in, layer.fan_out)],
-                self.philox_keys[index], self.counter, layer.in_weight.device)
-            return weight, bias
+            return self.layers[index].sample_init_philox(self.scheme, self.philox_keys[index],
+                                                         self.counter)
         layer, generators = self.layers[index], self.generators[index]
         if members is None or all(members):
             return layer.sample_init(self.scheme, generators)
@@ -257,10 +254,8 @@ class ReDo(Method):
         generators = [context.generators(self.name, i) for i in range(len(layers))]
         # draws=philox: layer l's fresh weights and biases from the streams
         # method/redo/l/weight|bias of each member's seed, counted by the step
-        keys = None
-        if hp.get("draws", "generator") == "philox":
-            every = net.philox_init_keys(context.seeds, f"method/{self.name}")
-            keys = [every[:, 2 * i:2 * i + 2] for i in range(len(layers))]
+        keys = (hidden_philox_keys(net, context.seeds, f"method/{self.name}")
+                if hp.get("draws", "generator") == "philox" else None)
         self.recycler = UnitRecycler(layers, optimizer, hp["reinit"], net.init, generators,
                                      reset_optimizer=hp.get("reset_optimizer", True),
                                      layer_order=hp.get("layer_order", "incoming_first"),

@@ -33,8 +33,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from .. import philox
-from ..nets import init as init_schemes
-from ..nets.units import HiddenLayer, hidden_layers
+from ..nets.units import HiddenLayer, hidden_layers, hidden_philox_keys
 from ..params import Param
 from .base import Method, Needs
 from .schedule import due_members, host_periods
@@ -194,10 +193,8 @@ class SelfNormalizedResets(Method):
             # layer i's fresh weights: the layer's Philox init draw at the step (streams
             # method/snr/i/weight|bias), every step, as the generators draw every step
             self.counter = torch.zeros((), dtype=torch.int64, device=device)
-            keys = net.philox_init_keys(context.seeds, f"method/{self.name}")
-            self.fresh = lambda i: init_schemes.draw_layers_philox(
-                net.init, [(tuple(self.layers[i].in_weight.shape[1:]), self.layers[i].fan_in,
-                            self.layers[i].fan_out)], keys[:, 2 * i:2 * i + 2], self.counter, device)[0]
+            keys = hidden_philox_keys(net, context.seeds, f"method/{self.name}")
+            self.fresh = lambda i: self.layers[i].sample_init_philox(net.init, keys[i], self.counter)[0]
         else:
             self.counter = None
             self.fresh = generator_draws(self.layers, net.init,

@@ -77,6 +77,15 @@ class HiddenLayer:
         return init_schemes.draw_members(scheme, tuple(self.in_weight.shape[1:]), self.fan_in,
                                          self.fan_out, generators, self.in_weight.device)
 
+    def sample_init_philox(self, scheme: str, keys: torch.Tensor, step) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`sample_init` with Philox (:func:`~plasticlab.nets.init.draw_layers_philox`):
+        the whole layer's incoming (weight, bias) from ``keys`` ``[K, 2, 2]`` (its weight's and
+        bias's streams, :func:`hidden_philox_keys`) at counter ``step``."""
+        weight, bias = init_schemes.draw_layers_philox(
+            scheme, [(tuple(self.in_weight.shape[1:]), self.fan_in, self.fan_out)], keys, step,
+            self.in_weight.device)
+        return weight, bias
+
     def reset_optimizer(self, optimizer, which: str, mask: torch.Tensor,
                         restart_count: bool = True) -> None:
         """Restart the optimizer state of parameter ``which`` (``in_weight``, ``in_bias``,
@@ -86,6 +95,14 @@ class HiddenLayer:
         if self.member_view:
             mask = mask[0]
         optimizer.reset(parameter_index(optimizer, param), mask, restart_count=restart_count)
+
+
+def hidden_philox_keys(net: EnsembleNet, seeds, stream: str) -> list[torch.Tensor]:
+    """Each hidden layer's Philox keys for :meth:`HiddenLayer.sample_init_philox`, ``[K, 2, 2]``:
+    hidden layer l's are the streams ``STREAM/l/weight|bias`` of
+    :meth:`EnsembleNet.philox_init_keys` (a hidden layer is the affine layer of the same place)."""
+    keys = net.philox_init_keys(seeds, stream)
+    return [keys[:, 2 * i:2 * i + 2] for i in range(len(net.affine_layers) - 1)]
 
 
 def hidden_layers(net: EnsembleNet, method: str = "this method") -> list[HiddenLayer]:
