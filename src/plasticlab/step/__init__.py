@@ -77,7 +77,7 @@ class Step:
                      if backprop != "autograd" and mlp_backprop.applies(net, loss) else None)
         # asked to compile: what keeps the step eager, if anything (compiled.why_eager)
         self.eager_because = compiled.why_eager(self.hand, self.chain) if compile else None
-        self.compiled = (compiled.CompiledStep(net, self.chain, torch.device(device))
+        self.compiled = (compiled.CompiledStep(net, self.chain, torch.device(device), self.hand)
                          if compile and self.eager_because is None else None)
 
     @property

@@ -107,8 +107,9 @@ class CompiledStep:
     correct predictions to ``correct`` ``[K]``, as the eager step does (with the method's
     captured post-step hook, told ``step``)."""
 
-    def __init__(self, net, chain: Chain, device: torch.device):
-        if not applies(ManualBackprop(net), chain):
+    def __init__(self, net, chain: Chain, device: torch.device, hand: ManualBackprop | None = None):
+        # hand: the step's own hand-written backward, where it has one (not built again here)
+        if not applies(hand or ManualBackprop(net), chain):
             raise ValueError(f"the compiled step does not compute method {chain.method.name!r} "
                              f"with {type(chain.optimizer).__name__} (plasticlab.step.compiled.applies)")
         layers = [b.affine for b in net.blocks]
