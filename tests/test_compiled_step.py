@@ -170,6 +170,44 @@ def test_shrink_and_perturb_with_philox_draws_is_captured_whole_and_its_members_
         assert [acc[k] for acc in compiled.accuracies] == [acc[j] for acc in shuffled.accuracies]
 
 
+def _hooked(data_dir, method, params, seeds, compile) -> EnsembleTraining:
+    config = resolve_config({"problem": "permuted_mnist", "method": method, "tasks": TASKS,
+                             "steps_per_task": STEPS, "batch_size": BATCH, "width": 0.25,
+                             "params": params})
+    return EnsembleTraining(Members.from_config(config, seeds), data_dir=data_dir, compile=compile)
+
+
+# ReDo every 10 steps, τ high enough that units are recycled in a 60-step run, its fresh units
+# from the members' host generators (the recycling steps are eager: any draws do)
+REDO = {"period": 10, "threshold": 0.5}
+
+
+def test_redo_compiles_the_steps_between_its_recycles_and_takes_the_eager_step_on_them(data_dir):
+    eager = _run(_hooked(data_dir, "redo", REDO, [0, 1, 2], compile=False))
+    compiled = _run(_hooked(data_dir, "redo", REDO, [0, 1, 2], compile=True))
+    step = compiled.step.compiled
+    assert step.after is None and [step.computes(t) for t in (9, 10, 11, 20)] == [True, False, True, False]
+    assert int(eager.step.chain.method.last_recycled.sum()) > 0  # the last recycle recycled units
+    _assert_ends_where_the_eager_run_ends(eager, compiled)
+    # member k is seed k as in any ensemble (the period is the ensemble's: every member takes
+    # the eager step at the same steps)
+    shuffled = _run(_hooked(data_dir, "redo", REDO, [2, 0, 1], compile=True))
+    for k, j in ((2, 0), (0, 1), (1, 2)):
+        for a, b in zip(_member(compiled, k), _member(shuffled, j), strict=True):
+            assert torch.equal(a, b), f"seed {k} differs at place {j}"
+
+
+def test_weight_clipping_is_captured_whole(data_dir):
+    # κ small enough that the clip binds within the run
+    eager = _run(_hooked(data_dir, "weight_clip", {"kappa": 1.05}, [0, 1], compile=False))
+    compiled = _run(_hooked(data_dir, "weight_clip", {"kappa": 1.05}, [0, 1], compile=True))
+    assert compiled.step.compiled.after is not None  # the clip inside the compiled step
+    bound = 1.05 / 784 ** 0.5  # the first layer's κ·s_ℓ, s_ℓ = 1/√fan_in
+    first = compiled.net.affine_layers[0].weight
+    assert float(first.detach().abs().max()) == pytest.approx(bound)  # it binds, and holds
+    _assert_ends_where_the_eager_run_ends(eager, compiled)
+
+
 def test_run_and_sweep_take_the_compiled_step_when_asked(data_dir, tmp_path, capsys):
     import json
 

@@ -235,7 +235,7 @@ def test_member_k_equals_seed_k_alone_for_the_baselines(data_dir, method, params
 
 HOOKS = {"before_step": "before_step", "after_step": "after_step", "task_end": "on_task_end",
          "gradient_hook": "add_penalty_grad", "penalties": "penalties",
-         "task_loss": "observe_task_loss"}
+         "task_loss": "observe_task_loss", "some_steps": "acts_after"}
 
 
 def _declarations(cls) -> list:

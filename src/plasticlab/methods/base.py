@@ -13,7 +13,8 @@ compiled) reads that declaration and nothing else:
    told the step's task loss first by ``observe_task_loss(loss)`` where it asks;
 3. ``after_step(features, x, step)`` — after the optimizer step (Shrink & Perturb, CBP, ReDo);
    ``captured_after_step()`` — the same hook in the form a compiled step captures, where the
-   method writes one (Shrink & Perturb with Philox draws);
+   method writes one (Shrink & Perturb with Philox draws, Weight Clipping);
+   ``acts_after(step)`` — for a hook that acts only on some steps (ReDo every ``period``), which;
    ``before_step(step)`` — before a step's forward pass (ReDo's ``schedule=reference``);
 4. ``on_task_end(stream)`` — at a task boundary: a boundary oracle; only EWC may use it in the
    paper's protocol (SPEC §1).
@@ -58,13 +59,13 @@ class CapturedHook:
     """A method's post-step hook in the form a compiled step captures whole
     (:meth:`Method.captured_after_step`): ``counter.fill_(step)`` (outside the compiled
     function: the updates so far, written into an int64 device tensor without waiting on the
-    device), then ``run()`` — tensor operations alone, no host synchronisation, no
+    device; None for a hook the step count does not enter), then ``run()`` — tensor operations alone, no host synchronisation, no
     data-dependent shape, no Python branch on a tensor's value — does exactly what
     :meth:`Method.after_step` does for that step. ``params``: the tensors it updates in place;
     ``reads``: every other tensor it reads (kept at fixed addresses under CUDA graphs)."""
 
     run: Callable[[], None]
-    counter: torch.Tensor
+    counter: torch.Tensor | None
     params: tuple[torch.Tensor, ...]
     reads: tuple[torch.Tensor, ...]
 
@@ -78,7 +79,9 @@ class Needs:
     ``gradient_hook``: a gradient transform of its own (:meth:`Method.add_penalty_grad`);
     ``task_loss``: told each member's task loss of the step before its gradient transforms
     (:meth:`Method.observe_task_loss`: C-CHAIN scales its term against it);
-    ``before_step`` / ``after_step``: the per-step hooks; ``features``: ``after_step`` reads the
+    ``before_step`` / ``after_step``: the per-step hooks; ``some_steps``: ``after_step`` acts only
+    after the steps :meth:`Method.acts_after` names (a schedule of the update count, decided on
+    the host) and does nothing after the others; ``features``: ``after_step`` reads the
     step's hidden features; ``task_end``: told where tasks end (:meth:`Method.on_task_end`, a
     boundary oracle); ``member_lr``: members may each have their own step size in one ensemble
     (not when the method replaces the optimizer with one that has a single step size)."""
@@ -88,6 +91,7 @@ class Needs:
     task_loss: bool = False
     before_step: bool = False
     after_step: bool = False
+    some_steps: bool = False
     features: bool = False
     task_end: bool = False
     member_lr: bool = True
@@ -152,6 +156,12 @@ class Method:
         """:meth:`after_step` written for capture inside a compiled step
         (:mod:`plasticlab.step.compiled`), or None (the default) where it is not."""
         return None
+
+    def acts_after(self, step: int) -> bool:
+        """Whether :meth:`after_step` does anything after update ``step`` (declared by
+        ``Needs.some_steps``; the count alone decides it, on the host). A compiled step skips
+        the hook after the other steps and takes the eager step, hook and all, on these."""
+        return True
 
     def before_step(self, step: int) -> None:
         """Called at the start of every step, before its forward pass; ``step``: the number of

@@ -235,7 +235,8 @@ class ReDo(Method):
         # schedule=reference scores a step's own forward pass (its features) and recycles
         # before the next step
         reference = params.get("schedule", "after_step") == "reference"
-        return Needs(after_step=True, before_step=reference, features=reference)
+        return Needs(after_step=True, some_steps=not reference, before_step=reference,
+                     features=reference)
 
     def __init__(self, net: EnsembleNet, optimizer, hp: dict, context: MethodContext):
         super().__init__(net, optimizer, hp, context)
@@ -283,6 +284,11 @@ class ReDo(Method):
         with torch.no_grad():
             _, feats = self.net(x, return_features=True)
         self.recycle([unit_activity(f) for f in feats], step)
+
+    def acts_after(self, step: int) -> bool:
+        """``schedule="after_step"``: after every ``period``-th step (the others' hook does
+        nothing, so a compiled step computes them whole)."""
+        return step % self.period == 0
 
     def before_step(self, step: int) -> None:
         """``schedule="reference"``: at the start of a step whose count of updates so far is a

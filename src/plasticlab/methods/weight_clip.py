@@ -28,7 +28,7 @@ import torch
 
 from ..nets.init import check_scheme
 from ..params import Param
-from .base import Method, Needs
+from .base import CapturedHook, Method, Needs
 
 
 def init_bound(scheme: str, fan_in: int, fan_out: int) -> float:
@@ -79,5 +79,15 @@ class WeightClipMethod(Method):
     @torch.no_grad()
     def after_step(self, features, x, step):
         """Clip every weight and bias to its layer's ±κ·s_ℓ."""
+        self.clip()
+
+    def clip(self) -> None:
+        """θ ← clip(θ, −κ·s_ℓ, κ·s_ℓ) for every weight and bias."""
         for p, bound in zip(self.clipped, self.bounds, strict=True):
             clip_(p, bound)
+
+    def captured_after_step(self) -> CapturedHook:
+        """The clip is tensor operations alone, the step count aside: a compiled step
+        captures it whole."""
+        return CapturedHook(run=self.clip, counter=None, params=tuple(self.clipped),
+                            reads=tuple(self.bounds))

@@ -94,7 +94,7 @@ class Step:
                  task_gradient: bool = False) -> torch.Tensor | None:
         chain = self.chain
         chain.before(t)
-        if self.compiled is not None and not task_gradient:
+        if self.compiled is not None and not task_gradient and self.compiled.computes(t + 1):
             self.compiled(x, y, correct, t + 1)  # every link below, the post-step hook too
             return None
         features = chain.needs.features

@@ -9,7 +9,8 @@ member k::
     the update                                       (:func:`plasticlab.optim.adam.adam_update_`,
                                                       :func:`plasticlab.optim.sgd.sgd_update_`)
     the method's post-step hook, where it is         (:meth:`plasticlab.methods.Method.captured_after_step`:
-    written for capture                               Shrink & Perturb's θ ← p·θ + σ·ε, ε from Philox)
+    written for capture                               Shrink & Perturb's θ ← p·θ + σ·ε, ε from Philox;
+                                                      Weight Clipping's clip)
 
 :class:`CompiledStep` calls those same functions — the ones the eager step and the
 optimizers' plain forms call — in one function and hands it to ``torch.compile``: on the CPU,
@@ -29,8 +30,9 @@ not to the bit; member k of a compiled ensemble is still seed k compiled alone
 Applies (:func:`applies`): asked for (the engine's ``compile=True``, ``--compile``), outside
 :func:`plasticlab.fast.plain_forms`, with the hand-written MLP backward (so the cross-entropy:
 a regression problem's squared error and a growing head never compile), a method that declares
-no hook but a captured post-step hook (:class:`~plasticlab.methods.base.CapturedHook`) and no
-gradient transform of its own and whose penalties are all
+no hook but a captured post-step hook (:class:`~plasticlab.methods.base.CapturedHook`) or one
+that acts on some steps only (``Needs.some_steps``: those steps take the eager step,
+:meth:`CompiledStep.computes`; ReDo's recycling) and no gradient transform of its own and whose penalties are all
 :class:`~plasticlab.regularizers.TargetPenalty` (:meth:`plasticlab.methods.Method.needs`), and
 :class:`plasticlab.optim.Adam` with no restarted elements or :class:`plasticlab.optim.SGD`.
 Elsewhere the engine takes the eager step and the run's manifest says so.
@@ -71,7 +73,7 @@ def applies(hand: ManualBackprop | None, chain: Chain) -> bool:
     not None: the cross-entropy, no growing head, :func:`plasticlab.step.mlp_backprop.applies`),
     a method whose declared needs (``chain.needs``) are penalties toward fixed targets and a
     post-step hook written for capture (:meth:`plasticlab.methods.Method.captured_after_step`)
-    alone, and :class:`plasticlab.optim.Adam` (no restarted elements) or :class:`plasticlab.optim.SGD`;
+    or acting on some steps only (``Needs.some_steps``), and :class:`plasticlab.optim.Adam` (no restarted elements) or :class:`plasticlab.optim.SGD`;
     outside :func:`plasticlab.fast.plain_forms`. :func:`why_eager` says what stops it."""
     return why_eager(hand, chain) is None
 
@@ -86,7 +88,7 @@ def why_eager(hand: ManualBackprop | None, chain: Chain) -> str | None:
         return "its network or loss has no hand-written backward (autograd)"
     reasons = [(needs.before_step, "a hook before each step"),
                (needs.features, "a post-step hook that reads the step's features"),
-               (needs.after_step and method.captured_after_step() is None,
+               (needs.after_step and not needs.some_steps and method.captured_after_step() is None,
                 "a post-step hook not written for capture"),
                (needs.gradient_hook or needs.task_loss, "a gradient transform of its own"),
                (needs.task_end, "a task-end hook (a boundary oracle)"),
@@ -127,8 +129,12 @@ class CompiledStep:
             targets = dict(zip(map(id, reg.params), reg.targets(), strict=True))
             self.penalties.append((reg, [targets.get(id(p), False) for p in self.params]))
         self.weight_decay = getattr(optimizer, "weight_decay", 0.0) + chain.decay
-        # the method's post-step hook, captured in the same function (None: it has none)
-        self.after = chain.method.captured_after_step() if chain.needs.after_step else None
+        # the method's post-step hook, captured in the same function (None: it has none, or
+        # it acts on some steps only, which take the eager step: computes)
+        self.method = chain.method
+        self.some_steps = chain.needs.some_steps
+        self.after = (chain.method.captured_after_step()
+                      if chain.needs.after_step and not self.some_steps else None)
         if self.after is not None and not {id(p) for p in self.after.params} <= set(map(id, self.params)):
             raise ValueError(f"method {chain.method.name!r}'s captured post-step hook updates "
                              f"tensors other than the MLP's weights and biases")
@@ -177,6 +183,8 @@ class CompiledStep:
                            *(r.delta for r, _ in penalties if isinstance(r, HuberInit)),
                            *(t for _, ts in penalties for t in ts if isinstance(t, torch.Tensor)),
                            *((after.counter, *after.reads) if after is not None else ())]:
+                if tensor is None:  # a captured hook the step count does not enter
+                    continue
                 torch._dynamo.mark_static_address(tensor)
             return torch.compile(step, dynamic=False, fullgraph=True, mode="reduce-overhead")
         # fullgraph: the step is captured whole, or compiling it fails (never a silent split)
@@ -186,11 +194,17 @@ class CompiledStep:
         opt = self.optimizer
         return [*opt.exp_avg, *opt.exp_avg_sq] if self.adam else []
 
+    def computes(self, step: int) -> bool:
+        """Whether this compiled step computes update ``step`` whole: every step, except where
+        the method's post-step hook acts on some steps only (``Needs.some_steps``: ReDo every
+        ``period``) and acts after this one — that step is the eager step's, hook and all."""
+        return not (self.some_steps and self.method.acts_after(step))
+
     @torch.no_grad()
     def __call__(self, x: torch.Tensor, y: torch.Tensor, correct: torch.Tensor, step: int) -> None:
         """Train on the batch; ``step``: the updates so far once this one is taken (what the
         method's post-step hook is told)."""
-        if self.after is not None:
+        if self.after is not None and self.after.counter is not None:
             self.after.counter.fill_(step)
         if self._compiled:
             self._call(x, y, correct)
@@ -211,7 +225,7 @@ class CompiledStep:
         up to :data:`REALIZE_OPCOUNT` operations into their readers before it writes a buffer
         (its default: 30 on CUDA, 50 on the CPU). Measured for Shrink & Perturb's step on this
         CPU (docs/performance.md): inlined whole it ran fastest and compiled no slower."""
-        if self.after is None:
+        if self.after is None or self.after.counter is None:  # no draw counted by the step
             return {}
         return {"realize_opcount_threshold": REALIZE_OPCOUNT,
                 "realize_cpu_opcount_threshold": REALIZE_OPCOUNT}
