@@ -4,7 +4,8 @@ The engine's eager step for the paper's MLP on Permuted MNIST with L2 Init (λ 1
 (the hand-written backward, the penalty λ(θ − θ₀), torch's fused Adam) — or, with ``--method
 shrink_perturb``, Shrink & Perturb with its noise drawn with Philox (``draws=philox``: the
 perturbation and its draw captured in the compiled step; the eager step with its host
-generators' draws, the default, is timed too) — against the same step
+generators' draws, the default, is timed too); ``concat_relu`` (autograd eager, ``torch.func``'s
+gradient compiled), ``redo`` (its recycling steps eager), ``weight_clip`` — against the same step
 through :class:`plasticlab.step.compiled.CompiledStep` — what ``plasticlab run --compile``
 runs (inductor on the CPU; CUDA graphs, ``mode="reduce-overhead"``, on CUDA). Both start from the
 same network and take the same batches. Printed per K: each path's steady-state rate (best of
@@ -41,7 +42,8 @@ from plasticlab.engine import EnsembleTraining, train_ensemble  # noqa: E402
 from plasticlab.experiments.config import resolve_config  # noqa: E402
 from plasticlab.run_config import Members  # noqa: E402
 
-METHODS = {"l2_init": {"strength": 1e-2}, "shrink_perturb": {"draws": "philox"}}
+METHODS = {"l2_init": {"strength": 1e-2}, "shrink_perturb": {"draws": "philox"}, "concat_relu": {},
+           "redo": {}, "weight_clip": {}}
 
 
 def config(tasks: int = 1, method: str = "l2_init", **params):
@@ -78,25 +80,30 @@ def step_rates(members: int, args, sync) -> tuple[float, float, float, float]:
     batches = [eager.problem.batch(s) for s in range(200)]
     correct = torch.zeros(members, device=args.device)
 
-    def run_eager(n, first=False, eager=eager):
+    # the engine's step, as a task runs it (the compiled one where it applies); t: the updates so
+    # far, counted across rounds so that a method acting every period steps acts as in a run
+    taken = {"eager": 0, "compiled": 0, "generators": 0}
+
+    def run(training, n, first, form):
         for i in range(n):
             x, y = batches[0 if first else (i + 1) % len(batches)]
-            eager.step.hand.step(x, y)
-            eager.step.chain.transform_gradient()
-            eager.step.chain.update()
-            eager.step.chain.after([], x, i + 1)  # Shrink & Perturb's perturbation
+            training.step(x, y, correct, taken[form])
+            taken[form] += 1
+
+    def run_eager(n, first=False):
+        run(eager, n, first, "eager")
 
     def run_compiled(n, first=False):
-        for i in range(n):
-            compiled.step.compiled(*batches[0 if first else (i + 1) % len(batches)], correct, i + 1)
+        run(compiled, n, first, "compiled")
 
     if args.method == "shrink_perturb":
         generators = training(False, draws="generator")
         generators.problem.start_task(0)
-        rate = best_rate(lambda n: run_eager(n, eager=generators), args.steps, args.rounds, sync)
+        rate = best_rate(lambda n: run(generators, n, False, "generators"), args.steps, args.rounds, sync)
         print(f"K = {members}: eager with the host generators' draws (the default), "
               f"{rate * members * 16:,.0f} member-samples/s", flush=True)
 
+    assert compiled.step.form == "compiled", compiled.step.eager_because
     start = time.perf_counter()
     run_compiled(1, first=True)
     sync()

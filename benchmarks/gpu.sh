@@ -9,18 +9,20 @@
 #      K = 64, 300 steps (plasticlab run --json: steps/s, compilation included);
 #   5. the paper's protocol on Permuted MNIST with Adam (`plasticlab reproduce
 #      main-permuted_mnist-adam --device cuda`: grid on 3 seeds, selection, 10 new seeds, 500
-#      tasks) twice: with a worker process per core (`--executor local`, the default) and with
-#      one process stepping every ensemble in turn, each on a CUDA stream of its own
-#      (`--executor interleaved`); each its wall time if it ends within its budget, else its
-#      pace extrapolated to the whole study (benchmarks/grid_pace.py), into grid.json (local)
-#      and grid_interleaved.json, with the device, the commit and the executor.
+#      tasks) three times: with a worker process per core (`--executor local`, the default),
+#      with one process stepping every ensemble in turn, each on a CUDA stream of its own
+#      (`--executor interleaved`), and the same with `--compile` (each step a CUDA graph replay
+#      where the method's step compiles: every grid method but CBP and Layer Norm); each its
+#      wall time if it ends within its budget, else its pace extrapolated to the whole study
+#      (benchmarks/grid_pace.py), into grid.json (local), grid_interleaved.json and
+#      grid_interleaved_compile.json, with the device, the commit and the executor.
 # Everything goes to OUT_DIR (default benchmarks/recorded/<gpu>-<date>), to be committed.
 #
 #     benchmarks/gpu.sh DATA_DIR [OUT_DIR]
 #
-# Budgets (seconds, each a hard timeout; 450 s in all): TESTS_S=110 (two of the CUDA tests
-# compile a step) SPEED_S=80 SP_S=30 (each of the two eager draws; the compiled one
-# SP_COMPILED_S=60) GRID_S=70 (each of the two executors).
+# Budgets (seconds, each a hard timeout; 455 s in all): TESTS_S=110 (two of the CUDA tests
+# compile a step) SPEED_S=80 SP_S=25 (each of the two eager draws; the compiled one
+# SP_COMPILED_S=50) GRID_S=55 (each of the three grid runs).
 set -uo pipefail
 data=${1:?usage: benchmarks/gpu.sh DATA_DIR [OUT_DIR]}
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '-' | tr 'A-Z' 'a-z')
@@ -42,8 +44,8 @@ timeout "${SPEED_S:-80}" python3 benchmarks/speed.py --device cuda --data-dir "$
     --mlp-steps 625 --repeats 1 --verbose --csv "$out/speed_cuda.csv" 2>&1 | tee "$out/speed_cuda.txt"
 
 for form in generator philox philox-compiled; do
-    draws=${form%-compiled} budget=${SP_S:-30} compile=()
-    [ "$form" = philox-compiled ] && budget=${SP_COMPILED_S:-60} compile=(--compile)
+    draws=${form%-compiled} budget=${SP_S:-25} compile=()
+    [ "$form" = philox-compiled ] && budget=${SP_COMPILED_S:-50} compile=(--compile)
     timeout "$budget" plasticlab run --device cuda --problem permuted_mnist --method shrink_perturb \
         --set draws=$draws "${compile[@]}" --seeds 0-63 --tasks 1 --steps-per-task 300 --no-measure \
         --no-progress --data-dir "$data" --out "$(mktemp -d)" --json > "$out/shrink_perturb_$form.json" \
@@ -53,20 +55,22 @@ done 2>&1 | tee "$out/shrink_perturb_draws.txt"
 
 # The protocol, with each executor: the grid trains in the background; at its budget's end (or
 # its own end) its pace is read from the results folder.
-for executor in local interleaved; do
+for form in local interleaved interleaved-compile; do
+    executor=${form%-compile} compile=()
+    [ "$form" = interleaved-compile ] && compile=(--compile)
     grid=$(mktemp -d)
     record=$out/grid.json
-    [ "$executor" = local ] || record=$out/grid_$executor.json
+    [ "$form" = local ] || record=$out/grid_${form//-/_}.json
     started=$(date +%s)
-    timeout --signal=TERM "${GRID_S:-70}" plasticlab reproduce main-permuted_mnist-adam --device cuda \
-        --executor "$executor" --out "$grid/runs" --docs "$grid/docs" --data-dir "$data" \
-        --no-progress > "$out/grid_$executor.txt" 2>&1
+    timeout --signal=TERM "${GRID_S:-55}" plasticlab reproduce main-permuted_mnist-adam --device cuda \
+        --executor "$executor" "${compile[@]}" --out "$grid/runs" --docs "$grid/docs" --data-dir "$data" \
+        --no-progress > "$out/grid_$form.txt" 2>&1
     code=$?
     finished=$(date +%s)
     ended=()
     [ "$code" -eq 0 ] && ended=(--finished "$finished")
     python3 benchmarks/grid_pace.py "$grid/runs/main-permuted_mnist-adam" --started "$started" \
-        "${ended[@]}" --device "$gpu" --executor "$executor" --json "$record"
-    plasticlab status "$grid/runs/main-permuted_mnist-adam" >> "$out/grid_$executor.txt" 2>&1
+        "${ended[@]}" --device "$gpu" --executor "$form" --json "$record"
+    plasticlab status "$grid/runs/main-permuted_mnist-adam" >> "$out/grid_$form.txt" 2>&1
 done
 echo "gpu.sh: done in $(( $(date +%s) - $(date -d "$(head -1 "$out/device.txt")" +%s) )) s; results in $out"

@@ -130,9 +130,13 @@ def test_the_compiled_step_applies_only_where_it_computes_the_method(data_dir):
                           data_dir=data_dir, compile=True).extra["step"] == "eager"
     with fast.plain_forms():
         assert _training(data_dir, [2], compile=True).step.compiled is None
+    # asked for autograd: compiled, with torch.func's gradient instead of the hand-written one
     autograd = _training(data_dir, [2], compile=True, backprop="autograd")
-    assert autograd.step.compiled is None
-    assert not compiled_step.applies(None, autograd.step.chain)
+    assert autograd.step.compiled.gradients is not None
+    # a convolutional network stays eager
+    from plasticlab.nets import build_network
+    assert compiled_step.traceable(autograd.net)
+    assert not compiled_step.traceable(build_network("cnn", 1, (3, 32, 32), 10, width=0.25))
 
 
 def test_the_compiled_step_refuses_a_method_it_does_not_compute(data_dir):
@@ -206,6 +210,24 @@ def test_weight_clipping_is_captured_whole(data_dir):
     first = compiled.net.affine_layers[0].weight
     assert float(first.detach().abs().max()) == pytest.approx(bound)  # it binds, and holds
     _assert_ends_where_the_eager_run_ends(eager, compiled)
+    swapped = _run(_hooked(data_dir, "weight_clip", {"kappa": 1.05}, [1, 0], compile=True))
+    for k in (0, 1):
+        for a, b in zip(_member(compiled, k), _member(swapped, 1 - k), strict=True):
+            assert torch.equal(a, b), f"seed {k} differs at place {1 - k}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["concat_relu", "deep_fourier"])
+def test_a_network_without_a_hand_written_backward_compiles_with_torch_funcs_gradient(data_dir, method):
+    # autograd in the eager step, torch.func's gradient compiled; member k is seed k
+    eager = _run(_hooked(data_dir, method, {}, [0, 1, 2], compile=False))
+    compiled = _run(_hooked(data_dir, method, {}, [0, 1, 2], compile=True))
+    assert eager.step.backprop == "autograd" and compiled.step.compiled.gradients is not None
+    _assert_ends_where_the_eager_run_ends(eager, compiled)
+    shuffled = _run(_hooked(data_dir, method, {}, [2, 0, 1], compile=True))
+    for k, j in ((2, 0), (0, 1), (1, 2)):
+        for a, b in zip(_member(compiled, k), _member(shuffled, j), strict=True):
+            assert torch.equal(a, b), f"seed {k} differs at place {j}"
 
 
 def test_run_and_sweep_take_the_compiled_step_when_asked(data_dir, tmp_path, capsys):
@@ -253,7 +275,7 @@ def test_docs_say_which_methods_steps_compile_and_what_keeps_the_others_eager(da
                                  "tasks": 1, "steps_per_task": 2, "width": 0.25})
         training = EnsembleTraining(Members.from_config(config, [0]), data_dir=data_dir,
                                     measure=False)
-        why = compiled_step.why_eager(training.step.hand, training.step.chain)
+        why = compiled_step.why_eager(training.net, training.step.hand, training.step.chain)
         form = f"`{name}`" + "".join(f" `{k}={v}`" for k, v in params.items())
         rows.append(f"| {form} | {'compiled' if why is None else 'eager: ' + why} |")
     table = "\n".join(["| method | `--compile` |", "|---|---|", *rows])

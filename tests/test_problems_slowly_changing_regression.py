@@ -123,12 +123,24 @@ def test_the_cross_entropy_fast_paths_say_they_do_not_apply_to_the_squared_error
     training = EnsembleTraining(Members.from_config(_config(), [0]), compile=True)
     assert mlp_backprop.supports(training.net)  # a plain ReLU MLP
     assert not mlp_backprop.applies(training.net, "squared_error")
-    assert (training.step.backprop, training.step.form) == ("autograd", "eager")
-    assert not compiled.applies(training.step.hand, training.step.chain)
+    # compiled, the squared error's gradient is torch.func's through the network
+    assert (training.step.backprop, training.step.form) == ("autograd", "compiled")
+    assert training.step.compiled.gradients is not None
     with pytest.raises(ValueError, match="cross-entropy"):
         Step(training.net, training.method, training.optimizer, backprop="manual", loss="squared_error")
     with pytest.raises(ValueError, match="unknown task loss"):
         Step(training.net, training.method, training.optimizer, loss="hinge")
+
+
+def test_a_compiled_run_of_the_squared_error_ends_where_the_eager_run_ends():
+    eager = train_ensemble(Members.from_config(_config(), [0, 1]))
+    compiled_run = train_ensemble(Members.from_config(_config(), [0, 1]), compile=True)
+    assert compiled_run.extra["step"] == "compiled"
+    for a, b in zip(eager.members, compiled_run.members, strict=True):
+        assert b.task_online_accuracy == pytest.approx(a.task_online_accuracy, rel=1e-4)
+    swapped = train_ensemble(Members.from_config(_config(), [1, 0]), compile=True)
+    for k in (0, 1):  # member k is seed k at another place, to the bit
+        assert swapped.members[1 - k].task_online_accuracy == compiled_run.members[k].task_online_accuracy
 
 
 def test_member_k_of_an_ensemble_is_seed_k_alone():

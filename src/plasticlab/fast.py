@@ -10,7 +10,7 @@ the code it speeds up, beside its plain form:
 - :mod:`plasticlab.nets.linear_backward` — the ensemble linear layer's backward writing ∂L/∂W
   in W's own ``[K, out, in]`` layout. Plain form: :meth:`plasticlab.nets.EnsembleLinear.forward`,
   ``baddbmm(b, x, Wᵀ)`` through autograd (same forward, gradients up to rounding). Applies:
-  always. Test: ``tests/test_fast_kernels.py``.
+  run eagerly (not inside ``torch.compile``). Test: ``tests/test_fast_kernels.py``.
 - :mod:`plasticlab.nets.ensemble_conv` — the K convolutions as a per-member loop with each
   member's convolution backward called directly, or as one grouped convolution. Plain form:
   :meth:`plasticlab.nets.EnsembleConv2d.forward`, one ``F.conv2d`` per member stacked (the loop
@@ -56,12 +56,14 @@ the code it speeds up, beside its plain form:
   ``argsort(stable=True)`` in :meth:`plasticlab.regularizers.WassersteinInit.targets`
   (bit-identical). Applies: float32, from a tensor's second sort on. Test:
   ``tests/test_toolkit_wasserstein_init.py``.
-- :mod:`plasticlab.step.compiled` — the whole training step (the hand-written backward, the
-  penalties toward a fixed target, Adam's or SGD's rule, a post-step hook written for capture)
-  as one function under ``torch.compile``. Plain form: the eager step (up to rounding; member k
-  still seed k alone to the bit on the CPU). Applies: asked for (``compile=True``), the MLP with
-  a method that adds nothing but penalties toward fixed targets and a captured post-step hook
-  (Shrink & Perturb with ``draws=philox``), and Adam or SGD. Test:
+- :mod:`plasticlab.step.compiled` — the whole training step (the hand-written backward or
+  ``torch.func``'s gradient through the network, the penalties toward a fixed target, Adam's or
+  SGD's rule, a post-step hook written for capture) as one function under ``torch.compile``.
+  Plain form: the eager step (up to rounding; member k still seed k alone to the bit on the
+  CPU). Applies: asked for (``compile=True``), an MLP without Layer Norm, a method that adds
+  nothing but penalties toward fixed targets and a post-step hook captured (Shrink & Perturb
+  with ``draws=philox``, Weight Clipping) or acting on some steps only (ReDo), and Adam or SGD.
+  Test:
   ``tests/test_compiled_step.py``.
 
 Each applies only outside :func:`plain_forms`. Three fast forms stay inside the object they

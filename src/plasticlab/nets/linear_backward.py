@@ -6,7 +6,11 @@ that AccumulateGrad then copies element by element into W's ``[K, out, in]`` lay
 matters: docs/performance.md). :class:`EnsembleLinearFunction` computes ∂L/∂W = δᵀx straight in
 ``[K, out, in]``: the same forward, and the same gradients up to rounding.
 
-Applies: every ensemble linear layer, on any device, outside :func:`plasticlab.fast.plain_forms`.
+Applies: every ensemble linear layer, on any device, outside :func:`plasticlab.fast.plain_forms`,
+run eagerly: a compiled function (the compiled step's gradient through an MLP,
+:func:`plasticlab.step.compiled.functional_gradients`) lays its gradients out itself, and
+dynamo's trace of this function under ``torch.func.grad`` gave zero gradients to every layer
+but the first (torch 2.13).
 Test: ``tests/test_fast_kernels.py``.
 """
 
@@ -18,8 +22,9 @@ from ..fast import enabled
 
 
 def applies(x: torch.Tensor) -> bool:
-    """Whether the ensemble linear layer runs :class:`EnsembleLinearFunction` on input ``x``."""
-    return enabled()
+    """Whether the ensemble linear layer runs :class:`EnsembleLinearFunction` on input ``x``:
+    eagerly, outside the plain forms."""
+    return enabled() and not torch.compiler.is_compiling()
 
 
 class EnsembleLinearFunction(torch.autograd.Function):

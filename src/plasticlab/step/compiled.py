@@ -1,10 +1,13 @@
 """Fast path: the whole training step as one function under ``torch.compile``.
 
-One step of the paper's MLP whose method adds nothing but penalties toward fixed targets (the
-Baseline, L2, L2 Init, L1 Init, Huber Init, or members of those in one ensemble) is, per
-member k::
+One step of an MLP whose method adds nothing but penalties toward fixed targets (the
+Baseline, L2, L2 Init, L1 Init, Huber Init, or members of those in one ensemble) and a
+post-step hook written for capture is, per member k::
 
-    z = MLP_θ(x);  g = ∇_θ mean_b CE(z, y)        (:func:`plasticlab.step.mlp_backprop.mlp_gradients`)
+    z = MLP_θ(x);  g = ∇_θ mean_b ℓ(z, y)          (the ReLU MLP with the cross-entropy:
+                                                      :func:`plasticlab.step.mlp_backprop.mlp_gradients`;
+                                                      any other, Concat ReLU's, Layer Norm's, the
+                                                      squared error: :func:`functional_gradients`)
     g ← g + λ_k ρ'(θ − target)                       (:func:`plasticlab.regularizers.add_penalty_gradient_`)
     the update                                       (:func:`plasticlab.optim.adam.adam_update_`,
                                                       :func:`plasticlab.optim.sgd.sgd_update_`)
@@ -21,15 +24,16 @@ network's parameters, :class:`plasticlab.optim.Adam`'s moments and step counts �
 compiled steps can alternate (the engine takes the eager step where a measurement needs the
 task gradient) and checkpoints are the same.
 
-Plain form: the eager step (:class:`~plasticlab.step.mlp_backprop.ManualBackprop`, the
-penalties' ``add_grad_``, the optimizer's ``step``, whose default forms are torch's fused
+Plain form: the eager step (:class:`~plasticlab.step.mlp_backprop.ManualBackprop` or
+autograd's ``backward``, the penalties' ``add_grad_``, the optimizer's ``step``, whose default forms are torch's fused
 kernels). Compilation reorders and fuses floating-point work, so the two agree up to rounding,
 not to the bit; member k of a compiled ensemble is still seed k compiled alone
 (``tests/test_compiled_step.py`` states both tolerances).
 
 Applies (:func:`applies`): asked for (the engine's ``compile=True``, ``--compile``), outside
-:func:`plasticlab.fast.plain_forms`, with the hand-written MLP backward (so the cross-entropy:
-a regression problem's squared error and a growing head never compile), a method that declares
+:func:`plasticlab.fast.plain_forms`, an MLP of ensemble linear layers (any activation; not a
+convolutional network, nor Layer Norm, frozen heads or a growing head's output mask:
+:func:`untraceable_because`), a method that declares
 no hook but a captured post-step hook (:class:`~plasticlab.methods.base.CapturedHook`) or one
 that acts on some steps only (``Needs.some_steps``: those steps take the eager step,
 :meth:`CompiledStep.computes`; ReDo's recycling) and no gradient transform of its own and whose penalties are all
@@ -55,7 +59,9 @@ from ..fast import enabled
 from ..optim import SGD, Adam
 from ..optim.adam import adam_update_
 from ..optim.sgd import sgd_update_
+from ..nets.layers import EnsembleLinear
 from ..regularizers import HuberInit, TargetPenalty, add_penalty_gradient_
+from .backward import online_tally, task_losses
 from .chain import Chain
 from .mlp_backprop import ManualBackprop, minus_ones, mlp_gradients
 
@@ -68,24 +74,64 @@ readers before writing a buffer (:meth:`CompiledStep._inductor_options`): the wh
 Philox draw's rounds."""
 
 
-def applies(hand: ManualBackprop | None, chain: Chain) -> bool:
-    """Whether :class:`CompiledStep` computes this step: the hand-written MLP backward (``hand``
-    not None: the cross-entropy, no growing head, :func:`plasticlab.step.mlp_backprop.applies`),
+def traceable(net) -> bool:
+    """Whether :func:`functional_gradients` computes ``net``'s gradient inside a compiled step
+    (:func:`untraceable_because` says why not)."""
+    return untraceable_because(net) is None
+
+
+def untraceable_because(net) -> str | None:
+    """What keeps :func:`functional_gradients` from ``net`` in a compiled step, or None: it
+    takes an MLP of :class:`~plasticlab.nets.layers.EnsembleLinear` blocks, any activation.
+    Not Layer Norm: inductor's CPU code for its reductions rounds differently at different
+    places in the ensemble, so member k would not be seed k alone (measured, torch 2.13)."""
+    if not all(isinstance(b.affine, EnsembleLinear) and not b.pool and not b.flatten
+               for b in net.blocks):
+        return "a convolutional network (torch.func's gradient is compiled for MLPs alone)"
+    if any(b.norm is not None for b in net.blocks):
+        return ("Layer Norm (compiled, its reductions round differently at each place in the "
+                "ensemble: member k would not be seed k alone)")
+    if net.head_offset is not None:
+        return "frozen heads added to the logits (plasticity injection)"
+    if net.output_mask is not None:
+        return "a growing head (its output mask changes each task)"
+    return None
+
+
+def functional_gradients(net, params, loss: str = "cross_entropy") -> Callable:
+    """∂L/∂θ of L = Σₖ mean_b ℓ(zₖ_b, yₖ_b) (``loss`` ℓ: :func:`plasticlab.step.backward.task_losses`)
+    through ``net`` with ``torch.func.grad``: a function of (θ as a list in the order of
+    ``params``, x, y) that returns (the gradients in that order, the outputs z). Autograd's
+    formulas — the plain form's, :func:`plasticlab.step.backward.autograd_gradients` — traced
+    into the compiled function, for networks without a hand-written backward."""
+    names = {id(p): name for name, p in net.named_parameters()}
+    order = [names[id(p)] for p in params]
+
+    def task_loss(values, x, y):
+        outputs = torch.func.functional_call(net, dict(zip(order, values, strict=True)), (x,))
+        return task_losses(outputs, y, loss).mean(1).sum(), outputs
+
+    return torch.func.grad(task_loss, has_aux=True)
+
+
+def applies(net, hand: ManualBackprop | None, chain: Chain, loss: str = "cross_entropy") -> bool:
+    """Whether :class:`CompiledStep` computes this step: an MLP (the hand-written backward
+    ``hand`` where the step has one, else :func:`functional_gradients`: :func:`traceable`),
     a method whose declared needs (``chain.needs``) are penalties toward fixed targets and a
     post-step hook written for capture (:meth:`plasticlab.methods.Method.captured_after_step`)
     or acting on some steps only (``Needs.some_steps``), and :class:`plasticlab.optim.Adam` (no restarted elements) or :class:`plasticlab.optim.SGD`;
     outside :func:`plasticlab.fast.plain_forms`. :func:`why_eager` says what stops it."""
-    return why_eager(hand, chain) is None
+    return why_eager(net, hand, chain, loss) is None
 
 
-def why_eager(hand: ManualBackprop | None, chain: Chain) -> str | None:
+def why_eager(net, hand: ManualBackprop | None, chain: Chain, loss: str = "cross_entropy") -> str | None:
     """What keeps this step out of :class:`CompiledStep` (the first of :func:`applies`'
     conditions it fails, in words), or None where the compiled step computes it."""
     needs, optimizer, method = chain.needs, chain.optimizer, chain.method
     if not enabled():
         return "the plain forms were asked for (plasticlab.fast.plain_forms)"
-    if hand is None:
-        return "its network or loss has no hand-written backward (autograd)"
+    if hand is None and not traceable(net):
+        return untraceable_because(net)
     reasons = [(needs.before_step, "a hook before each step"),
                (needs.features, "a post-step hook that reads the step's features"),
                (needs.after_step and not needs.some_steps and method.captured_after_step() is None,
@@ -105,22 +151,34 @@ def why_eager(hand: ManualBackprop | None, chain: Chain) -> str | None:
 
 class CompiledStep:
     """The compiled training step of one ensemble: ``step(x, y, correct, step)`` trains every
-    member on its batch (``x`` ``[K, B, in]``, ``y`` ``[K, B]``) and adds each member's number of
-    correct predictions to ``correct`` ``[K]``, as the eager step does (with the method's
-    captured post-step hook, told ``step``)."""
+    member on its batch (``x`` ``[K, B, in]``, ``y`` ``[K, B]``) and adds each member's online
+    tally to ``correct`` ``[K]`` (:func:`plasticlab.step.backward.online_tally`), as the eager
+    step does (with the method's captured post-step hook, told ``step``).
 
-    def __init__(self, net, chain: Chain, device: torch.device, hand: ManualBackprop | None = None):
-        # hand: the step's own hand-written backward, where it has one (not built again here)
-        if not applies(hand or ManualBackprop(net), chain):
+    ``hand``: the step's own hand-written backward, where it has one (its gradient formulas are
+    compiled); None: the gradient of ``loss`` through the network with
+    :func:`functional_gradients`."""
+
+    def __init__(self, net, chain: Chain, device: torch.device, hand: ManualBackprop | None = None,
+                 loss: str = "cross_entropy"):
+        if not applies(net, hand, chain, loss):
             raise ValueError(f"the compiled step does not compute method {chain.method.name!r} "
                              f"with {type(chain.optimizer).__name__} (plasticlab.step.compiled.applies)")
-        layers = [b.affine for b in net.blocks]
-        self.params = [p for layer in layers for p in (layer.weight, layer.bias)]
         self.optimizer = optimizer = chain.optimizer
         self.adam = type(optimizer) is Adam
-        if [id(p) for p in optimizer.params] != [id(p) for p in self.params]:
-            raise ValueError("the compiled step needs the optimizer to hold exactly the MLP's "
-                             "weights and biases, in order")
+        self.loss = loss
+        if hand is not None:  # the hand-written backward's order: W_1, b_1, W_2, …
+            self.params = [p for b in net.blocks for p in (b.affine.weight, b.affine.bias)]
+            if [id(p) for p in optimizer.params] != [id(p) for p in self.params]:
+                raise ValueError("the compiled step needs the optimizer to hold exactly the MLP's "
+                                 "weights and biases, in order")
+            self.gradients = None
+        else:
+            self.params = list(optimizer.params)
+            if {id(p) for p in self.params} != {id(p) for p in net.parameters()}:
+                raise ValueError("the compiled step needs the optimizer to hold every parameter "
+                                 "of the network")
+            self.gradients = functional_gradients(net, self.params, loss)
         self.lr = optimizer.member_rates()
         # per penalty: the regularizer (λ per member, ρ') and each parameter's target (None: 0,
         # False: not regularized)
@@ -150,12 +208,16 @@ class CompiledStep:
 
     def _build(self) -> Callable:
         penalties, adam, weight_decay, after = self.penalties, self.adam, self.weight_decay, self.after
+        gradients, loss = self.gradients, self.loss
         betas = getattr(self.optimizer, "betas", None)
         eps = getattr(self.optimizer, "eps", None)
 
         def step(x, y, minus_one, params, ms, vs, lr, t):
-            logits, _, grads = mlp_gradients(x, y, params[0::2], params[1::2], minus_one)
-            hits = (logits.argmax(-1) == y).sum(1)
+            if gradients is None:  # the hand-written backward
+                logits, _, grads = mlp_gradients(x, y, params[0::2], params[1::2], minus_one)
+            else:
+                grads, logits = gradients(params, x, y)
+            hits = online_tally(logits, y, loss)
             for reg, targets in penalties:
                 for g, p, target in zip(grads, params, targets, strict=True):
                     if target is not False:
