@@ -126,9 +126,8 @@ def test_the_compiled_step_applies_only_where_it_computes_the_method(data_dir):
     config = resolve_config({"problem": "permuted_mnist", "method": "cbp", "tasks": 1,
                              "steps_per_task": 5, "width": 0.25})
     cbp = train_ensemble(Members.from_config(config, [0]), data_dir=data_dir, compile=True)
-    assert cbp.extra["step"] == "eager"  # CBP's unit replacement after each step: eager
-    assert cbp.extra["step_note"] == ("compile asked for; eager: a post-step hook that reads "
-                                      "the step's features")
+    assert cbp.extra["step"] == "eager"  # CBP's new units from host generators: eager
+    assert cbp.extra["step_note"] == "compile asked for; eager: a post-step hook not written for capture"
     ewc = resolve_config({"problem": "permuted_mnist", "method": "ewc", "tasks": 1,
                           "steps_per_task": 5, "width": 0.25})  # its anchor moves at task ends
     assert train_ensemble(Members.from_config(ewc, [0]),
@@ -206,6 +205,34 @@ def test_redo_compiles_the_steps_between_its_recycles_and_takes_the_eager_step_o
             assert torch.equal(a, b), f"seed {k} differs at place {j}"
 
 
+# CBP replacing units in every layer within the run: mature after 5 steps, 5 % of them a step
+CBP = {"draws": "philox", "maturity": 5, "replacement_rate": 0.05}
+
+
+@pytest.mark.slow
+def test_continual_backprop_with_philox_draws_is_captured_whole_as_masks(data_dir, tmp_path):
+    eager = _run(_hooked(data_dir, "cbp", CBP, [0, 1, 2], compile=False))
+    compiled = _run(_hooked(data_dir, "cbp", CBP, [0, 1, 2], compile=True))
+    assert compiled.step.compiled.after is not None  # generate-and-test inside the compiled step
+    replaced = [r.tolist() for r in compiled.method.replacements]
+    assert replaced == [r.tolist() for r in eager.method.replacements] and min(map(min, replaced)) > 0
+    _assert_ends_where_the_eager_run_ends(eager, compiled)
+    # member k is seed k at another place, to the bit
+    shuffled = _run(_hooked(data_dir, "cbp", CBP, [2, 0, 1], compile=True))
+    for k, j in ((2, 0), (0, 1), (1, 2)):
+        for a, b in zip(_member(compiled, k), _member(shuffled, j), strict=True):
+            assert torch.equal(a, b), f"seed {k} differs at place {j}"
+    # and a compiled run resumed from its checkpoint ends as the uninterrupted one
+    first = _hooked(data_dir, "cbp", CBP, [0, 1, 2], compile=True)
+    first.run_task(0)
+    first.save(tmp_path / "ckpt")
+    resumed = _hooked(data_dir, "cbp", CBP, [0, 1, 2], compile=True)
+    assert resumed.resume(tmp_path / "ckpt")
+    _run(resumed)
+    for a, b in zip(compiled.net.parameters(), resumed.net.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
 def test_weight_clipping_is_captured_whole(data_dir):
     # κ small enough that the clip binds within the run
     eager = _run(_hooked(data_dir, "weight_clip", {"kappa": 1.05}, [0, 1], compile=False))
@@ -274,7 +301,8 @@ def test_docs_say_which_methods_steps_compile_and_what_keeps_the_others_eager(da
     from conftest import REPO
     from plasticlab.methods import METHODS
 
-    forms = [(name, {}) for name in sorted(METHODS)] + [("shrink_perturb", {"draws": "philox"})]
+    forms = [(name, {}) for name in sorted(METHODS)] + [(name, {"draws": "philox"})
+                                                         for name in ("cbp", "shrink_perturb")]
     rows = []
     for name, params in forms:
         config = resolve_config({"problem": "permuted_mnist", "method": name, "params": params,

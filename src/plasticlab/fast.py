@@ -62,7 +62,8 @@ the code it speeds up, beside its plain form:
   Plain form: the eager step (up to rounding; member k still seed k alone to the bit on the
   CPU). Applies: asked for (``compile=True``), an MLP without Layer Norm, a method that adds
   nothing but penalties toward fixed targets and a post-step hook captured (Shrink & Perturb
-  with ``draws=philox``, Weight Clipping) or acting on some steps only (ReDo), and Adam or SGD.
+  and CBP with ``draws=philox``, Weight Clipping) or acting on some steps only (ReDo), and
+  Adam or SGD.
   Test:
   ``tests/test_compiled_step.py``.
 

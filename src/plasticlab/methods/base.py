@@ -54,20 +54,27 @@ class MethodContext:
         return [torch_generator(s, "method", *keys) for s in self.seeds]
 
 
+def _nothing_to_prepare(step: int) -> None:
+    """A captured hook with nothing to do outside the compiled step."""
+
+
 @dataclass(frozen=True)
 class CapturedHook:
     """A method's post-step hook in the form a compiled step captures whole
-    (:meth:`Method.captured_after_step`): ``counter.fill_(step)`` (outside the compiled
-    function: the updates so far, written into an int64 device tensor without waiting on the
-    device; None for a hook the step count does not enter), then ``run()`` — tensor operations alone, no host synchronisation, no
-    data-dependent shape, no Python branch on a tensor's value — does exactly what
-    :meth:`Method.after_step` does for that step. ``params``: the tensors it updates in place;
-    ``reads``: every other tensor it reads (kept at fixed addresses under CUDA graphs)."""
+    (:meth:`Method.captured_after_step`): ``prepare(step)`` outside the compiled function (the
+    updates so far written into the hook's device tensors, host-side counts: nothing that
+    waits on the device), then ``run(features)`` inside it — tensor operations alone, no host
+    synchronisation, no data-dependent shape, no Python branch on a tensor's value — does
+    exactly what :meth:`Method.after_step` does for that step; ``features``: the step's hidden
+    features (the hand-written backward's). ``params``: the network's tensors it updates in
+    place; ``reads``: every other tensor it reads or updates (kept at fixed addresses under
+    CUDA graphs); ``draws``: it draws with Philox (whose rounds the compiler inlines whole)."""
 
-    run: Callable[[], None]
-    counter: torch.Tensor | None
+    run: Callable[[list[torch.Tensor]], None]
     params: tuple[torch.Tensor, ...]
     reads: tuple[torch.Tensor, ...]
+    prepare: Callable[[int], None] = _nothing_to_prepare
+    draws: bool = False
 
 
 @dataclass(frozen=True)

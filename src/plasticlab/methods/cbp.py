@@ -41,6 +41,9 @@ deterministically from the replacement counts. They are tracked on the host (num
 which therefore knows which steps replace anything — all reset work is skipped on the others —
 and how many units each member replaces; only *which* units (the lowest û) is decided on the
 device. The per-step statistics are a handful of elementwise ops on ``[K, U]`` tensors.
+With Philox draws (``draws="philox"``) the whole step is also written for capture in a
+compiled training step (:meth:`GenerateAndTest.captured_step`): the host's counts are written to
+the device before the step, and every layer's replacement runs as masks every step.
 
 Differences from the public code, on purpose: the next-layer bias correction uses f̂ computed
 *before* the unit's statistics are zeroed (the public ``gnt.py`` zeroes f̄ first, which turns the
@@ -85,7 +88,7 @@ from ..optim import Adam
 from ..optim.adam_gnt import AdamGnT
 from ..optim.unit_reset import unit_reset_state
 from ..params import Param
-from .base import Method, MethodContext, Needs
+from .base import CapturedHook, Method, MethodContext, Needs
 
 UTILITIES = ("adaptable_contribution", "contribution")
 ADAM_VARIANTS = ("standard", "reference")
@@ -223,6 +226,10 @@ class GenerateAndTest:
             self.stats.append(UnitStatistics(torch.zeros_like(zeros, dtype=torch.int64), zeros.clone(),
                                              zeros.clone()))
         self.replaced = [np.zeros(K, dtype=np.int64) for _ in self.layers]  # totals, on the host
+        # the captured form's counts of this step, on the device; whether its first prepare has
+        # made Adam's restart patterns
+        self.device_counts = [torch.zeros(K, dtype=torch.int64, device=w.device) for _ in self.layers]
+        self.patterns_made = False
         self.last_replaced = [np.zeros(K, dtype=np.int64) for _ in self.layers]
         for i, layer in enumerate(self.layers):
             for which in ("in_weight", "in_bias", "out_weight"):
@@ -248,16 +255,50 @@ class GenerateAndTest:
         ``features`` (each hidden layer's post-activation ``[K, B, U]`` or ``[K, B, U, H, W]``)."""
         if len(features) != len(self.layers):
             raise ValueError(f"expected features of {len(self.layers)} hidden layers, got {len(features)}")
-        counts = [schedule.advance() for schedule in self.schedules]
+        counts = self._advance()
         # Test every layer first, with the weights as the optimizer left them, then generate:
         # a replacement in layer ℓ changes layer ℓ+1's weights, which must not leak into layer
         # ℓ+1's utility of this step (the order of the public code).
         tested = [self._test(i, h.detach()) for i, h in enumerate(features)]
         for i, n in enumerate(counts):
-            self.last_replaced[i] = n
             if n.any():  # numpy: known on the host, no device sync
-                self.replaced[i] += n
                 self._generate(i, n, *tested[i])
+
+    def _advance(self) -> list[np.ndarray]:
+        """Step 5's counts of this step, how many units each member replaces in each layer
+        (``[K]`` per layer, on the host), with the totals kept."""
+        counts = [schedule.advance() for schedule in self.schedules]
+        for i, n in enumerate(counts):
+            self.last_replaced[i] = n
+            self.replaced[i] += n
+        return counts
+
+    # --- the same step in the form a compiled step captures (draws="philox") ------------------
+
+    def prepare_captured(self, step: int) -> None:
+        """Outside the compiled step, before it: the Philox counter at ``step``, this step's
+        counts (on the host, as :meth:`step` has them) written to the device, and on the first
+        call Adam's restart patterns made (at their current counts), so the compiled update
+        has them from its first step."""
+        if self.philox_keys is None:
+            raise ValueError("Continual Backprop is captured only with Philox draws (draws='philox')")
+        self.counter.fill_(step)
+        if not self.patterns_made:  # a restart of no unit makes them
+            for i in range(len(self.layers)):
+                self._restart(i, torch.zeros_like(self.stats[i].utility, dtype=torch.bool))
+            self.patterns_made = True
+        for n, on_device in zip(self._advance(), self.device_counts, strict=True):
+            on_device.copy_(torch.from_numpy(n))
+
+    def captured_step(self, features: Sequence[torch.Tensor]) -> None:
+        """:meth:`step` as tensor operations alone, after :meth:`prepare_captured`: every layer
+        replaces every step, a member whose count is 0 choosing no unit (so its weights, moments
+        and statistics stay as they are, and its Philox draw, counted by the step, is unused)."""
+        tested = [self._test(i, h) for i, h in enumerate(features)]
+        for i, (correction, mean) in enumerate(tested):
+            mask = self._chosen_units(i, correction, self.device_counts[i], self.layers[i].units)[0]
+            self._fresh_philox(i, mask)
+            self._reset_units(i, mask, mean)
 
     def _test(self, i: int, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Steps 1–4 for layer i; returns (1−dᵃ, f̂), both ``[K, U]``."""
@@ -272,26 +313,43 @@ class GenerateAndTest:
 
     def _generate(self, i: int, n: np.ndarray, correction: torch.Tensor, mean: torch.Tensor) -> None:
         """Steps 5–6 for layer i: member k replaces its ``n[k]`` lowest-û eligible units."""
-        layer, s = self.layers[i], self.stats[i]
-        K, U = s.age.shape
-        device = s.age.device
-        N = int(n.max())
-        # Which units: sort û with the young units pushed to +∞, take each member's first n[k]
-        # (a padded set of N, with the columns past n[k] switched off). Stable, so ties (dead
-        # units all have û = 0) go to the lowest index, the same in any ensemble.
-        ranked = torch.where(s.age > self.maturity, s.utility / correction, math.inf)
-        order = torch.sort(ranked, dim=1, stable=True).indices[:, :N]  # [K, N]
-        counts = to_device(torch.from_numpy(n), device)
-        chosen = torch.arange(N, device=device) < counts.view(K, 1)
-        mask = torch.zeros(K, U, dtype=torch.bool, device=device).scatter_(1, order, chosen)
-
+        counts = to_device(torch.from_numpy(n), self.stats[i].age.device)
+        mask, order, chosen = self._chosen_units(i, correction, counts, int(n.max()))
         if self.philox_keys is not None:
-            # Philox: a replaced unit's fresh weights are its own row of the layer's init draw
-            # at this step (counter-based: every member draws at once, none falls behind)
-            fresh, _ = layer.sample_init_philox(self.init, self.philox_keys[i], self.counter)
-            layer.in_weight.copy_(torch.where(layer.incoming_mask(mask), fresh, layer.in_weight))
+            self._fresh_philox(i, mask)
         else:
             self._draw_rows(i, n, order, chosen)
+        self._reset_units(i, mask, mean)
+
+    def _chosen_units(self, i: int, correction: torch.Tensor, counts: torch.Tensor, N: int
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Which units of layer i each member replaces, its ``counts[k]`` lowest-û eligible
+        ones: the unit mask ``[K, U]``, and the padded choice (``order`` ``[K, N]``, the N
+        lowest-û units in order; ``chosen``: the first ``counts[k]`` of them), N ≥ max counts."""
+        s = self.stats[i]
+        K, U = s.age.shape
+        device = s.age.device
+        # Sort û with the young units pushed to +∞, take each member's first n[k] (a padded set
+        # of N, with the columns past n[k] switched off). Stable, so ties (dead units all have
+        # û = 0) go to the lowest index, the same in any ensemble.
+        ranked = torch.where(s.age > self.maturity, s.utility / correction, math.inf)
+        order = torch.sort(ranked, dim=1, stable=True).indices[:, :N]  # [K, N]
+        chosen = torch.arange(N, device=device) < counts.view(K, 1)
+        mask = torch.zeros(K, U, dtype=torch.bool, device=device).scatter_(1, order, chosen)
+        return mask, order, chosen
+
+    def _fresh_philox(self, i: int, mask: torch.Tensor) -> None:
+        """Philox: a replaced unit's fresh incoming weights are its own row of the layer's init
+        draw at this step (counter-based: every member draws at once, none falls behind)."""
+        layer = self.layers[i]
+        fresh, _ = layer.sample_init_philox(self.init, self.philox_keys[i], self.counter)
+        layer.in_weight.copy_(torch.where(layer.incoming_mask(mask), fresh, layer.in_weight))
+
+    def _reset_units(self, i: int, mask: torch.Tensor, mean: torch.Tensor) -> None:
+        """Step 6 for layer i's units in ``mask`` once their incoming weights are drawn: bias 0,
+        outgoing weights 0 (their mean contribution into the next bias), statistics 0, and the
+        optimizer state of every touched weight restarted."""
+        layer, s = self.layers[i], self.stats[i]
         layer.in_bias.masked_fill_(mask, 0.0)
 
         if not layer.is_conv and not layer.outgoing_is_conv:
@@ -305,10 +363,15 @@ class GenerateAndTest:
         s.age.masked_fill_(mask, 0)
         s.utility.masked_fill_(mask, 0.0)
         s.mean_activation.masked_fill_(mask, 0.0)
+        self._restart(i, mask)
 
+    def _restart(self, i: int, mask: torch.Tensor) -> None:
+        """Restart the optimizer state (moments and step counts) of the weights of layer i's
+        units in ``mask``."""
+        layer = self.layers[i]
         layer.reset_optimizer(self.optimizer, "in_weight", layer.incoming_mask(mask), restart_count=True)
         layer.reset_optimizer(self.optimizer, "in_bias", mask, restart_count=True)
-        layer.reset_optimizer(self.optimizer, "out_weight", out_mask, restart_count=True)
+        layer.reset_optimizer(self.optimizer, "out_weight", layer.outgoing_mask(mask), restart_count=True)
 
     def _draw_rows(self, i: int, n: np.ndarray, order: torch.Tensor, chosen: torch.Tensor) -> None:
         """The generators' fresh incoming weights for layer i: row j of member k's draw goes to
@@ -435,6 +498,22 @@ class ContinualBackprop(Method):
         if self.core.philox_keys is not None:
             self.core.counter.fill_(step)
         self.core.step(features)
+
+    def captured_after_step(self) -> CapturedHook | None:
+        """With Philox draws, generate-and-test as masks (:meth:`GenerateAndTest.captured_step`):
+        how many units each member replaces is counted on the host (counts alone decide it)
+        and written to the device before the step; which units, their draws and resets are
+        tensor operations. The host generators' draws cannot be captured: None."""
+        core = self.core
+        if core.philox_keys is None:
+            return None
+        touched = (p for layer in core.layers for p in (layer.in_weight_param, layer.in_bias_param,
+                                                         layer.out_weight_param, layer.out_bias_param))
+        state = (t for s in core.stats for t in (s.age, s.utility, s.mean_activation))
+        return CapturedHook(run=core.captured_step, params=tuple(touched),
+                            reads=(core.counter, core.decay, core.maturity, *core.philox_keys,
+                                   *core.device_counts, *state),
+                            prepare=core.prepare_captured, draws=True)
 
     def notes(self) -> dict:
         """The optimizer that trained the network when ``adam_variant=reference`` was asked for."""

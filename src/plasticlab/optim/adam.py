@@ -29,6 +29,23 @@ from . import fused_adam
 from .stacked import StackedOptimizer, lr_groups, per_member, step_sizes
 
 
+def restarted_corrections_(counts: Sequence[torch.Tensor], betas: tuple[float, float]
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Advance a tensor's per-element step counts (its restart patterns ``counts``, each
+    broadcastable to it) by one and return its bias corrections (1 − β₁ᵗ, √(1 − β₂ᵗ)) per
+    element: 1 − βᵗ = −expm1(t·ln β), accurate for small t, computed on each pattern and combined
+    with a minimum (1 − βᵗ grows with t: the minimum is the element's own count's)."""
+    beta1, beta2 = betas
+    bc1 = bc2_sqrt = None
+    for c in counts:
+        c.add_(1)
+        b1 = torch.expm1(c * math.log(beta1)).neg_()
+        b2 = torch.expm1(c * math.log(beta2)).neg_().sqrt_()
+        bc1 = b1 if bc1 is None else torch.minimum(bc1, b1)
+        bc2_sqrt = b2 if bc2_sqrt is None else torch.minimum(bc2_sqrt, b2)
+    return bc1, bc2_sqrt
+
+
 def adam_update_(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],
                  ms: Sequence[torch.Tensor], vs: Sequence[torch.Tensor], *, lr, bc1, bc2_sqrt,
                  betas: tuple[float, float], eps: float, weight_decay: float = 0.0) -> None:
@@ -139,30 +156,21 @@ class Adam(StackedOptimizer):
         would cancel). It is computed on the factored counts (a few hundred values, not every
         element) and combined with a minimum: 1 − βᵗ grows with t, so the minimum over the
         patterns is the correction of the element's own count."""
-        beta1, beta2 = self.betas
         self.step_counts[i] += 1
-        bc1 = bc2_sqrt = None
-        for c in self.restart_counts[i]:
-            c.add_(1)
-            b1 = torch.expm1(c * math.log(beta1)).neg_()
-            b2 = torch.expm1(c * math.log(beta2)).neg_().sqrt_()
-            bc1 = b1 if bc1 is None else torch.minimum(bc1, b1)
-            bc2_sqrt = b2 if bc2_sqrt is None else torch.minimum(bc2_sqrt, b2)
-        return bc1, bc2_sqrt
+        return restarted_corrections_(self.restart_counts[i], self.betas)
 
     def count_shared_step(self) -> int:
         """Advance every tensor's step count by one for an update computed elsewhere from this
         optimizer's state (the compiled step, :mod:`plasticlab.step.compiled`) and return the
-        new count t. The tensors must share one count and have no restarted element."""
-        if any(c is not None for c in self.restart_counts):
-            raise RuntimeError("Adam with restarted elements has per-element step counts; an "
-                               "update computed elsewhere needs one count for every tensor")
-        counts = set(self.step_counts)
-        if len(counts) != 1:
+        new count t of the tensors with no restarted element, which must share one (a tensor
+        with restarted elements counts in its own patterns: the update advances them,
+        :func:`restarted_corrections_`; t is then 0 where every tensor has them)."""
+        shared = {c for c, r in zip(self.step_counts, self.restart_counts, strict=True) if r is None}
+        if len(shared) > 1:
             raise RuntimeError(f"an update computed elsewhere needs one Adam step count for every "
-                               f"tensor, got {sorted(counts)}")
-        t = counts.pop() + 1
-        self.step_counts = [t] * len(self.step_counts)
+                               f"tensor, got {sorted(shared)}")
+        t = shared.pop() + 1 if shared else 0
+        self.step_counts = [c + 1 for c in self.step_counts]
         return t
 
     def rates(self) -> list[tuple[float, list[int] | None]]:
@@ -202,6 +210,13 @@ class Adam(StackedOptimizer):
         shape = tuple(1 if stride == 0 else size
                       for stride, size in zip(mask.stride(), mask.shape, strict=True))
         pattern = mask[tuple(slice(0, 1) if n == 1 else slice(None) for n in shape)]
+        self.restart_pattern(index, shape).masked_fill_(pattern, 0.0)
+
+    def restart_pattern(self, index: int, shape: tuple[int, ...]) -> torch.Tensor:
+        """Parameter ``index``'s step counts for restarts of ``shape`` (``[K, U, 1]``: whole rows;
+        ``[K, 1, U]``: whole columns), created at the tensor's count where it has none yet (the
+        elements' counts are then unchanged: the minimum over its patterns)."""
+        p = self.params[index]
         counts = self.restart_counts[index]
         if counts is None:
             counts = self.restart_counts[index] = []
@@ -209,7 +224,7 @@ class Adam(StackedOptimizer):
         if match is None:
             match = torch.full(shape, float(self.step_counts[index]), dtype=p.dtype, device=p.device)
             counts.append(match)
-        match.masked_fill_(pattern, 0.0)
+        return match
 
     def state_dict(self) -> dict:
         """Everything needed to continue training exactly (for checkpoints)."""

@@ -13,7 +13,8 @@ post-step hook written for capture is, per member k::
                                                       :func:`plasticlab.optim.sgd.sgd_update_`)
     the method's post-step hook, where it is         (:meth:`plasticlab.methods.Method.captured_after_step`:
     written for capture                               Shrink & Perturb's θ ← p·θ + σ·ε, ε from Philox;
-                                                      Weight Clipping's clip)
+                                                      Weight Clipping's clip; CBP's
+                                                      generate-and-test as masks)
 
 :class:`CompiledStep` calls those same functions — the ones the eager step and the
 optimizers' plain forms call — in one function and hands it to ``torch.compile``: on the CPU,
@@ -38,7 +39,8 @@ no hook but a captured post-step hook (:class:`~plasticlab.methods.base.Captured
 that acts on some steps only (``Needs.some_steps``: those steps take the eager step,
 :meth:`CompiledStep.computes`; ReDo's recycling) and no gradient transform of its own and whose penalties are all
 :class:`~plasticlab.regularizers.TargetPenalty` (:meth:`plasticlab.methods.Method.needs`), and
-:class:`plasticlab.optim.Adam` with no restarted elements or :class:`plasticlab.optim.SGD`.
+:class:`plasticlab.optim.Adam` (restarted elements with their own step counts,
+:func:`plasticlab.optim.adam.restarted_corrections_`) or :class:`plasticlab.optim.SGD`.
 Elsewhere the engine takes the eager step and the run's manifest says so.
 
 Compile time is paid once per ensemble shape and process; inductor's on-disk cache
@@ -57,7 +59,7 @@ import torch
 
 from ..fast import enabled
 from ..optim import SGD, Adam
-from ..optim.adam import adam_update_
+from ..optim.adam import adam_update_, restarted_corrections_
 from ..optim.sgd import sgd_update_
 from ..nets.layers import EnsembleLinear
 from ..regularizers import HuberInit, TargetPenalty, add_penalty_gradient_
@@ -119,7 +121,8 @@ def applies(net, hand: ManualBackprop | None, chain: Chain, loss: str = "cross_e
     ``hand`` where the step has one, else :func:`functional_gradients`: :func:`traceable`),
     a method whose declared needs (``chain.needs``) are penalties toward fixed targets and a
     post-step hook written for capture (:meth:`plasticlab.methods.Method.captured_after_step`)
-    or acting on some steps only (``Needs.some_steps``), and :class:`plasticlab.optim.Adam` (no restarted elements) or :class:`plasticlab.optim.SGD`;
+    or acting on some steps only (``Needs.some_steps``), and :class:`plasticlab.optim.Adam` or
+    :class:`plasticlab.optim.SGD`;
     outside :func:`plasticlab.fast.plain_forms`. :func:`why_eager` says what stops it."""
     return why_eager(net, hand, chain, loss) is None
 
@@ -133,9 +136,11 @@ def why_eager(net, hand: ManualBackprop | None, chain: Chain, loss: str = "cross
     if hand is None and not traceable(net):
         return untraceable_because(net)
     reasons = [(needs.before_step, "a hook before each step"),
-               (needs.features, "a post-step hook that reads the step's features"),
                (needs.after_step and not needs.some_steps and method.captured_after_step() is None,
                 "a post-step hook not written for capture"),
+               (needs.features and hand is None,
+                "a post-step hook that reads the step's features, on a network without the "
+                "hand-written backward"),
                (needs.gradient_hook or needs.task_loss, "a gradient transform of its own"),
                (needs.task_end, "a task-end hook (a boundary oracle)"),
                (not all(isinstance(reg, TargetPenalty) for reg in chain.penalties),
@@ -143,10 +148,7 @@ def why_eager(net, hand: ManualBackprop | None, chain: Chain, loss: str = "cross
     for failed, reason in reasons:
         if failed:
             return reason
-    if type(optimizer) is Adam:
-        return (None if all(c is None for c in optimizer.restart_counts)
-                else "Adam with restarted elements (per-element step counts)")
-    return None if type(optimizer) is SGD else f"its optimizer ({type(optimizer).__name__})"
+    return None if type(optimizer) in (Adam, SGD) else f"its optimizer ({type(optimizer).__name__})"
 
 
 class CompiledStep:
@@ -212,11 +214,11 @@ class CompiledStep:
         betas = getattr(self.optimizer, "betas", None)
         eps = getattr(self.optimizer, "eps", None)
 
-        def step(x, y, minus_one, params, ms, vs, lr, t):
+        def step(x, y, minus_one, params, ms, vs, lr, t, restarts):
             if gradients is None:  # the hand-written backward
-                logits, _, grads = mlp_gradients(x, y, params[0::2], params[1::2], minus_one)
+                logits, hidden, grads = mlp_gradients(x, y, params[0::2], params[1::2], minus_one)
             else:
-                grads, logits = gradients(params, x, y)
+                (grads, logits), hidden = gradients(params, x, y), []
             hits = online_tally(logits, y, loss)
             for reg, targets in penalties:
                 for g, p, target in zip(grads, params, targets, strict=True):
@@ -227,34 +229,51 @@ class CompiledStep:
                 # bias corrections 1 − βᵗ in double, as torch's fused kernel computes them
                 t.add_(1)
                 t64 = t.to(torch.float64)
-                adam_update_(params, grads, ms, vs, lr=lr, bc1=1 - betas[0] ** t64,
-                             bc2_sqrt=torch.sqrt(1 - betas[1] ** t64), betas=betas, eps=eps,
-                             weight_decay=weight_decay)
+                shared = [i for i, counts in enumerate(restarts) if counts is None]
+                adam_update_(*([a[i] for i in shared] for a in (params, grads, ms, vs)), lr=lr,
+                             bc1=1 - betas[0] ** t64, bc2_sqrt=torch.sqrt(1 - betas[1] ** t64),
+                             betas=betas, eps=eps, weight_decay=weight_decay)
+                for i, counts in enumerate(restarts):
+                    if counts is not None:  # restarted elements: their own counts (CBP)
+                        bc1, bc2_sqrt = restarted_corrections_(counts, betas)
+                        adam_update_([params[i]], [grads[i]], [ms[i]], [vs[i]], lr=lr, bc1=bc1,
+                                     bc2_sqrt=bc2_sqrt, betas=betas, eps=eps,
+                                     weight_decay=weight_decay)
             else:
                 sgd_update_(params, grads, lr)
             if after is not None:
-                after.run()  # Shrink & Perturb's θ ← p·θ + σ·ε, ε drawn with Philox
+                after.run(hidden)  # Shrink & Perturb's θ ← p·θ + σ·ε, ε drawn with Philox; …
             return hits
 
         if self.device.type == "cuda":
-            # CUDA graphs replay the step on fixed addresses: the state it updates or reads
-            # must stay where it is (a mutated input that is not static would make inductor
-            # skip the graph); the batch is copied into the graph's own input buffers
-            for tensor in [*self.params, *self._state(), self.lr, self.t,
-                           *(r.strength for r, _ in penalties),
-                           *(r.delta for r, _ in penalties if isinstance(r, HuberInit)),
-                           *(t for _, ts in penalties for t in ts if isinstance(t, torch.Tensor)),
-                           *((after.counter, *after.reads) if after is not None else ())]:
-                if tensor is None:  # a captured hook the step count does not enter
-                    continue
-                torch._dynamo.mark_static_address(tensor)
             return torch.compile(step, dynamic=False, fullgraph=True, mode="reduce-overhead")
         # fullgraph: the step is captured whole, or compiling it fails (never a silent split)
         return torch.compile(step, dynamic=False, fullgraph=True)
 
+    def _mark_static(self) -> None:
+        """On CUDA, before the first call compiles: CUDA graphs replay the step on fixed
+        addresses, so the state it updates or reads must stay where it is (a mutated input that
+        is not static would make inductor skip the graph); the batch is copied into the graph's
+        own input buffers."""
+        penalties, after = self.penalties, self.after
+        for tensor in [*self.params, *self._state(), self.lr, self.t,
+                       *(r.strength for r, _ in penalties),
+                       *(r.delta for r, _ in penalties if isinstance(r, HuberInit)),
+                       *(t for _, ts in penalties for t in ts if isinstance(t, torch.Tensor)),
+                       *(after.reads if after is not None else ())]:
+            torch._dynamo.mark_static_address(tensor)
+
     def _state(self) -> list[torch.Tensor]:
+        # Adam's moments, and the step counts of its restarted elements (where the method
+        # restarts some: created by the captured hook's first prepare, before the compile)
         opt = self.optimizer
-        return [*opt.exp_avg, *opt.exp_avg_sq] if self.adam else []
+        if not self.adam:
+            return []
+        return [*opt.exp_avg, *opt.exp_avg_sq, *(c for cs in self._restarts() if cs for c in cs)]
+
+    def _restarts(self) -> list:
+        # per parameter, its restart patterns' count tensors, or None (one shared count t)
+        return list(self.optimizer.restart_counts) if self.adam else []
 
     def computes(self, step: int) -> bool:
         """Whether this compiled step computes update ``step`` whole: every step, except where
@@ -266,8 +285,8 @@ class CompiledStep:
     def __call__(self, x: torch.Tensor, y: torch.Tensor, correct: torch.Tensor, step: int) -> None:
         """Train on the batch; ``step``: the updates so far once this one is taken (what the
         method's post-step hook is told)."""
-        if self.after is not None and self.after.counter is not None:
-            self.after.counter.fill_(step)
+        if self.after is not None:
+            self.after.prepare(step)
         if self._compiled:
             self._call(x, y, correct)
             return
@@ -275,6 +294,8 @@ class CompiledStep:
         # keeps together (so a process compiles each ensemble shape once and reuses it), up to
         # a recompile limit (8) past which it would silently run the function eagerly: raise
         # the limit for this compile, and fail rather than fall back.
+        if self.device.type == "cuda":
+            self._mark_static()
         with (torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT,
                                          fail_on_recompile_limit_hit=True),
               torch._inductor.config.patch(self._inductor_options())):
@@ -287,7 +308,7 @@ class CompiledStep:
         up to :data:`REALIZE_OPCOUNT` operations into their readers before it writes a buffer
         (its default: 30 on CUDA, 50 on the CPU). Measured for Shrink & Perturb's step on this
         CPU (docs/performance.md): inlined whole it ran fastest and compiled no slower."""
-        if self.after is None or self.after.counter is None:  # no draw counted by the step
+        if self.after is None or not self.after.draws:
             return {}
         return {"realize_opcount_threshold": REALIZE_OPCOUNT,
                 "realize_cpu_opcount_threshold": REALIZE_OPCOUNT}
@@ -303,9 +324,9 @@ class CompiledStep:
                 self.t.fill_(count - 1)
             self._t_value = count
             hits = self._step(x, y, self._minus_one, self.params, self.optimizer.exp_avg,
-                              self.optimizer.exp_avg_sq, self.lr, self.t)
+                              self.optimizer.exp_avg_sq, self.lr, self.t, self._restarts())
         else:
-            hits = self._step(x, y, self._minus_one, self.params, [], [], self.lr, self.t)
+            hits = self._step(x, y, self._minus_one, self.params, [], [], self.lr, self.t, [])
         # read before the next call: a CUDA graph's outputs live in buffers the next replay reuses
         correct.add_(hits)
 
