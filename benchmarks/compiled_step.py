@@ -4,7 +4,8 @@ The engine's eager step for the paper's MLP on Permuted MNIST with L2 Init (λ 1
 (the hand-written backward, the penalty λ(θ − θ₀), torch's fused Adam) — or, with ``--method
 shrink_perturb``, Shrink & Perturb with its noise drawn with Philox (``draws=philox``: the
 perturbation and its draw captured in the compiled step; the eager step with its host
-generators' draws, the default, is timed too); ``concat_relu`` (autograd eager, ``torch.func``'s
+generators' draws, the default, is timed too); ``cbp`` likewise (generate-and-test as masks);
+``concat_relu`` (autograd eager, ``torch.func``'s
 gradient compiled), ``redo`` (its recycling steps eager), ``weight_clip`` — against the same step
 through :class:`plasticlab.step.compiled.CompiledStep` — what ``plasticlab run --compile``
 runs (inductor on the CPU; CUDA graphs, ``mode="reduce-overhead"``, on CUDA). Both start from the
@@ -43,7 +44,7 @@ from plasticlab.experiments.config import resolve_config  # noqa: E402
 from plasticlab.run_config import Members  # noqa: E402
 
 METHODS = {"l2_init": {"strength": 1e-2}, "shrink_perturb": {"draws": "philox"}, "concat_relu": {},
-           "redo": {}, "weight_clip": {}}
+           "redo": {}, "weight_clip": {}, "cbp": {"draws": "philox"}}
 
 
 def config(tasks: int = 1, method: str = "l2_init", **params):
@@ -96,7 +97,7 @@ def step_rates(members: int, args, sync) -> tuple[float, float, float, float]:
     def run_compiled(n, first=False):
         run(compiled, n, first, "compiled")
 
-    if args.method == "shrink_perturb":
+    if METHODS[args.method].get("draws") == "philox":
         generators = training(False, draws="generator")
         generators.problem.start_task(0)
         rate = best_rate(lambda n: run(generators, n, False, "generators"), args.steps, args.rounds, sync)
