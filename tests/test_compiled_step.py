@@ -249,10 +249,10 @@ def test_weight_clipping_is_captured_whole(data_dir):
 
 
 @pytest.mark.slow
-def test_a_network_without_a_hand_written_backward_compiles_with_torch_funcs_gradient(data_dir):
-    # Concat ReLU's MLP: autograd in the eager step, torch.func's gradient compiled (Deep
-    # Fourier's is the same path through another activation); member k is seed k
-    method = "concat_relu"
+@pytest.mark.parametrize("method", ["concat_relu", "layer_norm"])
+def test_a_network_without_a_hand_written_backward_compiles_with_torch_funcs_gradient(data_dir, method):
+    # autograd in the eager step, torch.func's gradient compiled (Deep Fourier's MLP takes
+    # Concat ReLU's path through another activation); member k is seed k, Layer Norm's gains too
     eager = _run(_hooked(data_dir, method, {}, [0, 1, 2], compile=False))
     compiled = _run(_hooked(data_dir, method, {}, [0, 1, 2], compile=True))
     assert eager.step.backprop == "autograd" and compiled.step.compiled.gradients is not None

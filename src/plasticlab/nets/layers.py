@@ -39,6 +39,8 @@ class EnsembleLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if linear_backward.applies(x):  # the same forward, a faster backward
             return linear_backward.ensemble_linear(x, self.weight, self.bias)
+        if linear_backward.traced(x):  # under torch.compile: ∂W in W's layout, member by member
+            return linear_backward.traced_linear(x, self.weight, self.bias)
         # baddbmm is bit-identical per member to K separate addmm calls on CPU.
         return torch.baddbmm(self.bias.unsqueeze(1), x, self.weight.transpose(1, 2))
 

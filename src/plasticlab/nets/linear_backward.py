@@ -7,10 +7,10 @@ matters: docs/performance.md). :class:`EnsembleLinearFunction` computes ∂L/∂
 ``[K, out, in]``: the same forward, and the same gradients up to rounding.
 
 Applies: every ensemble linear layer, on any device, outside :func:`plasticlab.fast.plain_forms`,
-run eagerly: a compiled function (the compiled step's gradient through an MLP,
-:func:`plasticlab.step.compiled.functional_gradients`) lays its gradients out itself, and
-dynamo's trace of this function under ``torch.func.grad`` gave zero gradients to every layer
-but the first (torch 2.13).
+run eagerly. Traced by ``torch.compile`` (the compiled step's gradient through an MLP,
+:func:`plasticlab.step.compiled.functional_gradients`) the layer is :func:`traced_linear`
+instead: dynamo's trace of :class:`EnsembleLinearFunction` under ``torch.func.grad`` gave zero
+gradients to every layer but the first (torch 2.13).
 Test: ``tests/test_fast_kernels.py``.
 """
 
@@ -45,9 +45,24 @@ class EnsembleLinearFunction(torch.autograd.Function):
         return grad_x, grad_w, grad_b
 
 
+def traced(x: torch.Tensor) -> bool:
+    """Whether the ensemble linear layer is :func:`traced_linear` on input ``x``: inside
+    ``torch.compile``, outside the plain forms."""
+    return enabled() and torch.compiler.is_compiling()
+
+
+def traced_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """y = (b + W xᵀ)ᵀ per member: the plain form's product written so that autograd's formulas,
+    traced by the compiler, compute ∂L/∂W = δᵀx in W's own ``[K, out, in]`` layout, as
+    :class:`EnsembleLinearFunction` does. Through ``baddbmm(b, x, Wᵀ)`` the traced ∂W (xᵀδ,
+    transposed) rounded differently at different places in the ensemble (Layer Norm's MLP:
+    member k was not seed k alone); this form keeps member k's gradient its own."""
+    return torch.baddbmm(bias.unsqueeze(-1), weight, x.transpose(1, 2)).transpose(1, 2)
+
+
 def ensemble_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """x Wᵀ + b per member, through :class:`EnsembleLinearFunction`."""
     return EnsembleLinearFunction.apply(x, weight, bias)
 
 
-__all__ = ["EnsembleLinearFunction", "applies", "ensemble_linear"]
+__all__ = ["EnsembleLinearFunction", "applies", "ensemble_linear", "traced", "traced_linear"]

@@ -32,8 +32,8 @@ not to the bit; member k of a compiled ensemble is still seed k compiled alone
 (``tests/test_compiled_step.py`` states both tolerances).
 
 Applies (:func:`applies`): asked for (the engine's ``compile=True``, ``--compile``), outside
-:func:`plasticlab.fast.plain_forms`, an MLP of ensemble linear layers (any activation; not a
-convolutional network, nor Layer Norm, frozen heads or a growing head's output mask:
+:func:`plasticlab.fast.plain_forms`, an MLP of ensemble linear layers (any activation, Layer
+Norm or not; not a convolutional network, nor frozen heads or a growing head's output mask:
 :func:`untraceable_because`), a method that declares
 no hook but a captured post-step hook (:class:`~plasticlab.methods.base.CapturedHook`) or one
 that acts on some steps only (``Needs.some_steps``: those steps take the eager step,
@@ -84,15 +84,11 @@ def traceable(net) -> bool:
 
 def untraceable_because(net) -> str | None:
     """What keeps :func:`functional_gradients` from ``net`` in a compiled step, or None: it
-    takes an MLP of :class:`~plasticlab.nets.layers.EnsembleLinear` blocks, any activation.
-    Not Layer Norm: inductor's CPU code for its reductions rounds differently at different
-    places in the ensemble, so member k would not be seed k alone (measured, torch 2.13)."""
+    takes an MLP of :class:`~plasticlab.nets.layers.EnsembleLinear` blocks, any activation,
+    with or without Layer Norm."""
     if not all(isinstance(b.affine, EnsembleLinear) and not b.pool and not b.flatten
                for b in net.blocks):
         return "a convolutional network (torch.func's gradient is compiled for MLPs alone)"
-    if any(b.norm is not None for b in net.blocks):
-        return ("Layer Norm (compiled, its reductions round differently at each place in the "
-                "ensemble: member k would not be seed k alone)")
     if net.head_offset is not None:
         return "frozen heads added to the logits (plasticity injection)"
     if net.output_mask is not None:
