@@ -10,7 +10,8 @@ the code it speeds up, beside its plain form:
 - :mod:`plasticlab.nets.linear_backward` — the ensemble linear layer's backward writing ∂L/∂W
   in W's own ``[K, out, in]`` layout. Plain form: :meth:`plasticlab.nets.EnsembleLinear.forward`,
   ``baddbmm(b, x, Wᵀ)`` through autograd (same forward, gradients up to rounding). Applies:
-  run eagerly (not inside ``torch.compile``). Test: ``tests/test_fast_kernels.py``.
+  run eagerly; traced by ``torch.compile``, ``traced_linear`` (the same ∂W layout in plain
+  operations). Test: ``tests/test_fast_kernels.py``, ``tests/test_compiled_step.py``.
 - :mod:`plasticlab.nets.ensemble_conv` — the K convolutions as a per-member loop with each
   member's convolution backward called directly, or as one grouped convolution. Plain form:
   :meth:`plasticlab.nets.EnsembleConv2d.forward`, one ``F.conv2d`` per member stacked (the loop
