@@ -99,14 +99,18 @@ def _assert_ends_where_the_eager_run_ends(eager, compiled) -> None:
         assert acc_c == pytest.approx(acc_e, abs=two_examples)
 
 
-def test_member_k_of_a_compiled_ensemble_is_seed_k_compiled_alone(data_dir):
+def test_member_k_of_a_compiled_ensemble_is_seed_k_compiled_alone_and_at_another_place(data_dir):
     together = _run(_training(data_dir, ALL, compile=True))
-    for k in ALL:
-        alone = _run(_training(data_dir, [k], compile=True))
-        assert alone.step.compiled is not None
-        for a, b in zip(_member(together, k), _member(alone, 0), strict=True):
-            assert torch.equal(a, b), f"member {k} ({METHODS[k]}) differs from its run alone"
-        assert [acc[k] for acc in together.accuracies] == [acc[0] for acc in alone.accuracies]
+    # every method's member at another place (the same ensemble shape: no other compilation),
+    # and L2 Init's alone (K = 1)
+    order = [3, 0, 4, 1, 2]
+    shuffled = _run(_training(data_dir, order, compile=True))
+    alone = _run(_training(data_dir, [2], compile=True))
+    assert alone.step.compiled is not None
+    for k, elsewhere, j in [(k, shuffled, order.index(k)) for k in ALL] + [(2, alone, 0)]:
+        for a, b in zip(_member(together, k), _member(elsewhere, j), strict=True):
+            assert torch.equal(a, b), f"member {k} ({METHODS[k]}) differs at place {j} of {len(elsewhere.seeds)}"
+        assert [acc[k] for acc in together.accuracies] == [acc[j] for acc in elsewhere.accuracies]
 
 
 def test_a_compiled_run_resumes_from_its_checkpoint_exactly(data_dir, tmp_path):
