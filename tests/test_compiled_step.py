@@ -285,7 +285,8 @@ def test_run_and_sweep_take_the_compiled_step_when_asked(data_dir, tmp_path, cap
         manifests = [r["manifest"] for r in ResultStore(out).runs(status="finished")]
         assert [m["step"] for m in manifests] == [step, step]
     sweep = tmp_path / "sweep.toml"
-    sweep.write_text('problem = "permuted_mnist"\nmethods = ["l2_init", "cbp"]\nseeds = "0"\n'
+    # the runs' ensemble shape again (K = 2: their compiled step serves, no other compilation)
+    sweep.write_text('problem = "permuted_mnist"\nmethods = ["l2_init", "cbp"]\nseeds = "0-1"\n'
                      'tasks = 1\nsteps_per_task = 5\nwidth = 0.25\n'
                      '[problem_params]\nexamples_per_task = 80\n')
     assert main(["sweep", str(sweep), "--out", str(tmp_path / "sw"), "--data-dir", str(data_dir),
