@@ -17,7 +17,7 @@ from plasticlab.experiments.config import resolve_config
 from plasticlab.experiments.store import ResultStore
 from plasticlab.problems import SlowlyChangingRegression
 from plasticlab.run_config import Members
-from plasticlab.step import Step, compiled, mlp_backprop
+from plasticlab.step import Step, mlp_backprop
 
 SMALL = {"tasks": 40, "steps_per_task": 50}
 

@@ -76,7 +76,7 @@ class Step:
         self.hand = (mlp_backprop.ManualBackprop(net)
                      if backprop != "autograd" and mlp_backprop.applies(net, loss) else None)
         # asked to compile: what keeps the step eager, if anything (compiled.why_eager)
-        self.eager_because = compiled.why_eager(net, self.hand, self.chain, loss) if compile else None
+        self.eager_because = compiled.why_eager(net, self.hand, self.chain) if compile else None
         self.compiled = (compiled.CompiledStep(net, self.chain, torch.device(device), self.hand, loss)
                          if compile and self.eager_because is None else None)
 

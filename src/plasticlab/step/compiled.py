@@ -26,18 +26,18 @@ compiled steps can alternate (the engine takes the eager step where a measuremen
 task gradient) and checkpoints are the same.
 
 Plain form: the eager step (:class:`~plasticlab.step.mlp_backprop.ManualBackprop` or
-autograd's ``backward``, the penalties' ``add_grad_``, the optimizer's ``step``, whose default forms are torch's fused
-kernels). Compilation reorders and fuses floating-point work, so the two agree up to rounding,
-not to the bit; member k of a compiled ensemble is still seed k compiled alone
-(``tests/test_compiled_step.py`` states both tolerances).
+autograd's ``backward``, the penalties' ``add_grad_``, the optimizer's ``step``, whose default
+forms are torch's fused kernels). Compilation reorders and fuses floating-point work, so the
+two agree up to rounding, not to the bit; member k of a compiled ensemble is still seed k
+compiled alone (``tests/test_compiled_step.py`` states both tolerances).
 
 Applies (:func:`applies`): asked for (the engine's ``compile=True``, ``--compile``), outside
 :func:`plasticlab.fast.plain_forms`, an MLP of ensemble linear layers (any activation, Layer
 Norm or not; not a convolutional network, nor frozen heads or a growing head's output mask:
-:func:`untraceable_because`), a method that declares
-no hook but a captured post-step hook (:class:`~plasticlab.methods.base.CapturedHook`) or one
-that acts on some steps only (``Needs.some_steps``: those steps take the eager step,
-:meth:`CompiledStep.computes`; ReDo's recycling) and no gradient transform of its own and whose penalties are all
+:func:`untraceable_because`), a method that declares no hook but a captured post-step hook
+(:class:`~plasticlab.methods.base.CapturedHook`) or one that acts on some steps only
+(``Needs.some_steps``: those steps take the eager step, :meth:`CompiledStep.computes`; ReDo's
+recycling) and no gradient transform of its own and whose penalties are all
 :class:`~plasticlab.regularizers.TargetPenalty` (:meth:`plasticlab.methods.Method.needs`), and
 :class:`plasticlab.optim.Adam` (restarted elements with their own step counts,
 :func:`plasticlab.optim.adam.restarted_corrections_`) or :class:`plasticlab.optim.SGD`.
@@ -58,10 +58,10 @@ from collections.abc import Callable
 import torch
 
 from ..fast import enabled
+from ..nets.layers import EnsembleLinear
 from ..optim import SGD, Adam
 from ..optim.adam import adam_update_, restarted_corrections_
 from ..optim.sgd import sgd_update_
-from ..nets.layers import EnsembleLinear
 from ..regularizers import HuberInit, TargetPenalty, add_penalty_gradient_
 from .backward import online_tally, task_losses
 from .chain import Chain
@@ -112,7 +112,7 @@ def functional_gradients(net, params, loss: str = "cross_entropy") -> Callable:
     return torch.func.grad(task_loss, has_aux=True)
 
 
-def applies(net, hand: ManualBackprop | None, chain: Chain, loss: str = "cross_entropy") -> bool:
+def applies(net, hand: ManualBackprop | None, chain: Chain) -> bool:
     """Whether :class:`CompiledStep` computes this step: an MLP (the hand-written backward
     ``hand`` where the step has one, else :func:`functional_gradients`: :func:`traceable`),
     a method whose declared needs (``chain.needs``) are penalties toward fixed targets and a
@@ -120,10 +120,10 @@ def applies(net, hand: ManualBackprop | None, chain: Chain, loss: str = "cross_e
     or acting on some steps only (``Needs.some_steps``), and :class:`plasticlab.optim.Adam` or
     :class:`plasticlab.optim.SGD`;
     outside :func:`plasticlab.fast.plain_forms`. :func:`why_eager` says what stops it."""
-    return why_eager(net, hand, chain, loss) is None
+    return why_eager(net, hand, chain) is None
 
 
-def why_eager(net, hand: ManualBackprop | None, chain: Chain, loss: str = "cross_entropy") -> str | None:
+def why_eager(net, hand: ManualBackprop | None, chain: Chain) -> str | None:
     """What keeps this step out of :class:`CompiledStep` (the first of :func:`applies`'
     conditions it fails, in words), or None where the compiled step computes it."""
     needs, optimizer, method = chain.needs, chain.optimizer, chain.method
@@ -159,7 +159,7 @@ class CompiledStep:
 
     def __init__(self, net, chain: Chain, device: torch.device, hand: ManualBackprop | None = None,
                  loss: str = "cross_entropy"):
-        if not applies(net, hand, chain, loss):
+        if not applies(net, hand, chain):
             raise ValueError(f"the compiled step does not compute method {chain.method.name!r} "
                              f"with {type(chain.optimizer).__name__} (plasticlab.step.compiled.applies)")
         self.optimizer = optimizer = chain.optimizer
