@@ -91,6 +91,7 @@ def _assert_ends_where_the_eager_run_ends(eager, compiled) -> None:
         assert acc_c == pytest.approx(acc_e, abs=two_examples)
 
 
+@pytest.mark.slow
 def test_member_k_of_a_compiled_ensemble_is_seed_k_compiled_alone_and_at_another_place(data_dir):
     together = _run(_training(data_dir, ALL, compile=True))
     # every method's member at another place (the same ensemble shape: no other compilation),
@@ -187,6 +188,7 @@ def _hooked(data_dir, method, params, seeds, compile, optimizer="adam") -> Ensem
 REDO = {"period": 10, "threshold": 0.5}
 
 
+@pytest.mark.slow
 def test_redo_with_sgd_compiles_the_steps_between_its_recycles_and_takes_the_eager_step_on_them(
         data_dir):
     # with SGD: the compiled SGD update's test too (Adam's, eager steps between compiled ones
@@ -233,6 +235,7 @@ def test_continual_backprop_with_philox_draws_is_captured_whole_as_masks(data_di
         assert torch.equal(a, b)
 
 
+@pytest.mark.slow
 def test_weight_clipping_is_captured_whole(data_dir):
     # κ small enough that the clip binds within the run
     eager = _run(_hooked(data_dir, "weight_clip", {"kappa": 1.05}, [0, 1], compile=False))
@@ -263,6 +266,7 @@ def test_a_network_without_a_hand_written_backward_compiles_with_torch_funcs_gra
             assert torch.equal(a, b), f"seed {k} differs at place {j}"
 
 
+@pytest.mark.slow
 def test_run_and_sweep_take_the_compiled_step_when_asked(data_dir, tmp_path, capsys):
     import json
 

@@ -132,6 +132,7 @@ def test_the_cross_entropy_fast_paths_say_they_do_not_apply_to_the_squared_error
         Step(training.net, training.method, training.optimizer, loss="hinge")
 
 
+@pytest.mark.slow
 def test_a_compiled_run_of_the_squared_error_ends_where_the_eager_run_ends():
     eager = train_ensemble(Members.from_config(_config(), [0, 1]))
     compiled_run = train_ensemble(Members.from_config(_config(), [0, 1]), compile=True)
