@@ -15,7 +15,9 @@
 #      where the method's step compiles: every grid method but CBP and Layer Norm); each its
 #      wall time if it ends within its budget, else its pace extrapolated to the whole study
 #      (benchmarks/grid_pace.py), into grid.json (local), grid_interleaved.json and
-#      grid_interleaved_compile.json, with the device, the commit and the executor.
+#      grid_interleaved_compile.json, with the device, the commit and the executor; the
+#      interleaved runs' grid_*.txt hold their aggregate pace every 10 s with the number of
+#      ensembles in flight.
 # Everything goes to OUT_DIR (default benchmarks/recorded/<gpu>-<date>), to be committed.
 #
 #     benchmarks/gpu.sh DATA_DIR [OUT_DIR]

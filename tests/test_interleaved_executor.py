@@ -266,3 +266,28 @@ def test_on_cuda_the_admission_measures_the_peak_of_an_ensembles_first_step():
     assert admission.largest >= 4 << 20
     assert admission.fits() == (admission.memory.free() >= 2 * admission.largest)
     assert admission.memory.free() >= torch.cuda.mem_get_info()[0]  # with the cache's unused
+
+
+def test_the_aggregate_pace_is_written_every_span_with_the_ensembles_in_flight():
+    from plasticlab.experiments.pace import AggregatePace
+
+    now, lines = [0.0], []
+    pace = AggregatePace(10.0, write=lines.append, clock=lambda: now[0])
+    for _ in range(4):  # 4 rounds of one ensemble of 8 members × batch 16, 2 s apart
+        now[0] += 2.0
+        pace.round(128, 1)
+    assert lines == []  # 8 s: not a span yet
+    now[0] += 2.0
+    pace.round(2 * 128, 2)  # a second ensemble admitted
+    # (4 × 128 + 256) / 10 s
+    assert lines == ["interleaved: 1–2 ensemble(s) in flight, 77 member-samples/s over 10.0 s"]
+    for _ in range(5):
+        now[0] += 2.0
+        pace.round(256, 2)
+    assert lines[1] == "interleaved: 2 ensemble(s) in flight, 128 member-samples/s over 10.0 s"
+    quiet = AggregatePace(None, write=lines.append, clock=lambda: now[0])
+    now[0] += 100.0
+    quiet.round(256, 2)  # none asked for: the CPU's
+    assert len(lines) == 2
+    with pytest.raises(ValueError, match="> 0 seconds"):
+        AggregatePace(0.0)

@@ -66,6 +66,7 @@ from .lifecycle import (
 from .lock import writer_lock
 from .manifest import code_identity, utc_now
 from .oserrors import StorageError, storage_error
+from .pace import PACE_EVERY_S, AggregatePace
 from .recording import checkpoint_path, progress_bar, record_result, record_start
 from .store import ResultStore
 
@@ -329,6 +330,9 @@ def _run_interleaved(jobs, order, start, finish, data_dir, device, slots, progre
     flight: dict[int, tuple[Generator, Callable]] = {}  # job → its steps, its stream
     bars: dict[int, int] = {}  # job → the line of its progress bar
     admission = memory_admission(device)
+    # on CUDA, the pace of all the ensembles in flight every few seconds: does one more pay?
+    pace = AggregatePace(PACE_EVERY_S if torch.device(device).type == "cuda" else None)
+    samples = {i: len(jobs[i].seeds) * jobs[i].config.batch_size for i in queue}  # a step's
 
     def advance(i: int) -> None:
         """Job ``i``'s next step (its set-up, the first time); its end recorded when it ends."""
@@ -357,8 +361,10 @@ def _run_interleaved(jobs, order, start, finish, data_dir, device, slots, progre
                     admission.measure(lambda i=i: advance(i))  # its set-up and first step
                 if not flight:
                     break  # asked to stop before the rest started
-                for i in list(flight):
+                stepping = list(flight)
+                for i in stepping:
                     advance(i)
+                pace.round(sum(samples[i] for i in stepping), len(stepping))
         finally:
             for steps, on_stream in flight.values():  # a second signal, a full disk
                 with on_stream():
