@@ -291,3 +291,16 @@ def test_the_aggregate_pace_is_written_every_span_with_the_ensembles_in_flight()
     assert len(lines) == 2
     with pytest.raises(ValueError, match="> 0 seconds"):
         AggregatePace(0.0)
+
+
+def test_compiled_ensembles_on_cuda_share_the_current_stream_and_the_others_get_their_own():
+    # CUDA graph replays share one memory pool, whose reuse is ordered on one stream only
+    from contextlib import nullcontext
+
+    from plasticlab.experiments import executor
+
+    members = Members.from_config(resolve_config({**SMALL, "method": "l2_init"}), [0])
+    compiled, eager = (executor.Job(members, options=options) for options in ({"compile": True}, {}))
+    assert executor.ensemble_stream(compiled, "cuda") is nullcontext
+    assert executor.ensemble_stream(eager, "cpu") is nullcontext  # no streams on the CPU
+    assert executor.ensemble_stream(compiled, "cpu") is nullcontext

@@ -43,6 +43,7 @@ from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, as_completed, wait
 from concurrent.futures import TimeoutError as FuturesTimeout
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -356,7 +357,7 @@ def _run_interleaved(jobs, order, start, finish, data_dir, device, slots, progre
                     bar = min(set(range(slots)) - set(bars.values()))  # a free line for its bar
                     bars[i] = bar
                     flight[i] = (job_steps(jobs[i], data_dir, device, bar, progress,
-                                           stop=lambda: bool(asked)), own_stream(device))
+                                           stop=lambda: bool(asked)), ensemble_stream(jobs[i], device))
                     start(i)
                     admission.measure(lambda i=i: advance(i))  # its set-up and first step
                 if not flight:
@@ -371,6 +372,18 @@ def _run_interleaved(jobs, order, start, finish, data_dir, device, slots, progre
                     steps.close()
     if asked:
         raise asked[0]
+
+
+def ensemble_stream(job: Job, device) -> Callable:
+    """What an ensemble's work runs in on ``device`` beside the others: a stream of its own
+    (:func:`~plasticlab.device.own_stream`), except with ``--compile`` on CUDA — its steps are
+    then CUDA graph replays whose outputs share one memory pool with every other compiled
+    step's, and that pool's reuse is ordered on one stream only (a replay on another stream
+    could overwrite an output before its reader ran), so every compiled ensemble queues on the
+    current stream."""
+    if job.options.get("compile") and torch.device(device).type == "cuda":
+        return nullcontext
+    return own_stream(device)
 
 
 def memory_admission(device) -> MemoryAdmission:
