@@ -53,7 +53,7 @@ def _member(training: EnsembleTraining, k: int) -> list[torch.Tensor]:
 
 
 @pytest.mark.slow
-def test_the_compiled_step_is_the_eager_step_up_to_rounding_after_one_step_and_a_run(data_dir):
+def test_the_compiled_step_is_the_eager_step_up_to_rounding_and_resumes_exactly(data_dir, tmp_path):
     eager = _training(data_dir, ALL, compile=False, measure=False)
     compiled = _training(data_dir, ALL, compile=True, measure=False)
     assert eager.step.compiled is None and compiled.step.compiled is not None
@@ -80,6 +80,16 @@ def test_the_compiled_step_is_the_eager_step_up_to_rounding_after_one_step_and_a
     compiled = _run(_training(data_dir, ALL, compile=True))
     assert eager.result().extra["step"] == "eager"
     _assert_ends_where_the_eager_run_ends(eager, compiled)
+    # a compiled run resumed from its checkpoint at a task end ends as the uninterrupted one
+    first = _training(data_dir, ALL, compile=True)
+    first.run_task(0)
+    first.save(tmp_path / "ckpt")
+    resumed = _training(data_dir, ALL, compile=True)
+    assert resumed.resume(tmp_path / "ckpt")
+    _run(resumed)
+    for a, b in zip(compiled.net.parameters(), resumed.net.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert resumed.accuracies == compiled.accuracies
 
 
 def _assert_ends_where_the_eager_run_ends(eager, compiled) -> None:
@@ -104,19 +114,6 @@ def test_member_k_of_a_compiled_ensemble_is_seed_k_compiled_alone_and_at_another
         for a, b in zip(_member(together, k), _member(elsewhere, j), strict=True):
             assert torch.equal(a, b), f"member {k} ({METHODS[k]}) differs at place {j}"
         assert [acc[k] for acc in together.accuracies] == [acc[j] for acc in elsewhere.accuracies]
-
-
-def test_a_compiled_run_resumes_from_its_checkpoint_exactly(data_dir, tmp_path):
-    whole = _run(_training(data_dir, ALL, compile=True))
-    first = _training(data_dir, ALL, compile=True)
-    first.run_task(0)
-    first.save(tmp_path / "ckpt")
-    resumed = _training(data_dir, ALL, compile=True)
-    assert resumed.resume(tmp_path / "ckpt")
-    _run(resumed)
-    for a, b in zip(whole.net.parameters(), resumed.net.parameters(), strict=True):
-        assert torch.equal(a, b)
-    assert resumed.accuracies == whole.accuracies
 
 
 def test_the_compiled_step_applies_only_where_it_computes_the_method(data_dir):
