@@ -72,7 +72,7 @@ for form in local interleaved interleaved-compile; do
     ended=()
     [ "$code" -eq 0 ] && ended=(--finished "$finished")
     python3 benchmarks/grid_pace.py "$grid/runs/main-permuted_mnist-adam" --started "$started" \
-        "${ended[@]}" --device "$gpu" --executor "$form" --json "$record"
+        "${ended[@]}" --device "$gpu" --executor "$form" --log "$out/grid_$form.txt" --json "$record"
     plasticlab status "$grid/runs/main-permuted_mnist-adam" >> "$out/grid_$form.txt" 2>&1
 done
 echo "gpu.sh: done in $(( $(date +%s) - $(date -d "$(head -1 "$out/device.txt")" +%s) )) s; results in $out"

@@ -269,7 +269,7 @@ def test_on_cuda_the_admission_measures_the_peak_of_an_ensembles_first_step():
 
 
 def test_the_aggregate_pace_is_written_every_span_with_the_ensembles_in_flight():
-    from plasticlab.experiments.pace import AggregatePace
+    from plasticlab.experiments.pace import AggregatePace, read_pace
 
     now, lines = [0.0], []
     pace = AggregatePace(10.0, write=lines.append, clock=lambda: now[0])
@@ -285,6 +285,10 @@ def test_the_aggregate_pace_is_written_every_span_with_the_ensembles_in_flight()
         now[0] += 2.0
         pace.round(256, 2)
     assert lines[1] == "interleaved: 2 ensemble(s) in flight, 128 member-samples/s over 10.0 s"
+    # what a script reads back (benchmarks/grid_pace.py --log)
+    assert read_pace(["noise", *lines]) == [
+        {"in_flight": [1, 2], "member_samples_per_s": 77, "span_s": 10.0},
+        {"in_flight": [2, 2], "member_samples_per_s": 128, "span_s": 10.0}]
     quiet = AggregatePace(None, write=lines.append, clock=lambda: now[0])
     now[0] += 100.0
     quiet.round(256, 2)  # none asked for: the CPU's

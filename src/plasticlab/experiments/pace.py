@@ -10,9 +10,10 @@ device shows the pace at one, two, … ensembles, and the admission can rest on 
 
 from __future__ import annotations
 
+import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 PACE_EVERY_S = 10.0
 """On CUDA, how often the interleaved executor writes its aggregate pace."""
@@ -58,4 +59,20 @@ class AggregatePace:
             self._start()
 
 
-__all__ = ["PACE_EVERY_S", "AggregatePace"]
+LINE = re.compile(r"^interleaved: (\d+)(?:–(\d+))? ensemble\(s\) in flight, ([\d,]+) member-samples/s "
+                  r"over ([\d.]+) s$")
+
+
+def read_pace(lines: Iterable[str]) -> list[dict]:
+    """The pace lines among ``lines`` (a run's output), as :class:`AggregatePace` wrote them:
+    ``{"in_flight": [fewest, most], "member_samples_per_s": R, "span_s": S}`` each, in order."""
+    found = []
+    for line in lines:
+        if m := LINE.match(line.strip()):
+            fewest = int(m[1])
+            found.append({"in_flight": [fewest, int(m[2]) if m[2] else fewest],
+                          "member_samples_per_s": int(m[3].replace(",", "")), "span_s": float(m[4])})
+    return found
+
+
+__all__ = ["PACE_EVERY_S", "AggregatePace", "read_pace"]
