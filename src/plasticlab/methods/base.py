@@ -14,7 +14,8 @@ compiled) reads that declaration and nothing else:
 3. ``after_step(features, x, step)`` — after the optimizer step (Shrink & Perturb, CBP, ReDo);
    ``captured_after_step()`` — the same hook in the form a compiled step captures, where the
    method writes one (Shrink & Perturb with Philox draws, Weight Clipping);
-   ``acts_after(step)`` — for a hook that acts only on some steps (ReDo every ``period``), which;
+   ``acts_after(step)`` — which steps a hook that acts on some steps only acts after (ReDo:
+   every ``period``);
    ``before_step(step)`` — before a step's forward pass (ReDo's ``schedule=reference``);
 4. ``on_task_end(stream)`` — at a task boundary: a boundary oracle; only EWC may use it in the
    paper's protocol (SPEC §1).
