@@ -363,15 +363,16 @@ class GenerateAndTest:
         s.age.masked_fill_(mask, 0)
         s.utility.masked_fill_(mask, 0.0)
         s.mean_activation.masked_fill_(mask, 0.0)
-        self._restart(i, mask)
+        self._restart(i, mask, out_mask)
 
-    def _restart(self, i: int, mask: torch.Tensor) -> None:
+    def _restart(self, i: int, mask: torch.Tensor, out_mask: torch.Tensor | None = None) -> None:
         """Restart the optimizer state (moments and step counts) of the weights of layer i's
-        units in ``mask``."""
+        units in ``mask`` (``out_mask``: its outgoing mask, where the caller has it)."""
         layer = self.layers[i]
+        out_mask = layer.outgoing_mask(mask) if out_mask is None else out_mask
         layer.reset_optimizer(self.optimizer, "in_weight", layer.incoming_mask(mask), restart_count=True)
         layer.reset_optimizer(self.optimizer, "in_bias", mask, restart_count=True)
-        layer.reset_optimizer(self.optimizer, "out_weight", layer.outgoing_mask(mask), restart_count=True)
+        layer.reset_optimizer(self.optimizer, "out_weight", out_mask, restart_count=True)
 
     def _draw_rows(self, i: int, n: np.ndarray, order: torch.Tensor, chosen: torch.Tensor) -> None:
         """The generators' fresh incoming weights for layer i: row j of member k's draw goes to
