@@ -297,6 +297,11 @@ def test_the_manifest_statement_claims_bit_identity_only_where_this_file_tests_i
     assert member_independence("cpu", threads=1, optimizer="upgd")["bit_identical"] is True
     assert member_independence("cpu", threads=1, optimizer="upgd_nonprotecting")["bit_identical"] is True
     assert member_independence("cpu", threads=1, optimizer="lion")["bit_identical"] is None
+    # EWC's one-example Fisher and FIRE's Newton-Schulz: checked at the paper's width only
+    for method in ("ewc", "l2_init_ewc", "fire"):
+        assert member_independence("cpu", method=method)["bit_identical"] is True
+        assert member_independence("cpu", method=method, width=0.25)["bit_identical"] is False
+    assert member_independence("cpu", method="l2_init", width=0.25)["bit_identical"] is True
 
 
 def test_fire_on_a_conv_bank_gives_member_k_what_it_gives_seed_k_alone():

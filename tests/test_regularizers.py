@@ -15,11 +15,13 @@ from plasticlab.methods import METHODS, MethodContext
 from plasticlab.nets import build_network
 from plasticlab.optim import make_optimizer
 from plasticlab.regularizers import (
+    EWC,
     L2,
     HuberInit,
     L1Init,
     L2Init,
     L2InitResample,
+    WassersteinInit,
     regularized_parameters,
 )
 from plasticlab.rng import torch_generator
@@ -157,6 +159,29 @@ def test_add_grad_accumulates_onto_an_existing_gradient():
     reg.add_grad_()
     for p, e, p0 in zip(params, existing, reg.initial, strict=True):
         torch.testing.assert_close(p.grad, e + LAM * (p.detach() - p0), rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize("kind", ["l2", "l2_init", "l1_init", "huber_init", "ewc"])
+def test_a_captured_penalty_adds_to_a_given_gradient_what_add_grad_adds_to_grad(kind):
+    # add_grad_to_ is the compiled step's form (on the gradients it computes, not .grad); EWC's
+    # after a consolidation, so β(Aθ − B) is not 0; the resampled and rank-matched targets,
+    # drawn or sorted every step, are not captured
+    model = small_mlp()
+    params = list(model.parameters())
+    if kind == "ewc":
+        reg = EWC(model, LAM)
+        reg.consolidate([torch.rand_like(p) for p in params])
+    else:
+        reg = make(kind, params, LAM)
+    perturb(params)
+    existing = [torch.full_like(p, 2.0) for p in params]
+    for p, e in zip(params, existing, strict=True):
+        p.grad = e.clone()
+    reg.add_grad_()
+    assert reg.captured
+    for i, (p, e) in enumerate(zip(params, existing, strict=True)):
+        assert torch.equal(reg.add_grad_to_(e.clone(), p.detach(), i), p.grad)
+    assert not L2InitResample(model, LAM).captured and not WassersteinInit(model, LAM).captured
 
 
 def test_theta0_is_a_detached_copy_that_training_does_not_move():

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable, Sequence
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -109,6 +110,11 @@ class Regularizer:
         self.strength = strength
         self._differences: list[torch.Tensor | None] | None = None  # add_grad_'s kept θ − target
 
+    captured: ClassVar[bool] = False
+    """Whether a compiled training step computes this penalty's gradient inside its function
+    (:meth:`add_grad_to_`, :mod:`plasticlab.step.compiled`): its state changes only in place,
+    and never within a step."""
+
     # --- what a subclass defines -------------------------------------------------------------
     def targets(self) -> Sequence[torch.Tensor | None]:
         """The point each parameter is pulled toward (None means 0)."""
@@ -165,10 +171,32 @@ class Regularizer:
                 add_penalty_gradient_(p.grad, p, t, s, self.rho_grad, difference)
 
 
+    def add_grad_to_(self, grad: torch.Tensor, theta: torch.Tensor, index: int) -> torch.Tensor:
+        """``grad`` ← ``grad`` + the penalty's gradient for parameter ``index`` (``theta``, that
+        parameter), in place; returns ``grad``: the form a compiled step calls on the gradients
+        it computes, where the penalty is :attr:`captured`."""
+        raise NotImplementedError(f"{type(self).__name__}'s gradient is not written for a "
+                                  f"compiled step (Regularizer.captured)")
+
+    def captured_reads(self) -> list[torch.Tensor]:
+        """The tensors :meth:`add_grad_to_` reads besides θ (kept at fixed addresses under CUDA
+        graphs)."""
+        return [self.strength]
+
+
 class TargetPenalty(Regularizer):
     """A penalty λ·Σ ρ(θ − target) toward targets fixed when it is built (0, or θ₀): its
     gradient needs no draw and no state of its own, so every form of the training step —
     the compiled one too — computes it (L2, L2 Init, L1 Init, Huber Init)."""
+
+    captured = True
+
+    def add_grad_to_(self, grad, theta, index):
+        return add_penalty_gradient_(grad, theta, self.targets()[index], self.strength_for(theta),
+                                     self.rho_grad)
+
+    def captured_reads(self):
+        return [self.strength, *(t for t in self.targets() if t is not None)]
 
 
 class L2(TargetPenalty):
@@ -227,6 +255,9 @@ class HuberInit(_InitTarget):
         if member_dim and delta.dim() == 0:
             delta = delta.expand(self.params[0].shape[0])
         self.delta = delta
+
+    def captured_reads(self):
+        return [*super().captured_reads(), self.delta]
 
     def _delta_for(self, d):
         return self.delta.view(-1, *([1] * (d.dim() - 1))) if self.member_dim else self.delta
@@ -342,6 +373,7 @@ class EWC(Regularizer):
     """
 
     ANCHORS = ("last", "sum")
+    captured = True  # A and B change in place, at task ends only (consolidate)
 
     def __init__(self, params, strength, *, anchor: str = "last", member_dim: bool = False):
         super().__init__(params, strength, member_dim=member_dim)
@@ -377,14 +409,24 @@ class EWC(Regularizer):
             total = total + self.strength * (r.flatten(1).sum(1) if self.member_dim else r.sum())
         return total
 
+    def _gradient(self, theta: torch.Tensor, index: int) -> torch.Tensor:
+        # β(Aθ − B) for parameter `index`
+        return self.strength_for(theta) * (self.fisher_sum[index] * theta - self.anchor_sum[index])
+
     @torch.no_grad()
     def add_grad_(self):
-        for p, a, b in zip(self.params, self.fisher_sum, self.anchor_sum, strict=True):
-            g = self.strength_for(p) * (a * p - b)
+        for i, p in enumerate(self.params):
+            g = self._gradient(p, i)
             if p.grad is None:
                 p.grad = g
             else:
                 p.grad.add_(g)
+
+    def add_grad_to_(self, grad, theta, index):
+        return grad.add_(self._gradient(theta, index))
+
+    def captured_reads(self):
+        return [self.strength, *self.fisher_sum, *self.anchor_sum]
 
     def consolidate_model(self, model: nn.Module, inputs: torch.Tensor,
                           targets: torch.Tensor | None = None, *, fisher: str = "empirical",

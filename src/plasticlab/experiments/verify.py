@@ -128,7 +128,8 @@ def alone_is_exact(members: Sequence[dict], device: str = "cpu") -> bool:
 
     threads = members[0]["manifest"].get("threads") or 1
     return all(member_independence(device, threads, run["config"]["optimizer"], run["config"]["method"],
-                                   arch_of(run["config"]["problem"]))["bit_identical"] is True
+                                   arch_of(run["config"]["problem"]),
+                                   run["config"].get("width", 1.0))["bit_identical"] is True
                for run in members)
 
 

@@ -1,14 +1,14 @@
 """Fast path: the whole training step as one function under ``torch.compile``.
 
-One step of an MLP whose method adds nothing but penalties toward fixed targets (the
-Baseline, L2, L2 Init, L1 Init, Huber Init, or members of those in one ensemble) and a
-post-step hook written for capture is, per member k::
+One step of an MLP whose method adds nothing but penalties whose gradient is written for
+capture (toward fixed targets — the Baseline, L2, L2 Init, L1 Init, Huber Init, or members of
+those in one ensemble — and EWC's) and a post-step hook written for capture is, per member k::
 
     z = MLP_θ(x);  g = ∇_θ mean_b ℓ(z, y)          (the ReLU MLP with the cross-entropy:
                                                       :func:`plasticlab.step.mlp_backprop.mlp_gradients`;
                                                       any other, Concat ReLU's, Layer Norm's, the
                                                       squared error: :func:`functional_gradients`)
-    g ← g + λ_k ρ'(θ − target)                       (:func:`plasticlab.regularizers.add_penalty_gradient_`)
+    g ← g + λ_k ρ'(θ − target), EWC's β_k(Fθ − Fθ*)  (:meth:`plasticlab.regularizers.Regularizer.add_grad_to_`)
     the update                                       (:func:`plasticlab.optim.adam.adam_update_`,
                                                       :func:`plasticlab.optim.sgd.sgd_update_`)
     the method's post-step hook, where it is         (:meth:`plasticlab.methods.Method.captured_after_step`:
@@ -23,7 +23,8 @@ CUDA it runs with ``mode="reduce-overhead"`` (the step replayed as a CUDA graph:
 instead of dozens of small kernels). It updates the very tensors the eager step updates — the
 network's parameters, :class:`plasticlab.optim.Adam`'s moments and step counts — so eager and
 compiled steps can alternate (the engine takes the eager step where a measurement needs the
-task gradient) and checkpoints are the same.
+task gradient), checkpoints are the same, and a task-end hook (EWC's consolidation, a reset,
+FIRE) changes them in place between two tasks, eagerly, as it does for the eager step.
 
 Plain form: the eager step (:class:`~plasticlab.step.mlp_backprop.ManualBackprop` or
 autograd's ``backward``, the penalties' ``add_grad_``, the optimizer's ``step``, whose default
@@ -38,7 +39,7 @@ Norm or not; not a convolutional network, nor frozen heads or a growing head's o
 (:class:`~plasticlab.methods.base.CapturedHook`) or one that acts on some steps only
 (``Needs.some_steps``: those steps take the eager step, :meth:`CompiledStep.computes`; ReDo's
 recycling) and no gradient transform of its own and whose penalties are all
-:class:`~plasticlab.regularizers.TargetPenalty` (:meth:`plasticlab.methods.Method.needs`), and
+:attr:`~plasticlab.regularizers.Regularizer.captured` (:meth:`plasticlab.methods.Method.needs`), and
 :class:`plasticlab.optim.Adam` (restarted elements with their own step counts,
 :func:`plasticlab.optim.adam.restarted_corrections_`) or :class:`plasticlab.optim.SGD`.
 Elsewhere the engine takes the eager step and the run's manifest says so.
@@ -62,7 +63,6 @@ from ..nets.layers import EnsembleLinear
 from ..optim import SGD, Adam
 from ..optim.adam import adam_update_, restarted_corrections_
 from ..optim.sgd import sgd_update_
-from ..regularizers import HuberInit, TargetPenalty, add_penalty_gradient_
 from .backward import online_tally, task_losses
 from .chain import Chain
 from .mlp_backprop import ManualBackprop, minus_ones, mlp_gradients
@@ -115,7 +115,8 @@ def functional_gradients(net, params, loss: str = "cross_entropy") -> Callable:
 def applies(net, hand: ManualBackprop | None, chain: Chain) -> bool:
     """Whether :class:`CompiledStep` computes this step: an MLP (the hand-written backward
     ``hand`` where the step has one, else :func:`functional_gradients`: :func:`traceable`),
-    a method whose declared needs (``chain.needs``) are penalties toward fixed targets and a
+    a method whose declared needs (``chain.needs``) are penalties written for capture
+    (:attr:`plasticlab.regularizers.Regularizer.captured`), a task-end hook, and a
     post-step hook written for capture (:meth:`plasticlab.methods.Method.captured_after_step`)
     or acting on some steps only (``Needs.some_steps``), and :class:`plasticlab.optim.Adam` or
     :class:`plasticlab.optim.SGD`;
@@ -138,9 +139,8 @@ def why_eager(net, hand: ManualBackprop | None, chain: Chain) -> str | None:
                 "a post-step hook that reads the step's features, on a network without the "
                 "hand-written backward"),
                (needs.gradient_hook or needs.task_loss, "a gradient transform of its own"),
-               (needs.task_end, "a task-end hook (a boundary oracle)"),
-               (not all(isinstance(reg, TargetPenalty) for reg in chain.penalties),
-                "a penalty whose target is not fixed")]
+               (not all(reg.captured for reg in chain.penalties),
+                "a penalty whose target is recomputed every step")]
     for failed, reason in reasons:
         if failed:
             return reason
@@ -182,8 +182,8 @@ class CompiledStep:
         # False: not regularized)
         self.penalties = []
         for reg in chain.penalties:
-            targets = dict(zip(map(id, reg.params), reg.targets(), strict=True))
-            self.penalties.append((reg, [targets.get(id(p), False) for p in self.params]))
+            index = {id(p): i for i, p in enumerate(reg.params)}
+            self.penalties.append((reg, [index.get(id(p)) for p in self.params]))
         self.weight_decay = getattr(optimizer, "weight_decay", 0.0) + chain.decay
         # the method's post-step hook, captured in the same function (None: it has none, or
         # it acts on some steps only, which take the eager step: computes)
@@ -216,10 +216,10 @@ class CompiledStep:
             else:
                 (grads, logits), hidden = gradients(params, x, y), []
             hits = online_tally(logits, y, loss)
-            for reg, targets in penalties:
-                for g, p, target in zip(grads, params, targets, strict=True):
-                    if target is not False:
-                        add_penalty_gradient_(g, p, target, reg.strength_for(p), reg.rho_grad)
+            for reg, indices in penalties:
+                for g, p, i in zip(grads, params, indices, strict=True):
+                    if i is not None:  # the penalty's parameter i: λ·ρ'(θ − target), EWC's β(Aθ − B)
+                        reg.add_grad_to_(g, p, i)
             if adam:
                 # the step count t on the device, so its value does not change the graph; the
                 # bias corrections 1 − βᵗ in double, as torch's fused kernel computes them
@@ -253,9 +253,7 @@ class CompiledStep:
         own input buffers."""
         penalties, after = self.penalties, self.after
         for tensor in [*self.params, *self._state(), self.lr, self.t,
-                       *(r.strength for r, _ in penalties),
-                       *(r.delta for r, _ in penalties if isinstance(r, HuberInit)),
-                       *(t for _, ts in penalties for t in ts if isinstance(t, torch.Tensor)),
+                       *(t for reg, _ in penalties for t in reg.captured_reads()),
                        *(after.reads if after is not None else ())]:
             torch._dynamo.mark_static_address(tensor)
 
