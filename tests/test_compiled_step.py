@@ -267,6 +267,34 @@ def test_a_method_told_where_tasks_end_takes_the_compiled_step_within_each_task(
             assert torch.equal(a, b), f"seed {k} differs at place {j}"
 
 
+def _per_member(data_dir, method, params, seeds, compile) -> EnsembleTraining:
+    # each seed with its own parameters (params[seed]), in one ensemble
+    config = resolve_config({"problem": "permuted_mnist", "method": method, "tasks": TASKS,
+                             "steps_per_task": STEPS, "batch_size": BATCH, "width": 0.25})
+    members = Members.from_config(config, seeds, [params[k] for k in seeds])
+    return EnsembleTraining(members, data_dir=data_dir, compile=compile)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method,params", [
+    # Normalize-and-Project: every weight and LayerNorm pair back to its initial norm, every step
+    ("normalize_project", [{}, {}, {}]),
+    # Hare & Tortoise: the EMA every step, the hare reset on each member's own period (5, 7, 11:
+    # several resets each in a 60-step run), which the compiled step decides on the device
+    ("hare_tortoise", [{"reset_period": 5, "momentum": 0.9}, {"reset_period": 7, "momentum": 0.8},
+                       {"reset_period": 11, "momentum": 0.9}]),
+])
+def test_a_post_step_hook_on_every_step_is_captured_whole(data_dir, method, params):
+    eager = _run(_per_member(data_dir, method, params, [0, 1, 2], compile=False))
+    compiled = _run(_per_member(data_dir, method, params, [0, 1, 2], compile=True))
+    assert compiled.step.compiled.after is not None  # the hook inside the compiled step
+    _assert_ends_where_the_eager_run_ends(eager, compiled)
+    shuffled = _run(_per_member(data_dir, method, params, [2, 0, 1], compile=True))
+    for k, j in ((2, 0), (0, 1), (1, 2)):
+        for a, b in zip(_member(compiled, k), _member(shuffled, j), strict=True):
+            assert torch.equal(a, b), f"seed {k} differs at place {j}"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["concat_relu", "layer_norm"])
 def test_a_network_without_a_hand_written_backward_compiles_with_torch_funcs_gradient(data_dir, method):

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 import torch
 
 from ..params import Param
-from .base import Method, Needs
-from .schedule import due_members, host_periods, member_mask
+from .base import CapturedHook, Method, Needs
+from .schedule import due_members, due_on_device, host_periods, member_mask
 
 MOMENTUM = Param("momentum", 0.999, float, "m: the tortoise's EMA coefficient", per_member=True,
                  low=0.0, high=1.0)
@@ -43,8 +43,9 @@ def follow_hare_(tortoise: Sequence[torch.Tensor], hare: Sequence[torch.Tensor],
 
 
 def reset_hare_(hare: Sequence[torch.Tensor], tortoise: Sequence[torch.Tensor],
-                due: Sequence[bool]) -> None:
-    """θ_h ← θ_t (a copy) for the members flagged in ``due``, in place."""
+                due: Sequence[bool] | torch.Tensor) -> None:
+    """θ_h ← θ_t (a copy) for the members flagged in ``due`` (host booleans or a ``[K]`` bool
+    tensor), in place."""
     for h, t in zip(hare, tortoise, strict=True):
         h.copy_(torch.where(member_mask(due, h), t, h))
 
@@ -69,6 +70,10 @@ class HareTortoiseMethod(Method):
         if bool(((self.momentum < 0) | (self.momentum > 1)).any()):  # once, at construction
             raise ValueError("method hare_tortoise: momentum m must be in [0, 1]")
         self.periods = host_periods(hp["reset_period"], self.name, "reset_period")
+        # the captured form's schedule: the periods and the update count on the device (the
+        # count written before each step), so which members are due is a tensor operation
+        self.periods_on_device = torch.tensor(self.periods, device=context.device)
+        self.step_on_device = torch.zeros((), dtype=torch.int64, device=context.device)
 
     @torch.no_grad()
     def after_step(self, features, x, step):
@@ -77,6 +82,19 @@ class HareTortoiseMethod(Method):
         due = due_members(self.periods, step)
         if any(due):
             reset_hare_(self.hare, self.tortoise, due)
+
+    def captured_after_step(self) -> CapturedHook:
+        """The EMA, then the reset of the members whose period divides the update count, as
+        tensor operations: every step copies θ_t into θ_h where a member is due and keeps θ_h
+        elsewhere (a ``where``, not a host branch); a compiled step captures it whole."""
+        def follow_and_reset(features):
+            follow_hare_(self.tortoise, self.hare, self.momentum)
+            reset_hare_(self.hare, self.tortoise, due_on_device(self.periods_on_device, self.step_on_device))
+
+        return CapturedHook(run=follow_and_reset, params=tuple(self.hare),
+                            reads=(*self.tortoise, self.momentum, self.periods_on_device,
+                                   self.step_on_device),
+                            prepare=lambda step: self.step_on_device.fill_(step))
 
     @torch.no_grad()
     def extra_measurements(self, measurer, task: int) -> dict[str, torch.Tensor]:

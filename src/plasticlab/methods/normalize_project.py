@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .base import Method, Needs
+from .base import CapturedHook, Method, Needs
 
 
 def joint_norm(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -77,8 +77,19 @@ class NormalizeProjectMethod(Method):
         with torch.no_grad():
             self.initial_norms = [joint_norm(group) for group in self.groups]
 
-    @torch.no_grad()
     def after_step(self, features, x, step):
         """Project every group back onto its initial norm."""
+        self.project()
+
+    @torch.no_grad()
+    def project(self) -> None:
+        """Every weight back to its initial norm, every LayerNorm's (γ, β) to theirs."""
         for group, target in zip(self.groups, self.initial_norms, strict=True):
             project_to_norm_(group, target)
+
+    def captured_after_step(self) -> CapturedHook:
+        """The projection is tensor operations alone (a member whose norm is 0 kept by a
+        ``where``, not a branch): a compiled step captures it whole."""
+        return CapturedHook(run=lambda features: self.project(),
+                            params=tuple(t for group in self.groups for t in group),
+                            reads=tuple(self.initial_norms))

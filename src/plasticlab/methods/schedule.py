@@ -27,7 +27,14 @@ def due_members(periods: Sequence[int], step: int) -> list[bool]:
     return [step % p == 0 for p in periods]
 
 
-def member_mask(due: Sequence[bool], like: torch.Tensor) -> torch.Tensor:
-    """``due`` as a bool mask ``[K, 1, …]`` broadcastable to ``like`` ``[K, …]``."""
-    mask = torch.tensor(list(due), device=like.device)
+def member_mask(due: Sequence[bool] | torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``due`` (host booleans, or a ``[K]`` bool tensor on ``like``'s device) as a bool mask
+    ``[K, 1, …]`` broadcastable to ``like`` ``[K, …]``."""
+    mask = due if isinstance(due, torch.Tensor) else torch.tensor(list(due), device=like.device)
     return mask.view(-1, *([1] * (like.dim() - 1)))
+
+
+def due_on_device(periods: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
+    """:func:`due_members` as a tensor operation, ``[K]`` bool: ``periods`` ``[K]`` and the step
+    count ``step`` (a 0-d tensor) on the device, for a hook a compiled step captures."""
+    return step % periods == 0
