@@ -296,6 +296,28 @@ def test_a_post_step_hook_on_every_step_is_captured_whole(data_dir, method, para
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("method,params", [
+    # Parseval's 4λ(WWᵀ − sI)W (λ large enough to show in a 60-step run)
+    ("parseval", [{"strength": 1e-1}] * 3),
+    # spectral regularization: each member's own power-iteration rounds, its u kept in place
+    ("spectral", [{"strength": 1e-1, "power_iterations": 1}, {"strength": 1e-1, "power_iterations": 3},
+                  {"strength": 1e-2, "power_iterations": 2}]),
+])
+def test_a_gradient_transform_of_the_methods_own_is_captured_whole(data_dir, method, params):
+    eager = _run(_per_member(data_dir, method, params, [0, 1, 2], compile=False))
+    compiled = _run(_per_member(data_dir, method, params, [0, 1, 2], compile=True))
+    assert compiled.step.compiled.transform is not None  # the transform inside the compiled step
+    _assert_ends_where_the_eager_run_ends(eager, compiled)
+    if method == "spectral":
+        for u_eager, u_compiled in zip(eager.method.u, compiled.method.u, strict=True):
+            torch.testing.assert_close(u_compiled, u_eager, rtol=0, atol=1e-4)
+    shuffled = _run(_per_member(data_dir, method, params, [2, 0, 1], compile=True))
+    for k, j in ((2, 0), (0, 1), (1, 2)):
+        for a, b in zip(_member(compiled, k), _member(shuffled, j), strict=True):
+            assert torch.equal(a, b), f"seed {k} differs at place {j}"
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["concat_relu", "layer_norm"])
 def test_a_network_without_a_hand_written_backward_compiles_with_torch_funcs_gradient(data_dir, method):
     # autograd in the eager step, torch.func's gradient compiled (Deep Fourier's MLP takes

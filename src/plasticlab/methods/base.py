@@ -11,6 +11,8 @@ compiled) reads that declaration and nothing else:
    (:class:`plasticlab.regularizers.Regularizer`: L2 Init and its relatives, EWC);
    ``add_penalty_grad()`` — a gradient transform of the method's own (Parseval, C-CHAIN),
    told the step's task loss first by ``observe_task_loss(loss)`` where it asks;
+   ``captured_gradient_transform()`` — the same transform in the form a compiled step
+   captures, where the method writes one (Parseval, spectral regularization);
 3. ``after_step(features, x, step)`` — after the optimizer step (Shrink & Perturb, CBP, ReDo);
    ``captured_after_step()`` — the same hook in the form a compiled step captures, where the
    method writes one (Shrink & Perturb with Philox draws, Weight Clipping);
@@ -76,6 +78,20 @@ class CapturedHook:
     reads: tuple[torch.Tensor, ...]
     prepare: Callable[[int], None] = _nothing_to_prepare
     draws: bool = False
+
+
+@dataclass(frozen=True)
+class CapturedTransform:
+    """A method's gradient transform (:meth:`Method.add_penalty_grad`) in the form a compiled
+    step captures (:meth:`Method.captured_gradient_transform`): ``run(grads)`` adds to
+    ``grads[i]``, the step's gradient of ``params[i]``, what :meth:`Method.add_penalty_grad`
+    adds to ``params[i].grad`` — tensor operations alone, as :class:`CapturedHook`'s ``run``;
+    ``reads``: every other tensor it reads or updates (kept at fixed addresses under CUDA
+    graphs)."""
+
+    run: Callable[[list[torch.Tensor]], None]
+    params: tuple[torch.Tensor, ...]
+    reads: tuple[torch.Tensor, ...]
 
 
 @dataclass(frozen=True)
@@ -147,6 +163,11 @@ class Method:
     def add_penalty_grad(self) -> None:
         """A gradient transform of the method's own, after the penalties' (declared by
         ``Needs.gradient_hook``): add to ``.grad``."""
+
+    def captured_gradient_transform(self) -> CapturedTransform | None:
+        """:meth:`add_penalty_grad` written for capture inside a compiled step, or None (the
+        default) where it is not."""
+        return None
 
     def observe_task_loss(self, loss: torch.Tensor) -> None:
         """Each member's task loss L_k of this step, ``[K]`` (no gradient), before the gradient

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import torch
 
 from ..params import Param
-from .base import Method, Needs
+from .base import CapturedTransform, Method, Needs
 
 
 def as_matrices(weight: torch.Tensor) -> torch.Tensor:
@@ -86,6 +86,14 @@ class ParsevalMethod(Method):
                     w.grad = grad
                 else:
                     w.grad.add_(grad)
+
+    def captured_gradient_transform(self) -> CapturedTransform:
+        """4λ (W Wᵀ − s·I) W is tensor operations alone: a compiled step captures it whole."""
+        def add(grads):
+            for w, g in zip(self.weights, grads, strict=True):
+                g.add_(parseval_grad(w, self.strength, self.scale))
+
+        return CapturedTransform(run=add, params=tuple(self.weights), reads=(self.strength, self.scale))
 
     def penalty(self) -> torch.Tensor:
         with torch.no_grad():

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 import torch
 
 from ..params import Param
-from .base import Method, Needs
+from .base import CapturedTransform, Method, Needs
 from .parseval import as_matrices
 
 EPS = 1e-12
@@ -157,12 +157,28 @@ class SpectralMethod(Method):
     @torch.no_grad()
     def add_penalty_grad(self) -> None:
         """One step's power iteration per layer, then the penalty's gradient added to ``.grad``."""
+        for p, grad in self._gradients():
+            _add_grad(p, grad)
+
+    def _gradients(self):
+        # (parameter, its penalty gradient) for every weight, then every bias; each layer's
+        # left vector u advanced in place (a compiled step reads it at a fixed address)
         for i, w in enumerate(self.weights):
             u, v, sigma = power_iteration(as_matrices(w), self.u[i], self.iters)
-            self.u[i] = u
-            _add_grad(w, spectral_weight_grad(w, u, v, sigma, self.strength, self.exponent))
+            self.u[i].copy_(u)
+            yield w, spectral_weight_grad(w, u, v, sigma, self.strength, self.exponent)
         for b in self.biases:
-            _add_grad(b, spectral_bias_grad(b, self.strength, self.exponent))
+            yield b, spectral_bias_grad(b, self.strength, self.exponent)
+
+    def captured_gradient_transform(self) -> CapturedTransform:
+        """The power iteration and the gradient are tensor operations alone (the members'
+        round counts are host numbers): a compiled step captures them whole."""
+        def add(grads):
+            for g, (_, grad) in zip(grads, self._gradients(), strict=True):
+                g.add_(grad)
+
+        return CapturedTransform(run=add, params=(*self.weights, *self.biases),
+                                 reads=(*self.u, self.strength, self.exponent))
 
     def penalty(self) -> torch.Tensor:
         """R(θ) per member, σ_ℓ from a power iteration started at the kept u_ℓ (which stays)."""

@@ -138,7 +138,9 @@ def why_eager(net, hand: ManualBackprop | None, chain: Chain) -> str | None:
                (needs.features and hand is None,
                 "a post-step hook that reads the step's features, on a network without the "
                 "hand-written backward"),
-               (needs.gradient_hook or needs.task_loss, "a gradient transform of its own"),
+               (needs.task_loss, "a gradient transform that reads the step's task loss"),
+               (needs.gradient_hook and method.captured_gradient_transform() is None,
+                "a gradient transform not written for capture"),
                (not all(reg.captured for reg in chain.penalties),
                 "a penalty whose target is recomputed every step")]
     for failed, reason in reasons:
@@ -184,6 +186,15 @@ class CompiledStep:
         for reg in chain.penalties:
             index = {id(p): i for i, p in enumerate(reg.params)}
             self.penalties.append((reg, [index.get(id(p)) for p in self.params]))
+        # the method's gradient transform, captured after the penalties (as Chain applies
+        # them), with the places of the gradients it adds to
+        self.transform = chain.method.captured_gradient_transform() if chain.needs.gradient_hook else None
+        place = {id(p): i for i, p in enumerate(self.params)}
+        if self.transform is not None and not all(id(p) in place for p in self.transform.params):
+            raise ValueError(f"method {chain.method.name!r}'s captured gradient transform adds to "
+                             f"tensors the optimizer does not update")
+        self.transform_places = ([place[id(p)] for p in self.transform.params]
+                                 if self.transform is not None else [])
         self.weight_decay = getattr(optimizer, "weight_decay", 0.0) + chain.decay
         # the method's post-step hook, captured in the same function (None: it has none, or
         # it acts on some steps only, which take the eager step: computes)
@@ -206,6 +217,7 @@ class CompiledStep:
 
     def _build(self) -> Callable:
         penalties, adam, weight_decay, after = self.penalties, self.adam, self.weight_decay, self.after
+        transform, transform_places = self.transform, self.transform_places
         gradients, loss = self.gradients, self.loss
         betas = getattr(self.optimizer, "betas", None)
         eps = getattr(self.optimizer, "eps", None)
@@ -220,6 +232,8 @@ class CompiledStep:
                 for g, p, i in zip(grads, params, indices, strict=True):
                     if i is not None:  # the penalty's parameter i: λ·ρ'(θ − target), EWC's β(Aθ − B)
                         reg.add_grad_to_(g, p, i)
+            if transform is not None:  # Parseval's 4λ(WWᵀ − sI)W, …
+                transform.run([grads[i] for i in transform_places])
             if adam:
                 # the step count t on the device, so its value does not change the graph; the
                 # bias corrections 1 − βᵗ in double, as torch's fused kernel computes them
@@ -254,7 +268,8 @@ class CompiledStep:
         penalties, after = self.penalties, self.after
         for tensor in [*self.params, *self._state(), self.lr, self.t,
                        *(t for reg, _ in penalties for t in reg.captured_reads()),
-                       *(after.reads if after is not None else ())]:
+                       *(after.reads if after is not None else ()),
+                       *(self.transform.reads if self.transform is not None else ())]:
             torch._dynamo.mark_static_address(tensor)
 
     def _state(self) -> list[torch.Tensor]:
