@@ -161,27 +161,42 @@ def test_add_grad_accumulates_onto_an_existing_gradient():
         torch.testing.assert_close(p.grad, e + LAM * (p.detach() - p0), rtol=0, atol=1e-15)
 
 
-@pytest.mark.parametrize("kind", ["l2", "l2_init", "l1_init", "huber_init", "ewc"])
-def test_a_captured_penalty_adds_to_a_given_gradient_what_add_grad_adds_to_grad(kind):
-    # add_grad_to_ is the compiled step's form (on the gradients it computes, not .grad); EWC's
-    # after a consolidation, so β(Aθ − B) is not 0; the resampled and rank-matched targets,
-    # drawn or sorted every step, are not captured
-    model = small_mlp()
+@pytest.mark.parametrize("kind", ["l2", "l2_init", "l1_init", "huber_init", "ewc", "wasserstein",
+                                  "resample"])
+def test_a_captured_penalty_adds_to_given_gradients_what_add_grad_adds_to_grad(kind):
+    # add_grads_to_ is the compiled step's form (on the gradients it computes, not .grad): EWC's
+    # after a consolidation, so β(Aθ − B) is not 0; Wasserstein Init's with the plain argsort
+    # (the same order as its hint's, which float32 takes); the resampled target from a sampler
+    # that replays its draw
+    model = small_mlp(torch.float32)
     params = list(model.parameters())
     if kind == "ewc":
         reg = EWC(model, LAM)
         reg.consolidate([torch.rand_like(p) for p in params])
+    elif kind == "wasserstein":
+        reg = WassersteinInit(model, LAM)
+    elif kind == "resample":
+        draw = [torch.randn_like(p) for p in params]
+        reg = L2InitResample(model, LAM, sampler=lambda: draw, on_device=[])
     else:
         reg = make(kind, params, LAM)
     perturb(params)
-    existing = [torch.full_like(p, 2.0) for p in params]
-    for p, e in zip(params, existing, strict=True):
-        p.grad = e.clone()
-    reg.add_grad_()
     assert reg.captured
-    for i, (p, e) in enumerate(zip(params, existing, strict=True)):
-        assert torch.equal(reg.add_grad_to_(e.clone(), p.detach(), i), p.grad)
-    assert not L2InitResample(model, LAM).captured and not WassersteinInit(model, LAM).captured
+    existing = [torch.full_like(p, 2.0) for p in params]
+    # twice: Wasserstein Init's eager form sorts from its last order the second time
+    for _ in range(2):
+        for p, e in zip(params, existing, strict=True):
+            p.grad = e.clone()
+        reg.add_grad_()
+        given = [e.clone() for e in existing]
+        reg.add_grads_to_(given, [p.detach() for p in params])
+        for p, g in zip(params, given, strict=True):
+            assert torch.equal(g, p.grad)
+
+
+def test_penalties_whose_targets_are_drawn_on_the_host_are_not_captured():
+    model = small_mlp()
+    assert not L2InitResample(model, LAM).captured
 
 
 def test_theta0_is_a_detached_copy_that_training_does_not_move():

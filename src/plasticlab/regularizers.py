@@ -110,10 +110,10 @@ class Regularizer:
         self.strength = strength
         self._differences: list[torch.Tensor | None] | None = None  # add_grad_'s kept θ − target
 
-    captured: ClassVar[bool] = False
+    captured: bool = False
     """Whether a compiled training step computes this penalty's gradient inside its function
-    (:meth:`add_grad_to_`, :mod:`plasticlab.step.compiled`): its state changes only in place,
-    and never within a step."""
+    (:meth:`add_grads_to_`, :mod:`plasticlab.step.compiled`): tensor operations alone, its
+    state changed only in place."""
 
     # --- what a subclass defines -------------------------------------------------------------
     def targets(self) -> Sequence[torch.Tensor | None]:
@@ -171,16 +171,23 @@ class Regularizer:
                 add_penalty_gradient_(p.grad, p, t, s, self.rho_grad, difference)
 
 
-    def add_grad_to_(self, grad: torch.Tensor, theta: torch.Tensor, index: int) -> torch.Tensor:
-        """``grad`` ← ``grad`` + the penalty's gradient for parameter ``index`` (``theta``, that
-        parameter), in place; returns ``grad``: the form a compiled step calls on the gradients
-        it computes, where the penalty is :attr:`captured`."""
+    def add_grads_to_(self, grads: Sequence[torch.Tensor], thetas: Sequence[torch.Tensor]) -> None:
+        """``grads[i]`` ← ``grads[i]`` + the penalty's gradient for its parameter i (``thetas[i]``,
+        that parameter), in place: the form a compiled step calls on the gradients it computes,
+        where the penalty is :attr:`captured` — λ·ρ′(θ − target) toward
+        :meth:`captured_targets` (:func:`add_penalty_gradient_`, as :meth:`add_grad_`)."""
+        for g, theta, target in zip(grads, thetas, self.captured_targets(thetas), strict=True):
+            add_penalty_gradient_(g, theta, target, self.strength_for(theta), self.rho_grad)
+
+    def captured_targets(self, thetas: Sequence[torch.Tensor]) -> Sequence[torch.Tensor | None]:
+        """This step's targets as tensor operations alone, for :meth:`add_grads_to_`: what
+        :meth:`targets` gives (``thetas``: the parameters, as the compiled step holds them)."""
         raise NotImplementedError(f"{type(self).__name__}'s gradient is not written for a "
                                   f"compiled step (Regularizer.captured)")
 
     def captured_reads(self) -> list[torch.Tensor]:
-        """The tensors :meth:`add_grad_to_` reads besides θ (kept at fixed addresses under CUDA
-        graphs)."""
+        """The tensors :meth:`add_grads_to_` reads besides θ (kept at fixed addresses under
+        CUDA graphs)."""
         return [self.strength]
 
 
@@ -191,9 +198,8 @@ class TargetPenalty(Regularizer):
 
     captured = True
 
-    def add_grad_to_(self, grad, theta, index):
-        return add_penalty_gradient_(grad, theta, self.targets()[index], self.strength_for(theta),
-                                     self.rho_grad)
+    def captured_targets(self, thetas):
+        return self.targets()
 
     def captured_reads(self):
         return [self.strength, *(t for t in self.targets() if t is not None)]
@@ -308,11 +314,25 @@ class WassersteinInit(Regularizer):
 
     def targets(self):
         """θ⁰_(rank θ): each entry's target is the initial value of the rank it holds now."""
-        out = []
-        for i, (p, sorted0) in enumerate(zip(self.params, self.sorted_initial, strict=True)):
-            order = self._order(i, self._flat(p.detach()))
-            out.append(torch.empty_like(sorted0).scatter_(-1, order, sorted0).view_as(p))
-        return out
+        return [_rank_matched(sorted0, self._order(i, self._flat(p.detach())), p)
+                for i, (p, sorted0) in enumerate(zip(self.params, self.sorted_initial, strict=True))]
+
+    # inside a compiled step the plain stable argsort (the hint's path is a host choice; it
+    # gives the same order)
+    captured = True
+
+    def captured_targets(self, thetas):
+        return [_rank_matched(sorted0, self._flat(p).argsort(dim=-1, stable=True), p)
+                for p, sorted0 in zip(thetas, self.sorted_initial, strict=True)]
+
+    def captured_reads(self):
+        return [self.strength, *self.sorted_initial]
+
+
+def _rank_matched(sorted0: torch.Tensor, order: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """The entry at ``order[j]`` gets ``sorted0[j]``, the j-th smallest initial value, shaped
+    like ``like``."""
+    return torch.empty_like(sorted0).scatter_(-1, order, sorted0).view_as(like)
 
 
 class L2InitResample(Regularizer):
@@ -322,12 +342,16 @@ class L2InitResample(Regularizer):
     ``sampler`` returns one tensor per parameter. For an ``nn.Module`` it defaults to calling
     ``reset_parameters()`` on a private copy of the module, i.e. the module's own init.
     :meth:`resample` draws φₜ; ``reg()`` and :meth:`add_grad_` each draw once per call, so
-    call exactly one of them per step.
+    call exactly one of them per step. ``on_device``: given for a sampler of tensor operations
+    alone (a Philox draw on the parameters' device), the tensors it reads (its keys and
+    counter); a compiled step then draws φₜ inside its function (:attr:`captured`).
     """
 
     def __init__(self, params, strength, *, sampler: Callable[[], Sequence[torch.Tensor]] | None = None,
-                 member_dim: bool = False):
+                 member_dim: bool = False, on_device: Sequence[torch.Tensor] | None = None):
         super().__init__(params, strength, member_dim=member_dim)
+        self.on_device = None if on_device is None else list(on_device)
+        self.captured = on_device is not None
         if sampler is None:
             if not isinstance(params, nn.Module):
                 raise ValueError("L2InitResample needs a sampler when given a list of tensors")
@@ -353,6 +377,15 @@ class L2InitResample(Regularizer):
     def add_grad_(self):
         self.resample()
         super().add_grad_()
+
+    def captured_targets(self, thetas):
+        if self.on_device is None:
+            raise NotImplementedError("L2InitResample draws inside a compiled step only with a "
+                                      "sampler on the device (on_device)")
+        return [t.detach() for t in self.sampler()]
+
+    def captured_reads(self):
+        return [self.strength, *(self.on_device or ())]
 
 
 class EWC(Regularizer):
@@ -422,8 +455,9 @@ class EWC(Regularizer):
             else:
                 p.grad.add_(g)
 
-    def add_grad_to_(self, grad, theta, index):
-        return grad.add_(self._gradient(theta, index))
+    def add_grads_to_(self, grads, thetas):
+        for i, (g, theta) in enumerate(zip(grads, thetas, strict=True)):
+            g.add_(self._gradient(theta, i))
 
     def captured_reads(self):
         return [self.strength, *self.fisher_sum, *self.anchor_sum]

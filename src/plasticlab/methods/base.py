@@ -196,6 +196,12 @@ class Method:
         """Called at the start of every step, before its forward pass; ``step``: the number of
         optimizer steps taken so far (0 before the first)."""
 
+    def before_step_prepares(self) -> bool:
+        """Whether :meth:`before_step` only writes device tensors the step then reads (a Philox
+        counter) and changes nothing the step computes, so a compiled step may follow it (it
+        runs outside the compiled function, as before the eager step). False by default."""
+        return False
+
     def on_task_end(self, stream) -> None:
         """Called when a task ends, with the stream (still on that task). Only EWC may use
         this: every other method must work without knowing where tasks end (SPEC §1)."""

@@ -27,8 +27,14 @@ class L2InitResampleMethod(PenaltyMethod):
 
     def make_regularizer(self, net, hp, context):
         sampler, self.draws = init_sampler(net, context, self.name, hp["draws"])
-        return regularizers.L2InitResample(net, hp["strength"], member_dim=True, sampler=sampler)
+        # with Philox, the draw is tensor operations on the device: a compiled step draws φₜ
+        on_device = None if self.draws is None else (self.draws.keys, self.draws.step)
+        return regularizers.L2InitResample(net, hp["strength"], member_dim=True, sampler=sampler,
+                                           on_device=on_device)
 
     def before_step(self, step):
         if self.draws is not None:
             self.draws.step.fill_(step)
+
+    def before_step_prepares(self) -> bool:
+        return self.draws is not None  # it sets the Philox counter, nothing else

@@ -8,7 +8,7 @@ those in one ensemble — and EWC's) and a post-step hook written for capture is
                                                       :func:`plasticlab.step.mlp_backprop.mlp_gradients`;
                                                       any other, Concat ReLU's, Layer Norm's, the
                                                       squared error: :func:`functional_gradients`)
-    g ← g + λ_k ρ'(θ − target), EWC's β_k(Fθ − Fθ*)  (:meth:`plasticlab.regularizers.Regularizer.add_grad_to_`)
+    g ← g + λ_k ρ'(θ − target), EWC's β_k(Fθ − Fθ*)  (:meth:`plasticlab.regularizers.Regularizer.add_grads_to_`)
     the update                                       (:func:`plasticlab.optim.adam.adam_update_`,
                                                       :func:`plasticlab.optim.sgd.sgd_update_`)
     the method's post-step hook, where it is         (:meth:`plasticlab.methods.Method.captured_after_step`:
@@ -69,6 +69,13 @@ from .mlp_backprop import ManualBackprop, minus_ones, mlp_gradients
 
 RECOMPILE_LIMIT = 64
 """The most ensemble shapes and method structures one process compiles the step for."""
+
+CPU_BACKEND = "inductor"
+"""The compiler the CPU's compiled step goes through. Inductor generates and compiles C++ for
+each graph (most of a compile's seconds); ``"aot_eager"`` captures the same whole graph
+(``fullgraph``, the same functionalized forward and backward) and runs it with torch's eager
+kernels, in a fraction of the time: the test suite's checks of what a method's capture computes
+use it, the checks of inductor's code one form each (``tests/test_compiled_step.py``)."""
 
 REALIZE_OPCOUNT = 1000
 """With a captured post-step hook, the longest chain of operations inductor inlines into its
@@ -132,7 +139,7 @@ def why_eager(net, hand: ManualBackprop | None, chain: Chain) -> str | None:
         return "the plain forms were asked for (plasticlab.fast.plain_forms)"
     if hand is None and not traceable(net):
         return untraceable_because(net)
-    reasons = [(needs.before_step, "a hook before each step"),
+    reasons = [(needs.before_step and not method.before_step_prepares(), "a hook before each step"),
                (needs.after_step and not needs.some_steps and method.captured_after_step() is None,
                 "a post-step hook not written for capture"),
                (needs.features and hand is None,
@@ -142,7 +149,7 @@ def why_eager(net, hand: ManualBackprop | None, chain: Chain) -> str | None:
                (needs.gradient_hook and method.captured_gradient_transform() is None,
                 "a gradient transform not written for capture"),
                (not all(reg.captured for reg in chain.penalties),
-                "a penalty whose target is recomputed every step")]
+                "a penalty whose target is drawn on the host each step")]
     for failed, reason in reasons:
         if failed:
             return reason
@@ -182,14 +189,15 @@ class CompiledStep:
         self.lr = optimizer.member_rates()
         # per penalty: the regularizer (λ per member, ρ') and each parameter's target (None: 0,
         # False: not regularized)
-        self.penalties = []
-        for reg in chain.penalties:
-            index = {id(p): i for i, p in enumerate(reg.params)}
-            self.penalties.append((reg, [index.get(id(p)) for p in self.params]))
+        # per penalty: the places of its parameters among the step's
+        place = {id(p): i for i, p in enumerate(self.params)}
+        if not all(id(p) in place for reg in chain.penalties for p in reg.params):
+            raise ValueError("the compiled step needs every penalized tensor among the "
+                             "optimizer's parameters")
+        self.penalties = [(reg, [place[id(p)] for p in reg.params]) for reg in chain.penalties]
         # the method's gradient transform, captured after the penalties (as Chain applies
         # them), with the places of the gradients it adds to
         self.transform = chain.method.captured_gradient_transform() if chain.needs.gradient_hook else None
-        place = {id(p): i for i, p in enumerate(self.params)}
         if self.transform is not None and not all(id(p) in place for p in self.transform.params):
             raise ValueError(f"method {chain.method.name!r}'s captured gradient transform adds to "
                              f"tensors the optimizer does not update")
@@ -228,10 +236,8 @@ class CompiledStep:
             else:
                 (grads, logits), hidden = gradients(params, x, y), []
             hits = online_tally(logits, y, loss)
-            for reg, indices in penalties:
-                for g, p, i in zip(grads, params, indices, strict=True):
-                    if i is not None:  # the penalty's parameter i: λ·ρ'(θ − target), EWC's β(Aθ − B)
-                        reg.add_grad_to_(g, p, i)
+            for reg, places in penalties:  # λ·ρ'(θ − target), EWC's β(Aθ − B), …
+                reg.add_grads_to_([grads[i] for i in places], [params[i] for i in places])
             if transform is not None:  # Parseval's 4λ(WWᵀ − sI)W, …
                 transform.run([grads[i] for i in transform_places])
             if adam:
@@ -258,7 +264,7 @@ class CompiledStep:
         if self.device.type == "cuda":
             return torch.compile(step, dynamic=False, fullgraph=True, mode="reduce-overhead")
         # fullgraph: the step is captured whole, or compiling it fails (never a silent split)
-        return torch.compile(step, dynamic=False, fullgraph=True)
+        return torch.compile(step, dynamic=False, fullgraph=True, backend=CPU_BACKEND)
 
     def _mark_static(self) -> None:
         """On CUDA, before the first call compiles: CUDA graphs replay the step on fixed
