@@ -292,11 +292,19 @@ def _per_member(data_dir, method, params, seeds, compile) -> EnsembleTraining:
     # several resets each in a 60-step run), which the compiled step decides on the device
     ("hare_tortoise", [{"reset_period": 5, "momentum": 0.9}, {"reset_period": 7, "momentum": 0.8},
                        {"reset_period": 11, "momentum": 0.9}]),
+    # SNR with Philox draws: thresholds low enough that silent units are reset within the run,
+    # adapted on each member's own period (10, 7, 13 steps)
+    ("snr", [{"draws": "philox", "initial_threshold": 64, "max_threshold": 256, "adapt_period": p}
+             for p in (10, 7, 13)]),
 ])
 def test_a_post_step_hook_on_every_step_is_captured_whole(data_dir, capture_only, method, params):
     eager = _run(_per_member(data_dir, method, params, [0, 1, 2], compile=False))
     compiled = _run(_per_member(data_dir, method, params, [0, 1, 2], compile=True))
     assert compiled.step.compiled.after is not None  # the hook inside the compiled step
+    if method == "snr":  # units were reset, thresholds adapted, as in the eager run
+        torch.testing.assert_close(compiled.method.thresholds, eager.method.thresholds)
+        assert any(bool((t != 64).any()) for t in eager.method.thresholds)
+        assert int(sum(h.sum() for h in eager.method.histograms)) > 0
     _assert_ends_where_the_eager_run_ends(eager, compiled)
     shuffled = _run(_per_member(data_dir, method, params, [2, 0, 1], compile=True))
     for k, j in ((2, 0), (0, 1), (1, 2)):
@@ -408,7 +416,7 @@ def test_docs_say_which_methods_steps_compile_and_what_keeps_the_others_eager(da
 
     forms = [(name, {}) for name in sorted(METHODS)] + [(name, {"draws": "philox"})
                                                          for name in ("cbp", "l2_init_resample",
-                                                                      "shrink_perturb")]
+                                                                      "shrink_perturb", "snr")]
     rows = []
     for name, params in forms:
         config = resolve_config({"problem": "permuted_mnist", "method": name, "params": params,

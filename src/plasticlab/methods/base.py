@@ -71,13 +71,17 @@ class CapturedHook:
     exactly what :meth:`Method.after_step` does for that step; ``features``: the step's hidden
     features (the hand-written backward's). ``params``: the network's tensors it updates in
     place; ``reads``: every other tensor it reads or updates (kept at fixed addresses under
-    CUDA graphs); ``draws``: it draws with Philox (whose rounds the compiler inlines whole)."""
+    CUDA graphs); ``draws``: it draws with Philox (whose rounds the compiler inlines whole);
+    ``start(B)``: where given, called once before the first compiled call with the batch size
+    B — state sized by the batch (SNR's histograms), made where it is not yet — and returns
+    those tensors, which join ``reads``."""
 
     run: Callable[[list[torch.Tensor]], None]
     params: tuple[torch.Tensor, ...]
     reads: tuple[torch.Tensor, ...]
     prepare: Callable[[int], None] = _nothing_to_prepare
     draws: bool = False
+    start: Callable[[int], tuple[torch.Tensor, ...]] | None = None
 
 
 @dataclass(frozen=True)

@@ -35,8 +35,8 @@ import torch
 from .. import philox
 from ..nets.units import HiddenLayer, hidden_layers, hidden_philox_keys
 from ..params import Param
-from .base import Method, Needs
-from .schedule import due_members, host_periods
+from .base import CapturedHook, Method, Needs
+from .schedule import due_members, due_on_device, host_periods
 
 PERCENTILE_SLACK = 1e-6
 """Relative slack on p·total, far above float32 rounding of p and far below one count in 10⁵."""
@@ -200,6 +200,9 @@ class SelfNormalizedResets(Method):
             self.fresh = generator_draws(self.layers, net.init,
                                          [context.generators(self.name, i) for i in range(len(self.layers))])
         self.last_reset = torch.zeros(K, dtype=torch.long, device=device)
+        # the captured form's adaptation schedule: the periods and the update count on the device
+        self.periods_on_device = torch.tensor(self.adapt_periods, device=device)
+        self.step_on_device = torch.zeros((), dtype=torch.int64, device=device)
 
     def after_step(self, features: list[torch.Tensor], x: torch.Tensor, step: int) -> None:
         """Age or record every unit from this step's forward pass, reset the units past their
@@ -224,22 +227,70 @@ class SelfNormalizedResets(Method):
         self.batch = batch
         self.histograms = empty_histograms(self.layers, self.net.members, batch, self.max_age,
                                            self.context.device)
-        self.thresholds = [t.clamp(min=float(batch)) for t in self.thresholds]
+        for t in self.thresholds:
+            t.clamp_(min=float(batch))
+
+    # The state is updated in place (the rule's functions return new tensors, copied into the
+    # kept ones), so a compiled step reads the same tensors from step to step.
 
     def observe(self, i: int, fire: torch.Tensor) -> None:
         """Layer i's firing ``[K, U]``: record and zero the ages of the units that fired,
         age the others by B."""
-        self.ages[i] = observe_firing(self.histograms[i], self.ages[i], fire, self.batch, self.max_age)
+        self.ages[i].copy_(observe_firing(self.histograms[i], self.ages[i], fire, self.batch,
+                                          self.max_age))
 
     def reset_silent(self) -> torch.Tensor:
         """Reset every unit with aᵢ ≥ τᵢ (:func:`reset_silent_units`); return how many per
         member, ``[K]``."""
-        self.last_reset = reset_silent_units(self.layers, self.ages, self.thresholds, self.histograms,
-                                             self.batch, self.max_age, self.fresh, self.optimizer)
+        ages = list(self.ages)
+        reset = reset_silent_units(self.layers, ages, self.thresholds, self.histograms,
+                                   self.batch, self.max_age, self.fresh, self.optimizer)
+        for kept, new in zip(self.ages, ages, strict=True):
+            kept.copy_(new)
+        self.last_reset.copy_(reset)
         return self.last_reset
 
-    def adapt(self, due: Sequence[bool]) -> None:
-        """For the due members: τ from each unit's firing-age percentile, then clear H."""
-        member = torch.tensor(list(due), device=self.context.device).view(-1, 1)
-        adapt_thresholds(self.histograms, self.thresholds, member, self.percentile, self.growth,
+    def captured_after_step(self) -> CapturedHook | None:
+        """With Philox draws, :meth:`after_step` as tensor operations (the rule's functions are
+        written with masks): every step ages or records every unit, resets those past their
+        threshold and adapts the thresholds of the members whose period divides the update
+        count — decided on the device, so the adaptation's percentiles are computed every step
+        and kept only where a member is due. The ages, thresholds and count are updated in
+        place. The host generators' draws cannot be captured: None."""
+        if self.counter is None:
+            return None
+        touched = (p for layer in self.layers for p in (layer.in_weight_param, layer.in_bias_param,
+                                                         layer.out_weight_param))
+        return CapturedHook(run=self._captured_step, params=tuple(touched),
+                            reads=(*self.ages, *self.thresholds, self.last_reset, self.counter,
+                                   self.periods_on_device, self.step_on_device, self.percentile,
+                                   self.growth, self.max_age),
+                            prepare=self._prepare_captured, draws=True, start=self._start_captured)
+
+    def _start_captured(self, batch: int) -> tuple[torch.Tensor, ...]:
+        # as after_step's first call does
+        if self.histograms is None:
+            self.start(batch)
+        elif batch != self.batch:
+            raise ValueError(f"method snr: the batch size changed from {self.batch} to {batch}")
+        return tuple(self.histograms)
+
+    def _prepare_captured(self, step: int) -> None:
+        self.counter.fill_(step)
+        self.step_on_device.fill_(step)
+
+    def _captured_step(self, features: list[torch.Tensor]) -> None:
+        for i, f in enumerate(features):
+            self.observe(i, fired(f))
+        self.reset_silent()
+        self.adapt(due_on_device(self.periods_on_device, self.step_on_device))
+
+    def adapt(self, due: Sequence[bool] | torch.Tensor) -> None:
+        """For the due members (host booleans, or a ``[K]`` bool tensor): τ from each unit's
+        firing-age percentile, then clear H."""
+        due = due if isinstance(due, torch.Tensor) else torch.tensor(list(due), device=self.context.device)
+        thresholds = list(self.thresholds)
+        adapt_thresholds(self.histograms, thresholds, due.view(-1, 1), self.percentile, self.growth,
                          self.batch, self.max_age)
+        for kept, new in zip(self.thresholds, thresholds, strict=True):
+            kept.copy_(new)

@@ -210,6 +210,7 @@ class CompiledStep:
         self.some_steps = chain.needs.some_steps
         self.after = (chain.method.captured_after_step()
                       if chain.needs.after_step and not self.some_steps else None)
+        self._started: tuple[torch.Tensor, ...] = ()  # what the hook's start made (CapturedHook.start)
         if self.after is not None and not {id(p) for p in self.after.params} <= set(map(id, self.params)):
             raise ValueError(f"method {chain.method.name!r}'s captured post-step hook updates "
                              f"tensors other than the MLP's weights and biases")
@@ -274,7 +275,7 @@ class CompiledStep:
         penalties, after = self.penalties, self.after
         for tensor in [*self.params, *self._state(), self.lr, self.t,
                        *(t for reg, _ in penalties for t in reg.captured_reads()),
-                       *(after.reads if after is not None else ()),
+                       *(after.reads if after is not None else ()), *self._started,
                        *(self.transform.reads if self.transform is not None else ())]:
             torch._dynamo.mark_static_address(tensor)
 
@@ -309,6 +310,8 @@ class CompiledStep:
         # keeps together (so a process compiles each ensemble shape once and reuses it), up to
         # a recompile limit (8) past which it would silently run the function eagerly: raise
         # the limit for this compile, and fail rather than fall back.
+        if self.after is not None and self.after.start is not None:
+            self._started = self.after.start(x.shape[1])  # state sized by the batch
         if self.device.type == "cuda":
             self._mark_static()
         with (torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT,
