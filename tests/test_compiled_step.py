@@ -213,6 +213,29 @@ def test_redo_with_sgd_compiles_the_steps_between_its_recycles_and_takes_the_eag
             assert torch.equal(a, b), f"seed {k} differs at place {j}"
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["regrama", "swr"])
+def test_a_hook_on_a_period_every_member_shares_takes_the_eager_step_on_its_steps(
+        data_dir, capture_only, method):
+    # ReGraMa and SWR score this step's gradient in .grad: the eager step leaves it there on
+    # the steps they act after (every 10th, τ high enough that they reset); one period for all
+    # members, so member k takes the same forms as alone. Periods that differ stay eager.
+    params = {"period": 10, "threshold": 0.5}
+    eager = _run(_hooked(data_dir, method, params, [0, 1, 2], compile=False))
+    compiled = _run(_hooked(data_dir, method, params, [0, 1, 2], compile=True))
+    step = compiled.step.compiled
+    assert step.after is None and [step.computes(t) for t in (9, 10, 11, 20)] == [True, False, True, False]
+    last = "last_reset" if method == "regrama" else "last_reinitialized"
+    assert int(getattr(eager.method, last).sum()) > 0  # its last act reset something
+    _assert_ends_where_the_eager_run_ends(eager, compiled)
+    shuffled = _run(_hooked(data_dir, method, params, [2, 0, 1], compile=True))
+    for k, j in ((2, 0), (0, 1), (1, 2)):
+        for a, b in zip(_member(compiled, k), _member(shuffled, j), strict=True):
+            assert torch.equal(a, b), f"seed {k} differs at place {j}"
+    apart = _per_member(data_dir, method, [{"period": p} for p in (10, 7, 10)], [0, 1, 2], compile=True)
+    assert apart.step.compiled is None
+
+
 # CBP replacing units in every layer within the run: mature after 5 steps, 5 % of them a step
 CBP = {"draws": "philox", "maturity": 5, "replacement_rate": 0.05}
 

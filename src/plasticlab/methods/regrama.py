@@ -34,7 +34,7 @@ from ..nets.units import HiddenLayer, dormancy_scores, hidden_layers, sequential
 from ..params import Param
 from .base import Method, MethodContext, Needs
 from .redo import LAYER_ORDERS, REINIT_CHOICES, UnitRecycler
-from .schedule import due_members, host_periods
+from .schedule import due_members, host_periods, shared_period
 
 
 def gradient_magnitude(layer: HiddenLayer) -> torch.Tensor:
@@ -81,7 +81,15 @@ class ReGraMa(Method):
 
     @classmethod
     def needs(cls, params):
-        return Needs(after_step=True)
+        # one period for every member: the hook acts after the same steps for all of them (and
+        # for each alone), so a compiled step computes the others and takes the eager step,
+        # which leaves this step's gradient in .grad, on those
+        return Needs(after_step=True, some_steps=shared_period(params["period"]) is not None)
+
+    def acts_after(self, step: int) -> bool:
+        """After the steps some member's period divides (with ``Needs.some_steps``: every
+        member's)."""
+        return any(due_members(self.periods, step))
 
     def __init__(self, net, optimizer, hp: dict, context: MethodContext):
         super().__init__(net, optimizer, hp, context)

@@ -22,6 +22,14 @@ def host_periods(values: torch.Tensor, method: str, name: str = "period") -> lis
     return periods
 
 
+def shared_period(values) -> int | None:
+    """The period every member has (a number, or a per-member ``[K]`` tensor of them), or None
+    where the members' periods differ: with one period, the steps a hook acts after are the
+    ensemble's, the same as each member's alone."""
+    periods = {int(round(v)) for v in torch.as_tensor(values).reshape(-1).tolist()}
+    return periods.pop() if len(periods) == 1 else None
+
+
 def due_members(periods: Sequence[int], step: int) -> list[bool]:
     """Which members act at optimizer step ``step`` (≥ 1): those whose period divides it."""
     return [step % p == 0 for p in periods]

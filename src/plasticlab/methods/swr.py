@@ -26,7 +26,7 @@ import torch
 from ..nets.init import draw_members
 from ..params import Param
 from .base import Method, Needs
-from .schedule import due_members, host_periods, member_mask
+from .schedule import due_members, host_periods, member_mask, shared_period
 
 
 def low_utility(weight: torch.Tensor, grad: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
@@ -62,7 +62,15 @@ class SelectiveWeightReinit(Method):
 
     @classmethod
     def needs(cls, params):
-        return Needs(after_step=True)
+        # one period for every member: the hook acts after the same steps for all of them (and
+        # for each alone), so a compiled step computes the others and takes the eager step,
+        # which leaves this step's gradient in .grad, on those
+        return Needs(after_step=True, some_steps=shared_period(params["period"]) is not None)
+
+    def acts_after(self, step: int) -> bool:
+        """After the steps some member's period divides (with ``Needs.some_steps``: every
+        member's)."""
+        return any(due_members(self.periods, step))
 
     def __init__(self, net, optimizer, hp, context):
         super().__init__(net, optimizer, hp, context)
