@@ -12,12 +12,13 @@
 #      tasks) three times: with a worker process per core (`--executor local`, the default),
 #      with one process stepping every ensemble in turn, each on a CUDA stream of its own
 #      (`--executor interleaved`), and the same with `--compile` (each step a CUDA graph replay
-#      where the method's step compiles: every grid method but CBP and Layer Norm); each its
+#      where the method's step compiles: every grid method but CBP and Shrink & Perturb, whose
+#      default host draws keep them eager); each its
 #      wall time if it ends within its budget, else its pace extrapolated to the whole study
 #      (benchmarks/grid_pace.py), into grid.json (local), grid_interleaved.json and
 #      grid_interleaved_compile.json, with the device, the commit and the executor; the
 #      interleaved runs' grid_*.txt hold their aggregate pace every 10 s with the number of
-#      ensembles in flight.
+#      ensembles in flight, and where the rate admission settled (`admission` in the JSON).
 # Everything goes to OUT_DIR (default benchmarks/recorded/<gpu>-<date>), to be committed.
 #
 #     benchmarks/gpu.sh DATA_DIR [OUT_DIR]

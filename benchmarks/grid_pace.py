@@ -24,7 +24,7 @@ from pathlib import Path
 
 from plasticlab.checkpoint import CheckpointError, read_header
 from plasticlab.experiments.orchestrate import protocol_seeds, read_plan
-from plasticlab.experiments.pace import read_pace
+from plasticlab.experiments.pace import read_pace, read_settled
 from plasticlab.experiments.presets import get_preset
 from plasticlab.experiments.store import ResultStore
 from plasticlab.experiments.sweep import expand
@@ -92,14 +92,16 @@ def main() -> int:
     parser.add_argument("--executor", default="local", help="what trained it (sweep --executor)")
     parser.add_argument("--json", help="also write the record here")
     parser.add_argument("--log", help="the study's output: its interleaved executor's aggregate "
-                                      "pace lines go into the record as `pace`")
+                                      "pace lines go into the record as `pace`, where its rate "
+                                      "admission settled as `admission`")
     args = parser.parse_args()
     out = Path(args.out)
     record = pace(out, get_preset(args.study or out.name), args.started, args.tasks, args.finished)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     record.update(device=args.device, executor=args.executor, commit=commit)
     if args.log:
-        record["pace"] = read_pace(Path(args.log).read_text(errors="replace").splitlines())
+        lines = Path(args.log).read_text(errors="replace").splitlines()
+        record["pace"], record["admission"] = read_pace(lines), read_settled(lines)
     text = json.dumps(record, indent=1)
     print(text)
     if args.json:

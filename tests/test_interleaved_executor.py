@@ -308,3 +308,72 @@ def test_compiled_ensembles_on_cuda_share_the_current_stream_and_the_others_get_
     assert executor.ensemble_stream(compiled, "cuda") is nullcontext
     assert executor.ensemble_stream(eager, "cpu") is nullcontext  # no streams on the CPU
     assert executor.ensemble_stream(compiled, "cpu") is nullcontext
+
+
+def test_the_rate_admission_climbs_while_one_more_ensemble_raises_the_pace_and_keeps_that_count():
+    from plasticlab.experiments.pace import RateAdmission, read_settled
+
+    now, lines = [0.0], []
+    rate = RateAdmission(10.0, gain=0.05, write=lines.append, clock=lambda: now[0])
+
+    def train(in_flight: int, per_second: float, seconds: float = 10.0) -> None:
+        # rounds 1 s apart at per_second member-samples/s in all
+        for _ in range(int(seconds)):
+            now[0] += 1.0
+            rate.round(int(per_second), in_flight)
+
+    assert rate.allows(0) and not rate.allows(1)  # one at first
+    rate.started(1)
+    train(1, 100)
+    assert rate.allows(1) and not rate.allows(2)  # 100/s with one: try a second
+    rate.started(2)
+    train(2, 180)
+    assert rate.allows(2)  # 180 ≥ 1.05 × 100: try a third
+    rate.started(3)
+    train(2, 500, 3)  # an ensemble ended: the window restarts at the new count …
+    rate.round(180, 3)  # … and again when the third is back
+    train(3, 185)
+    assert lines == ["interleaved: 3 ensemble(s) in flight gave 185 member-samples/s, 2 gave 180: "
+                     "keeping 3 in flight"]  # +3 %: not worth a fourth, not worse than two
+    assert not rate.allows(3) and rate.allows(2)  # an ensemble that ends is replaced, up to 3
+    train(3, 10)
+    assert not rate.allows(3)  # settled: no more climbing
+    # what a script reads back (benchmarks/grid_pace.py --log)
+    assert read_settled(["noise", *lines]) == {"tried": 3, "member_samples_per_s": 185, "fewer": 2,
+                                               "fewer_member_samples_per_s": 180, "kept": 3}
+    assert read_settled(["noise"]) is None
+
+
+def test_the_rate_admission_steps_back_when_one_more_ensemble_lowered_the_pace():
+    from plasticlab.experiments.pace import RateAdmission
+
+    now, lines = [0.0], []
+    rate = RateAdmission(5.0, write=lines.append, clock=lambda: now[0])
+    for in_flight, per_second in ((1, 100), (2, 90)):
+        rate.started(in_flight)
+        for _ in range(5):
+            now[0] += 1.0
+            rate.round(per_second, in_flight)
+    assert rate.limit == 1 and not rate.allows(1) and "keeping 1 in flight" in lines[0]
+    assert RateAdmission(None).allows(1000)  # the CPU: every ensemble
+    with pytest.raises(ValueError, match="> 0 seconds"):
+        RateAdmission(0.0)
+
+
+def test_the_interleaved_executor_keeps_no_more_in_flight_than_the_rate_admission_allows(
+        data_dir, tmp_path, monkeypatch):
+    from plasticlab.experiments.pace import RateAdmission
+
+    class TwoAtMost(RateAdmission):
+        def __init__(self):
+            super().__init__(None)
+
+        def allows(self, in_flight):
+            return in_flight < 2
+
+    monkeypatch.setattr(executor_module, "rate_admission", lambda device: TwoAtMost())
+    count = most_at_once(monkeypatch)
+    done = run_jobs(jobs(), out=tmp_path / "out", data_dir=data_dir, executor="interleaved",
+                    progress=False)
+    assert [job.error for job in done] == [None] * len(METHODS)
+    assert count == [0, 2]

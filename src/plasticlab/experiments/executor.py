@@ -67,7 +67,7 @@ from .lifecycle import (
 from .lock import writer_lock
 from .manifest import code_identity, utc_now
 from .oserrors import StorageError, storage_error
-from .pace import PACE_EVERY_S, AggregatePace
+from .pace import PACE_EVERY_S, AggregatePace, RateAdmission
 from .recording import checkpoint_path, progress_bar, record_result, record_start
 from .store import ResultStore
 
@@ -317,8 +317,8 @@ def _reraise(exc: BaseException):
 
 def _run_interleaved(jobs, order, start, finish, data_dir, device, slots, progress) -> None:
     """Train every job in this process: up to ``slots`` ensembles at once — on CUDA, while the
-    device has room for another (:func:`memory_admission`) — a step of each in turn (longest
-    first). On CUDA each ensemble queues its work on a stream of its own
+    device has room for another (:func:`memory_admission`) and the last one started raised the
+    aggregate pace (:func:`rate_admission`) — a step of each in turn (longest first). On CUDA each ensemble queues its work on a stream of its own
     (:func:`~plasticlab.device.own_stream`): one ensemble's kernels run while the host queues
     the next one's, and an ensemble at a task end steps aside while its measurements run
     (:func:`~plasticlab.engine.ensemble_steps` pauses there), the others training meanwhile.
@@ -331,8 +331,11 @@ def _run_interleaved(jobs, order, start, finish, data_dir, device, slots, progre
     flight: dict[int, tuple[Generator, Callable]] = {}  # job → its steps, its stream
     bars: dict[int, int] = {}  # job → the line of its progress bar
     admission = memory_admission(device)
-    # on CUDA, the pace of all the ensembles in flight every few seconds: does one more pay?
-    pace = AggregatePace(PACE_EVERY_S if torch.device(device).type == "cuda" else None)
+    # on CUDA, the pace of all the ensembles in flight every few seconds, and as many in flight
+    # as raise it (rate_admission)
+    cuda = torch.device(device).type == "cuda"
+    pace = AggregatePace(PACE_EVERY_S if cuda else None)
+    rate = rate_admission(device)
     samples = {i: len(jobs[i].seeds) * jobs[i].config.batch_size for i in queue}  # a step's
 
     def advance(i: int) -> None:
@@ -351,8 +354,10 @@ def _run_interleaved(jobs, order, start, finish, data_dir, device, slots, progre
     with signals_ask_to_stop() as asked:
         try:
             while queue or flight:
-                # one more while the device has room for it (the first always)
-                while queue and len(flight) < slots and not asked and (not flight or admission.fits()):
+                # one more while the device has room for it and the last one raised the pace
+                # (the first always)
+                while queue and len(flight) < slots and not asked and (
+                        not flight or (admission.fits() and rate.allows(len(flight)))):
                     i = queue.pop(0)
                     bar = min(set(range(slots)) - set(bars.values()))  # a free line for its bar
                     bars[i] = bar
@@ -360,12 +365,15 @@ def _run_interleaved(jobs, order, start, finish, data_dir, device, slots, progre
                                            stop=lambda: bool(asked)), ensemble_stream(jobs[i], device))
                     start(i)
                     admission.measure(lambda i=i: advance(i))  # its set-up and first step
+                    rate.started(len(flight))
                 if not flight:
                     break  # asked to stop before the rest started
                 stepping = list(flight)
                 for i in stepping:
                     advance(i)
-                pace.round(sum(samples[i] for i in stepping), len(stepping))
+                stepped = sum(samples[i] for i in stepping)
+                pace.round(stepped, len(stepping))
+                rate.round(stepped, len(flight))
         finally:
             for steps, on_stream in flight.values():  # a second signal, a full disk
                 with on_stream():
@@ -384,6 +392,13 @@ def ensemble_stream(job: Job, device) -> Callable:
     if job.options.get("compile") and torch.device(device).type == "cuda":
         return nullcontext
     return own_stream(device)
+
+
+def rate_admission(device) -> RateAdmission:
+    """How the interleaved executor finds how many ensembles in flight raise the pace on
+    ``device`` (:class:`~.pace.RateAdmission`, over :data:`~.pace.PACE_EVERY_S` of steps at each
+    count; every ensemble off CUDA; a name tests can replace)."""
+    return RateAdmission(PACE_EVERY_S if torch.device(device).type == "cuda" else None)
 
 
 def memory_admission(device) -> MemoryAdmission:
