@@ -67,7 +67,7 @@ from .lifecycle import (
 from .lock import writer_lock
 from .manifest import code_identity, utc_now
 from .oserrors import StorageError, storage_error
-from .pace import PACE_EVERY_S, AggregatePace, RateAdmission
+from .pace import PACE_EVERY_S, RATE_SPAN_S, AggregatePace, RateAdmission
 from .recording import checkpoint_path, progress_bar, record_result, record_start
 from .store import ResultStore
 
@@ -396,9 +396,9 @@ def ensemble_stream(job: Job, device) -> Callable:
 
 def rate_admission(device) -> RateAdmission:
     """How the interleaved executor finds how many ensembles in flight raise the pace on
-    ``device`` (:class:`~.pace.RateAdmission`, over :data:`~.pace.PACE_EVERY_S` of steps at each
+    ``device`` (:class:`~.pace.RateAdmission`, over :data:`~.pace.RATE_SPAN_S` of steps at each
     count; every ensemble off CUDA; a name tests can replace)."""
-    return RateAdmission(PACE_EVERY_S if torch.device(device).type == "cuda" else None)
+    return RateAdmission(RATE_SPAN_S if torch.device(device).type == "cuda" else None)
 
 
 def memory_admission(device) -> MemoryAdmission:

@@ -61,6 +61,11 @@ class AggregatePace:
             self._start()
 
 
+RATE_SPAN_S = 3.0
+"""On CUDA, the seconds of steps :class:`RateAdmission` measures at each count in flight: a few
+thousand steps of the paper's MLP on a GPU (a task end among them), and a climb to ten ensembles
+in half a minute."""
+
 RATE_GAIN = 0.05
 """The least relative rise of the aggregate pace that another ensemble in flight must bring for
 :class:`RateAdmission` to try one more."""
@@ -152,5 +157,5 @@ def read_settled(lines: Iterable[str]) -> dict | None:
     return None
 
 
-__all__ = ["PACE_EVERY_S", "RATE_GAIN", "AggregatePace", "RateAdmission", "read_pace",
+__all__ = ["PACE_EVERY_S", "RATE_GAIN", "RATE_SPAN_S", "AggregatePace", "RateAdmission", "read_pace",
            "read_settled"]
