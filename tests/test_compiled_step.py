@@ -130,7 +130,8 @@ def test_the_compiled_step_applies_only_where_it_computes_the_method(data_dir):
                              "steps_per_task": 5, "width": 0.25})
     cbp = train_ensemble(Members.from_config(config, [0]), data_dir=data_dir, compile=True)
     assert cbp.extra["step"] == "eager"  # CBP's new units from host generators: eager
-    assert cbp.extra["step_note"] == "compile asked for; eager: a post-step hook not written for capture"
+    assert cbp.extra["step_note"] == ("compile asked for; eager: fresh draws from the members' host "
+                                      "generators (draws=philox draws on the device, and compiles)")
     resample = resolve_config({"problem": "permuted_mnist", "method": "l2_init_resample", "tasks": 1,
                                "steps_per_task": 5, "width": 0.25})  # its target drawn every step
     assert train_ensemble(Members.from_config(resample, [0]),
@@ -355,6 +356,35 @@ def test_a_gradient_transform_of_the_methods_own_is_captured_whole(data_dir, cap
     for k, j in ((2, 0), (0, 1), (1, 2)):
         for a, b in zip(_member(compiled, k), _member(shuffled, j), strict=True):
             assert torch.equal(a, b), f"seed {k} differs at place {j}"
+
+
+@pytest.mark.slow
+def test_c_chain_is_captured_whole_from_its_first_step(data_dir, capture_only, tmp_path):
+    # C-CHAIN: λ·∂L_C/∂θ through torch.func's gradient on the batch of two steps ago, λ adapting
+    # to the step's task loss after a 5-update warmup over a 20-update window, and the batch kept
+    # after the step — every step, the first two (no reference yet) with the term left out
+    params = [{"warmup": 5, "window": w, "initial_strength": 1.0} for w in (20, 13, 20)]
+    eager = _run(_per_member(data_dir, "c_chain", params, [0, 1, 2], compile=False))
+    compiled = _run(_per_member(data_dir, "c_chain", params, [0, 1, 2], compile=True))
+    step = compiled.step.compiled
+    assert step.transform is not None and step.after is not None
+    assert compiled.method.scale.recorded == eager.method.scale.recorded == TASKS * STEPS - 2
+    torch.testing.assert_close(compiled.method.scale.strength, eager.method.scale.strength, rtol=1e-3, atol=0)
+    assert not torch.equal(eager.method.scale.strength, torch.ones(3, dtype=torch.float64))  # adapted
+    _assert_ends_where_the_eager_run_ends(eager, compiled)
+    shuffled = _run(_per_member(data_dir, "c_chain", params, [2, 0, 1], compile=True))
+    for k, j in ((2, 0), (0, 1), (1, 2)):
+        for a, b in zip(_member(compiled, k), _member(shuffled, j), strict=True):
+            assert torch.equal(a, b), f"seed {k} differs at place {j}"
+    # resumed from a checkpoint between the tasks: the buffers and λ's record come back
+    first = _per_member(data_dir, "c_chain", params, [0, 1, 2], compile=True)
+    first.run_task(0)
+    first.save(tmp_path / "ckpt")
+    resumed = _per_member(data_dir, "c_chain", params, [0, 1, 2], compile=True)
+    assert resumed.resume(tmp_path / "ckpt")
+    _run(resumed)
+    for a, b in zip(compiled.net.parameters(), resumed.net.parameters(), strict=True):
+        assert torch.equal(a, b)
 
 
 @pytest.mark.slow

@@ -66,17 +66,17 @@ class CapturedHook:
     """A method's post-step hook in the form a compiled step captures whole
     (:meth:`Method.captured_after_step`): ``prepare(step)`` outside the compiled function (the
     updates so far written into the hook's device tensors, host-side counts: nothing that
-    waits on the device), then ``run(features)`` inside it — tensor operations alone, no host
+    waits on the device), then ``run(features, x)`` inside it — tensor operations alone, no host
     synchronisation, no data-dependent shape, no Python branch on a tensor's value — does
     exactly what :meth:`Method.after_step` does for that step; ``features``: the step's hidden
-    features (the hand-written backward's). ``params``: the network's tensors it updates in
+    features (the hand-written backward's), ``x`` its inputs. ``params``: the network's tensors it updates in
     place; ``reads``: every other tensor it reads or updates (kept at fixed addresses under
     CUDA graphs); ``draws``: it draws with Philox (whose rounds the compiler inlines whole);
     ``start(B)``: where given, called once before the first compiled call with the batch size
     B — state sized by the batch (SNR's histograms), made where it is not yet — and returns
     those tensors, which join ``reads``."""
 
-    run: Callable[[list[torch.Tensor]], None]
+    run: Callable[[list[torch.Tensor], torch.Tensor], None]
     params: tuple[torch.Tensor, ...]
     reads: tuple[torch.Tensor, ...]
     prepare: Callable[[int], None] = _nothing_to_prepare
@@ -87,15 +87,17 @@ class CapturedHook:
 @dataclass(frozen=True)
 class CapturedTransform:
     """A method's gradient transform (:meth:`Method.add_penalty_grad`) in the form a compiled
-    step captures (:meth:`Method.captured_gradient_transform`): ``run(grads)`` adds to
-    ``grads[i]``, the step's gradient of ``params[i]``, what :meth:`Method.add_penalty_grad`
+    step captures (:meth:`Method.captured_gradient_transform`): ``run(grads, task_loss)`` adds
+    to ``grads[i]``, the step's gradient of ``params[i]``, what :meth:`Method.add_penalty_grad`
     adds to ``params[i].grad`` — tensor operations alone, as :class:`CapturedHook`'s ``run``;
-    ``reads``: every other tensor it reads or updates (kept at fixed addresses under CUDA
-    graphs)."""
+    ``task_loss``: with ``reads_task_loss``, each member's task loss L_k of the step ``[K]``
+    (what :meth:`Method.observe_task_loss` is told), else None; ``reads``: every other tensor it
+    reads or updates (kept at fixed addresses under CUDA graphs)."""
 
-    run: Callable[[list[torch.Tensor]], None]
+    run: Callable[[list[torch.Tensor], torch.Tensor | None], None]
     params: tuple[torch.Tensor, ...]
     reads: tuple[torch.Tensor, ...]
+    reads_task_loss: bool = False
 
 
 @dataclass(frozen=True)

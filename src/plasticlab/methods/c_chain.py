@@ -48,7 +48,7 @@ import torch
 import torch.nn.functional as F
 
 from ..params import Param
-from .base import Method, Needs
+from .base import CapturedHook, CapturedTransform, Method, Needs
 
 DIVERGENCES = ("mse", "kl")
 RATIO_EPS = 1e-8  # the reference's guard in λ = λ_rel·|L| / (L_C + 1e-8)
@@ -94,27 +94,49 @@ class RelativeScale:
         self.ring = torch.zeros(members, self.size, 2, dtype=torch.float64, device=device)
         self.sums = torch.zeros(members, 2, dtype=torch.float64, device=device)
         self.strength = initial.to(torch.float64).clone()  # λ
-        self.recorded = 0  # values written into the ring so far
+        # values written into the ring so far, on the device (every update is tensor operations,
+        # so a compiled step can record), and λ changed in place
+        self.recorded_updates = torch.zeros((), dtype=torch.long, device=device)
 
-    def record(self, task_loss: torch.Tensor, churn_loss: torch.Tensor, update: int) -> None:
-        """Take in update ``update``'s |L| and L_C (``[K]`` each) and set λ for the next update."""
-        n = self.recorded
+    @property
+    def recorded(self) -> int:
+        """Values written into the ring so far (read back to the host)."""
+        return int(self.recorded_updates)
+
+    @recorded.setter
+    def recorded(self, value: int) -> None:  # a checkpoint from when the count was a host int
+        self.recorded_updates.fill_(int(value))
+
+    def record(self, task_loss: torch.Tensor, churn_loss: torch.Tensor, update: int | torch.Tensor,
+               taken: torch.Tensor | None = None) -> None:
+        """Take in update ``update``'s |L| and L_C (``[K]`` each) and set λ for the next update;
+        ``update``: its count, a number or a 0-d tensor. ``taken``: where given (a 0-d bool
+        tensor), the update is taken in only where it is true — a compiled step's form of the
+        first updates, which have no churn term."""
+        n = self.recorded_updates
         value = torch.stack([task_loss.detach().abs(), churn_loss.detach()], dim=1).to(torch.float64)
         # the value that leaves member k's window: written W_k records ago, if there was one
         slot = torch.remainder(n - self.window, self.size)
         leaving = self.ring.gather(1, slot.view(-1, 1, 1).expand(-1, 1, 2)).squeeze(1)
         full = (self.window <= n).unsqueeze(1)
-        self.sums += value - torch.where(full, leaving, 0.0)
-        self.ring[:, n % self.size] = value
-        self.recorded = n + 1
-        count = torch.clamp(self.window, max=self.recorded).to(torch.float64)
+        change = value - torch.where(full, leaving, 0.0)
+        at = torch.remainder(n, self.size).view(1)
+        if taken is None:
+            self.sums += change
+        else:
+            self.sums += torch.where(taken, change, 0.0)
+            value = torch.where(taken, value, self.ring.index_select(1, at).squeeze(1))
+        self.ring.index_copy_(1, at, value.unsqueeze(1))
+        n += 1 if taken is None else taken.long()
+        count = torch.minimum(self.window, n).to(torch.float64)
         means = self.sums / count.unsqueeze(1)
         adapted = self.relative * means[:, 0] / (means[:, 1] + RATIO_EPS)
-        self.strength = torch.where(self.warmup <= update, adapted, self.strength)
+        due = self.warmup <= update
+        self.strength.copy_(torch.where(due if taken is None else due & taken, adapted, self.strength))
 
     def means(self) -> torch.Tensor:
         """The window means of |L| and L_C per member, ``[K, 2]`` (0 before the first record)."""
-        count = torch.clamp(self.window, min=1, max=max(self.recorded, 1)).to(torch.float64)
+        count = torch.minimum(self.window, self.recorded_updates.clamp(min=1)).to(torch.float64)
         return self.sums / count.unsqueeze(1)
 
 
@@ -128,6 +150,21 @@ WARMUP = Param("warmup", 10_000, int, "updates before λ adapts", per_member=Tru
                low=0)
 INITIAL_STRENGTH = Param("initial_strength", 50.0, float, "λ before it adapts", per_member=True,
                          low=0.0)
+
+
+def churn_gradients(net, params: Sequence[torch.Tensor], divergence: str):
+    """∂(Σ_k λ_k·L_C,k)/∂θ through ``torch.func.grad`` of ``net`` (a function of (θ as a list in
+    the order of ``params``, the reference inputs, their reference outputs, λ ``[K]``) returning
+    (the gradients, L_C ``[K]``)): the eager step's autograd, written for a compiled step."""
+    names = {id(p): name for name, p in net.named_parameters()}
+    order = [names[id(p)] for p in params]
+
+    def weighted_churn(values, inputs, reference, strength):
+        outputs = torch.func.functional_call(net, dict(zip(order, values, strict=True)), (inputs,))
+        value = churn(outputs, reference, divergence)
+        return (strength.to(value.dtype) * value).sum(), value.detach()
+
+    return torch.func.grad(weighted_churn, has_aux=True)
 
 
 def _host_counts(values: torch.Tensor) -> list[int]:
@@ -166,19 +203,22 @@ class ContinualChurnReduction(Method):
         self.params = [p for p in net.parameters() if p.requires_grad]
         self.scale = RelativeScale(relative, window, warmup, initial)
         self.task_loss: torch.Tensor | None = None
-        # (inputs, outputs after its update) of the last batch and of the one before it
+        # (inputs, outputs after its update) of the last batch and of the one before it, kept in
+        # place from the first step on (_keep)
         self.last_inputs = self.last_outputs = None
         self.reference_inputs = self.reference_outputs = None
         self.updates = 0
-        self.last_churn = torch.zeros(len(window), device=device)
+        self.last_churn = torch.zeros(len(window), dtype=self.params[0].dtype, device=device)
+        self.update_on_device = torch.zeros((), dtype=torch.long, device=device)  # the captured form's count
 
     def observe_task_loss(self, loss: torch.Tensor) -> None:
         self.task_loss = loss
 
     def add_penalty_grad(self) -> None:
-        """Add λ·∂L_C/∂θ to ``.grad`` (from the third update on) and update λ."""
+        """Add λ·∂L_C/∂θ to ``.grad`` (from the third update on: before, there is no reference)
+        and update λ."""
         self.updates += 1
-        if self.reference_inputs is None:
+        if self.updates < 3:
             return
         with torch.enable_grad():
             value = churn(self.net(self.reference_inputs), self.reference_outputs, self.divergence)
@@ -187,14 +227,70 @@ class ContinualChurnReduction(Method):
         for p, g in zip(self.params, grads, strict=True):
             if g is not None:
                 p.grad = g if p.grad is None else p.grad.add_(g)
-        self.last_churn = value.detach()
-        self.scale.record(self.task_loss, self.last_churn, self.updates)
+        self.last_churn.copy_(value.detach())
+        self.scale.record(self.task_loss, value.detach(), self.updates)
 
     @torch.no_grad()
     def after_step(self, features, x, step):
         """Keep this batch and the network's outputs on it now (θ⁻ of the update after next)."""
-        self.reference_inputs, self.reference_outputs = self.last_inputs, self.last_outputs
-        self.last_inputs, self.last_outputs = x.clone(), self.net(x)
+        self._keep(x)
+
+    def _keep(self, x: torch.Tensor) -> None:
+        # the last batch becomes the reference, this one the last, each in its own buffer
+        if self.last_inputs is None:
+            self._buffers(x)
+        self.reference_inputs.copy_(self.last_inputs)
+        self.reference_outputs.copy_(self.last_outputs)
+        self.last_inputs.copy_(x)
+        self.last_outputs.copy_(self.net(x))
+
+    def _buffers(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        # the batches' and outputs' buffers, made at the first step (a checkpoint restores them)
+        if self.last_inputs is None:
+            outputs = self.net.blocks[-1].affine.bias.shape[-1]
+            like = torch.zeros(*x.shape[:2], outputs, dtype=x.dtype, device=x.device)
+            self.last_inputs, self.reference_inputs = torch.zeros_like(x), torch.zeros_like(x)
+            self.last_outputs, self.reference_outputs = like, like.clone()
+        elif self.reference_inputs is None:  # a checkpoint taken after the first step
+            self.reference_inputs = torch.zeros_like(self.last_inputs)
+            self.reference_outputs = torch.zeros_like(self.last_outputs)
+        return self.last_inputs, self.reference_inputs, self.last_outputs, self.reference_outputs
+
+    def captured_gradient_transform(self) -> CapturedTransform:
+        """λ·∂L_C/∂θ through ``torch.func``'s gradient of the network on the reference batch, and
+        λ's update, as tensor operations: from the third update on (the count on the device);
+        before, the term is computed and left out (``where``), and nothing is recorded."""
+        gradient = churn_gradients(self.net, self.params, self.divergence)
+
+        def add(grads, task_loss):
+            third = self.update_on_device >= 3
+            churn_grads, value = gradient(list(self.params), self.reference_inputs,
+                                          self.reference_outputs, self.scale.strength)
+            for g, c in zip(grads, churn_grads, strict=True):
+                g.add_(torch.where(third, c, 0.0))
+            self.last_churn.copy_(torch.where(third, value, self.last_churn))
+            self.scale.record(task_loss, value, self.update_on_device, taken=third)
+
+        scale = self.scale
+        return CapturedTransform(run=add, params=tuple(self.params), reads_task_loss=True,
+                                 reads=(self.update_on_device, self.last_churn, scale.relative,
+                                        scale.window, scale.warmup, scale.ring, scale.sums,
+                                        scale.strength, scale.recorded_updates))
+
+    def captured_after_step(self) -> CapturedHook:
+        """Keeping the batch and the network's outputs on it, in place: captured whole (the
+        buffers made before the first compiled step)."""
+        def prepare(step: int) -> None:  # this update's count, on the host and on the device
+            self.updates = step
+            self.update_on_device.fill_(step)
+
+        return CapturedHook(run=lambda features, x: self._keep(x), params=(), reads=(),
+                            prepare=prepare, start=self._start_captured)
+
+    def _start_captured(self, batch: int) -> tuple[torch.Tensor, ...]:
+        first = self.net.blocks[0].affine
+        shape = (self.net.members, batch, *first.weight.shape[2:])
+        return self._buffers(torch.zeros(shape, dtype=first.weight.dtype, device=first.weight.device))
 
     def penalty(self) -> torch.Tensor:
         """λ·L_C of the last update, per member (0 before the first churn term)."""
@@ -248,7 +344,8 @@ class CChain:
             return torch.zeros((), device=task_loss.device)
         inputs, outputs = self.queue[0]
         value = churn(self._member(self.model(inputs)), outputs, self.divergence)
-        term = (self.scale.strength.to(value.dtype) * value)[0]
+        # λ of this step, copied: record changes λ in place, and the term's backward reads it
+        term = (self.scale.strength.to(value.dtype, copy=True) * value)[0]
         self.scale.record(task_loss.detach().reshape(1), value.detach(), self.updates)
         return term
 

@@ -511,7 +511,7 @@ class ContinualBackprop(Method):
         touched = (p for layer in core.layers for p in (layer.in_weight_param, layer.in_bias_param,
                                                          layer.out_weight_param, layer.out_bias_param))
         state = (t for s in core.stats for t in (s.age, s.utility, s.mean_activation))
-        return CapturedHook(run=core.captured_step, params=tuple(touched),
+        return CapturedHook(run=lambda features, x: core.captured_step(features), params=tuple(touched),
                             reads=(core.counter, core.decay, core.maturity, *core.philox_keys,
                                    *core.device_counts, *state),
                             prepare=core.prepare_captured, draws=True)

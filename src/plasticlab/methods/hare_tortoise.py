@@ -87,7 +87,7 @@ class HareTortoiseMethod(Method):
         """The EMA, then the reset of the members whose period divides the update count, as
         tensor operations: every step copies θ_t into θ_h where a member is due and keeps θ_h
         elsewhere (a ``where``, not a host branch); a compiled step captures it whole."""
-        def follow_and_reset(features):
+        def follow_and_reset(features, x):
             follow_hare_(self.tortoise, self.hare, self.momentum)
             reset_hare_(self.hare, self.tortoise, due_on_device(self.periods_on_device, self.step_on_device))
 

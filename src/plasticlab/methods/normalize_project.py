@@ -90,6 +90,6 @@ class NormalizeProjectMethod(Method):
     def captured_after_step(self) -> CapturedHook:
         """The projection is tensor operations alone (a member whose norm is 0 kept by a
         ``where``, not a branch): a compiled step captures it whole."""
-        return CapturedHook(run=lambda features: self.project(),
+        return CapturedHook(run=lambda features, x: self.project(),
                             params=tuple(t for group in self.groups for t in group),
                             reads=tuple(self.initial_norms))

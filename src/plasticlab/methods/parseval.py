@@ -89,7 +89,7 @@ class ParsevalMethod(Method):
 
     def captured_gradient_transform(self) -> CapturedTransform:
         """4λ (W Wᵀ − s·I) W is tensor operations alone: a compiled step captures it whole."""
-        def add(grads):
+        def add(grads, task_loss):
             for w, g in zip(self.weights, grads, strict=True):
                 g.add_(parseval_grad(w, self.strength, self.scale))
 

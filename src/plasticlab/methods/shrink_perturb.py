@@ -55,7 +55,7 @@ class ShrinkPerturbMethod(Method):
         by a device tensor: a compiled step captures it whole. The host generators cannot be."""
         if self.draws is None:
             return None
-        return CapturedHook(run=lambda features: self.perturb.step(), params=tuple(self.perturb.params),
+        return CapturedHook(run=lambda features, x: self.perturb.step(), params=tuple(self.perturb.params),
                             reads=(self.draws.step, self.draws.keys, self.perturb.shrink,
                                    self.perturb.noise),
                             prepare=self.draws.step.fill_, draws=True)

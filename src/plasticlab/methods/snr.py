@@ -279,7 +279,7 @@ class SelfNormalizedResets(Method):
         self.counter.fill_(step)
         self.step_on_device.fill_(step)
 
-    def _captured_step(self, features: list[torch.Tensor]) -> None:
+    def _captured_step(self, features: list[torch.Tensor], x: torch.Tensor) -> None:
         for i, f in enumerate(features):
             self.observe(i, fired(f))
         self.reset_silent()

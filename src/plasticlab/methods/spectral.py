@@ -173,7 +173,7 @@ class SpectralMethod(Method):
     def captured_gradient_transform(self) -> CapturedTransform:
         """The power iteration and the gradient are tensor operations alone (the members'
         round counts are host numbers): a compiled step captures them whole."""
-        def add(grads):
+        def add(grads, task_loss):
             for g, (_, grad) in zip(grads, self._gradients(), strict=True):
                 g.add_(grad)
 

@@ -89,5 +89,5 @@ class WeightClipMethod(Method):
     def captured_after_step(self) -> CapturedHook:
         """The clip is tensor operations alone, the step count aside: a compiled step
         captures it whole."""
-        return CapturedHook(run=lambda features: self.clip(), params=tuple(self.clipped),
+        return CapturedHook(run=lambda features, x: self.clip(), params=tuple(self.clipped),
                             reads=tuple(self.bounds))

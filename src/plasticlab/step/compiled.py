@@ -135,21 +135,26 @@ def why_eager(net, hand: ManualBackprop | None, chain: Chain) -> str | None:
     """What keeps this step out of :class:`CompiledStep` (the first of :func:`applies`'
     conditions it fails, in words), or None where the compiled step computes it."""
     needs, optimizer, method = chain.needs, chain.optimizer, chain.method
+    transform = method.captured_gradient_transform() if needs.gradient_hook else None
     if not enabled():
         return "the plain forms were asked for (plasticlab.fast.plain_forms)"
     if hand is None and not traceable(net):
         return untraceable_because(net)
+    host_draws = method.hp.get("draws") == "generator"  # a method with a `draws` choice
     reasons = [(needs.before_step and not method.before_step_prepares(), "a hook before each step"),
                (needs.after_step and not needs.some_steps and method.captured_after_step() is None,
-                "a post-step hook not written for capture"),
+                "fresh draws from the members' host generators (draws=philox draws on the "
+                "device, and compiles)" if host_draws else "a post-step hook not written for capture"),
                (needs.features and hand is None,
                 "a post-step hook that reads the step's features, on a network without the "
                 "hand-written backward"),
-               (needs.task_loss, "a gradient transform that reads the step's task loss"),
-               (needs.gradient_hook and method.captured_gradient_transform() is None,
+               (needs.gradient_hook and transform is None,
                 "a gradient transform not written for capture"),
+               (needs.task_loss and not (transform is not None and transform.reads_task_loss),
+                "a gradient transform that reads the step's task loss"),
                (not all(reg.captured for reg in chain.penalties),
-                "a penalty whose target is drawn on the host each step")]
+                "a penalty whose target is drawn from the members' host generators each step "
+                "(draws=philox draws on the device, and compiles)")]
     for failed, reason in reasons:
         if failed:
             return reason
@@ -239,8 +244,10 @@ class CompiledStep:
             hits = online_tally(logits, y, loss)
             for reg, places in penalties:  # λ·ρ'(θ − target), EWC's β(Aθ − B), …
                 reg.add_grads_to_([grads[i] for i in places], [params[i] for i in places])
-            if transform is not None:  # Parseval's 4λ(WWᵀ − sI)W, …
-                transform.run([grads[i] for i in transform_places])
+            if transform is not None:  # Parseval's 4λ(WWᵀ − sI)W, C-CHAIN's λ·∂L_C/∂θ, …
+                task_loss = (task_losses(logits, y, loss).mean(1) if transform.reads_task_loss
+                             else None)
+                transform.run([grads[i] for i in transform_places], task_loss)
             if adam:
                 # the step count t on the device, so its value does not change the graph; the
                 # bias corrections 1 − βᵗ in double, as torch's fused kernel computes them
@@ -259,7 +266,7 @@ class CompiledStep:
             else:
                 sgd_update_(params, grads, lr)
             if after is not None:
-                after.run(hidden)  # Shrink & Perturb's θ ← p·θ + σ·ε, ε drawn with Philox; …
+                after.run(hidden, x)  # Shrink & Perturb's θ ← p·θ + σ·ε, ε drawn with Philox; …
             return hits
 
         if self.device.type == "cuda":
