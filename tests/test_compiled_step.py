@@ -61,6 +61,27 @@ def _member(training: EnsembleTraining, k: int) -> list[torch.Tensor]:
     return [p.detach()[k].clone() for p in training.net.parameters()]
 
 
+def _assert_member_k_is_seed_k_elsewhere(together: EnsembleTraining, shuffled: EnsembleTraining) -> None:
+    # seeds 0, 1, 2 against the same seeds in the order 2, 0, 1, to the bit
+    for k, j in ((2, 0), (0, 1), (1, 2)):
+        for a, b in zip(_member(together, k), _member(shuffled, j), strict=True):
+            assert torch.equal(a, b), f"seed {k} differs at place {j}"
+        assert [acc[k] for acc in together.accuracies] == [acc[j] for acc in shuffled.accuracies]
+
+
+def _assert_a_resumed_run_ends_as_the_uninterrupted_one(build, uninterrupted, tmp_path) -> None:
+    # build(): the training; checkpointed after its first task, resumed in another, run to the end
+    first = build()
+    first.run_task(0)
+    first.save(tmp_path / "ckpt")
+    resumed = build()
+    assert resumed.resume(tmp_path / "ckpt")
+    _run(resumed)
+    for a, b in zip(uninterrupted.net.parameters(), resumed.net.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert resumed.accuracies == uninterrupted.accuracies
+
+
 @pytest.mark.slow
 def test_the_compiled_step_is_the_eager_step_up_to_rounding_and_resumes_exactly(data_dir, tmp_path):
     eager = _training(data_dir, ALL, compile=False, measure=False)
@@ -90,15 +111,8 @@ def test_the_compiled_step_is_the_eager_step_up_to_rounding_and_resumes_exactly(
     assert eager.result().extra["step"] == "eager"
     _assert_ends_where_the_eager_run_ends(eager, compiled)
     # a compiled run resumed from its checkpoint at a task end ends as the uninterrupted one
-    first = _training(data_dir, ALL, compile=True)
-    first.run_task(0)
-    first.save(tmp_path / "ckpt")
-    resumed = _training(data_dir, ALL, compile=True)
-    assert resumed.resume(tmp_path / "ckpt")
-    _run(resumed)
-    for a, b in zip(compiled.net.parameters(), resumed.net.parameters(), strict=True):
-        assert torch.equal(a, b)
-    assert resumed.accuracies == compiled.accuracies
+    _assert_a_resumed_run_ends_as_the_uninterrupted_one(
+        lambda: _training(data_dir, ALL, compile=True), compiled, tmp_path)
 
 
 def _assert_ends_where_the_eager_run_ends(eager, compiled, atol=1e-4) -> None:
@@ -176,10 +190,7 @@ def test_shrink_and_perturb_with_philox_draws_is_captured_whole_and_its_members_
     # another order, through the same compiled graph (a Philox graph takes tens of seconds of a
     # core to compile; seed k alone, K = 1, would be another), to the bit.
     shuffled = _run(_shrink_perturb(data_dir, [2, 0, 1], compile=True))
-    for k, j in ((2, 0), (0, 1), (1, 2)):
-        for a, b in zip(_member(compiled, k), _member(shuffled, j), strict=True):
-            assert torch.equal(a, b), f"seed {k} differs at place {j}"
-        assert [acc[k] for acc in compiled.accuracies] == [acc[j] for acc in shuffled.accuracies]
+    _assert_member_k_is_seed_k_elsewhere(compiled, shuffled)
 
 
 def _hooked(data_dir, method, params, seeds, compile, optimizer="adam", width=0.25) -> EnsembleTraining:
@@ -209,9 +220,7 @@ def test_redo_with_sgd_compiles_the_steps_between_its_recycles_and_takes_the_eag
     # member k is seed k as in any ensemble (the period is the ensemble's: every member takes
     # the eager step at the same steps)
     shuffled = _run(_hooked(data_dir, "redo", REDO, [2, 0, 1], compile=True, optimizer="sgd"))
-    for k, j in ((2, 0), (0, 1), (1, 2)):
-        for a, b in zip(_member(compiled, k), _member(shuffled, j), strict=True):
-            assert torch.equal(a, b), f"seed {k} differs at place {j}"
+    _assert_member_k_is_seed_k_elsewhere(compiled, shuffled)
 
 
 @pytest.mark.slow
@@ -230,9 +239,7 @@ def test_a_hook_on_a_period_every_member_shares_takes_the_eager_step_on_its_step
     assert int(getattr(eager.method, last).sum()) > 0  # its last act reset something
     _assert_ends_where_the_eager_run_ends(eager, compiled)
     shuffled = _run(_hooked(data_dir, method, params, [2, 0, 1], compile=True))
-    for k, j in ((2, 0), (0, 1), (1, 2)):
-        for a, b in zip(_member(compiled, k), _member(shuffled, j), strict=True):
-            assert torch.equal(a, b), f"seed {k} differs at place {j}"
+    _assert_member_k_is_seed_k_elsewhere(compiled, shuffled)
     apart = _per_member(data_dir, method, [{"period": p} for p in (10, 7, 10)], [0, 1, 2], compile=True)
     assert apart.step.compiled is None
 
@@ -251,18 +258,10 @@ def test_continual_backprop_with_philox_draws_is_captured_whole_as_masks(data_di
     _assert_ends_where_the_eager_run_ends(eager, compiled)
     # member k is seed k at another place, to the bit
     shuffled = _run(_hooked(data_dir, "cbp", CBP, [2, 0, 1], compile=True))
-    for k, j in ((2, 0), (0, 1), (1, 2)):
-        for a, b in zip(_member(compiled, k), _member(shuffled, j), strict=True):
-            assert torch.equal(a, b), f"seed {k} differs at place {j}"
+    _assert_member_k_is_seed_k_elsewhere(compiled, shuffled)
     # and a compiled run resumed from its checkpoint ends as the uninterrupted one
-    first = _hooked(data_dir, "cbp", CBP, [0, 1, 2], compile=True)
-    first.run_task(0)
-    first.save(tmp_path / "ckpt")
-    resumed = _hooked(data_dir, "cbp", CBP, [0, 1, 2], compile=True)
-    assert resumed.resume(tmp_path / "ckpt")
-    _run(resumed)
-    for a, b in zip(compiled.net.parameters(), resumed.net.parameters(), strict=True):
-        assert torch.equal(a, b)
+    _assert_a_resumed_run_ends_as_the_uninterrupted_one(
+        lambda: _hooked(data_dir, "cbp", CBP, [0, 1, 2], compile=True), compiled, tmp_path)
 
 
 @pytest.mark.slow
@@ -290,14 +289,13 @@ def test_weight_clipping_is_captured_whole(data_dir, capture_only):
     # full reset: the parameters and Adam's state restarted in place between compiled steps
     ("full_reset", {}),
 ])
-def test_a_method_told_where_tasks_end_takes_the_compiled_step_within_each_task(data_dir, capture_only, method, params):
+def test_a_method_told_where_tasks_end_takes_the_compiled_step_within_each_task(
+        data_dir, capture_only, method, params):
     eager = _run(_hooked(data_dir, method, params, [0, 1, 2], compile=False, width=1.0))
     compiled = _run(_hooked(data_dir, method, params, [0, 1, 2], compile=True, width=1.0))
     _assert_ends_where_the_eager_run_ends(eager, compiled)
     shuffled = _run(_hooked(data_dir, method, params, [2, 0, 1], compile=True, width=1.0))
-    for k, j in ((2, 0), (0, 1), (1, 2)):
-        for a, b in zip(_member(compiled, k), _member(shuffled, j), strict=True):
-            assert torch.equal(a, b), f"seed {k} differs at place {j}"
+    _assert_member_k_is_seed_k_elsewhere(compiled, shuffled)
 
 
 def _per_member(data_dir, method, params, seeds, compile) -> EnsembleTraining:
@@ -331,9 +329,7 @@ def test_a_post_step_hook_on_every_step_is_captured_whole(data_dir, capture_only
         assert int(sum(h.sum() for h in eager.method.histograms)) > 0
     _assert_ends_where_the_eager_run_ends(eager, compiled)
     shuffled = _run(_per_member(data_dir, method, params, [2, 0, 1], compile=True))
-    for k, j in ((2, 0), (0, 1), (1, 2)):
-        for a, b in zip(_member(compiled, k), _member(shuffled, j), strict=True):
-            assert torch.equal(a, b), f"seed {k} differs at place {j}"
+    _assert_member_k_is_seed_k_elsewhere(compiled, shuffled)
 
 
 @pytest.mark.slow
@@ -353,9 +349,7 @@ def test_a_gradient_transform_of_the_methods_own_is_captured_whole(data_dir, cap
         for u_eager, u_compiled in zip(eager.method.u, compiled.method.u, strict=True):
             torch.testing.assert_close(u_compiled, u_eager, rtol=0, atol=1e-4)
     shuffled = _run(_per_member(data_dir, method, params, [2, 0, 1], compile=True))
-    for k, j in ((2, 0), (0, 1), (1, 2)):
-        for a, b in zip(_member(compiled, k), _member(shuffled, j), strict=True):
-            assert torch.equal(a, b), f"seed {k} differs at place {j}"
+    _assert_member_k_is_seed_k_elsewhere(compiled, shuffled)
 
 
 @pytest.mark.slow
@@ -373,18 +367,10 @@ def test_c_chain_is_captured_whole_from_its_first_step(data_dir, capture_only, t
     assert not torch.equal(eager.method.scale.strength, torch.ones(3, dtype=torch.float64))  # adapted
     _assert_ends_where_the_eager_run_ends(eager, compiled)
     shuffled = _run(_per_member(data_dir, "c_chain", params, [2, 0, 1], compile=True))
-    for k, j in ((2, 0), (0, 1), (1, 2)):
-        for a, b in zip(_member(compiled, k), _member(shuffled, j), strict=True):
-            assert torch.equal(a, b), f"seed {k} differs at place {j}"
+    _assert_member_k_is_seed_k_elsewhere(compiled, shuffled)
     # resumed from a checkpoint between the tasks: the buffers and λ's record come back
-    first = _per_member(data_dir, "c_chain", params, [0, 1, 2], compile=True)
-    first.run_task(0)
-    first.save(tmp_path / "ckpt")
-    resumed = _per_member(data_dir, "c_chain", params, [0, 1, 2], compile=True)
-    assert resumed.resume(tmp_path / "ckpt")
-    _run(resumed)
-    for a, b in zip(compiled.net.parameters(), resumed.net.parameters(), strict=True):
-        assert torch.equal(a, b)
+    _assert_a_resumed_run_ends_as_the_uninterrupted_one(
+        lambda: _per_member(data_dir, "c_chain", params, [0, 1, 2], compile=True), compiled, tmp_path)
 
 
 @pytest.mark.slow
@@ -397,14 +383,13 @@ def test_c_chain_is_captured_whole_from_its_first_step(data_dir, capture_only, t
     # their targets, so a few weights end apart by up to α (1e-3), not α/10
     ("wasserstein_init", {}, 1e-3),
 ])
-def test_a_penalty_whose_target_moves_every_step_is_captured_whole(data_dir, capture_only, method, params, atol):
+def test_a_penalty_whose_target_moves_every_step_is_captured_whole(
+        data_dir, capture_only, method, params, atol):
     eager = _run(_hooked(data_dir, method, params, [0, 1, 2], compile=False))
     compiled = _run(_hooked(data_dir, method, params, [0, 1, 2], compile=True))
     _assert_ends_where_the_eager_run_ends(eager, compiled, atol)
     shuffled = _run(_hooked(data_dir, method, params, [2, 0, 1], compile=True))
-    for k, j in ((2, 0), (0, 1), (1, 2)):
-        for a, b in zip(_member(compiled, k), _member(shuffled, j), strict=True):
-            assert torch.equal(a, b), f"seed {k} differs at place {j}"
+    _assert_member_k_is_seed_k_elsewhere(compiled, shuffled)
 
 
 @pytest.mark.slow
@@ -422,9 +407,7 @@ def test_a_network_without_a_hand_written_backward_compiles_with_torch_funcs_gra
     assert eager.step.backprop == "autograd" and compiled.step.compiled.gradients is not None
     _assert_ends_where_the_eager_run_ends(eager, compiled)
     shuffled = _run(_hooked(data_dir, method, {}, [2, 0, 1], compile=True))
-    for k, j in ((2, 0), (0, 1), (1, 2)):
-        for a, b in zip(_member(compiled, k), _member(shuffled, j), strict=True):
-            assert torch.equal(a, b), f"seed {k} differs at place {j}"
+    _assert_member_k_is_seed_k_elsewhere(compiled, shuffled)
 
 
 @pytest.mark.slow

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable, Sequence
-from typing import ClassVar
 
 import torch
 from torch import nn

@@ -318,7 +318,8 @@ def _reraise(exc: BaseException):
 def _run_interleaved(jobs, order, start, finish, data_dir, device, slots, progress) -> None:
     """Train every job in this process: up to ``slots`` ensembles at once — on CUDA, while the
     device has room for another (:func:`memory_admission`) and the last one started raised the
-    aggregate pace (:func:`rate_admission`) — a step of each in turn (longest first). On CUDA each ensemble queues its work on a stream of its own
+    aggregate pace (:func:`rate_admission`) — a step of each in turn (longest first). On CUDA
+    each ensemble queues its work on a stream of its own
     (:func:`~plasticlab.device.own_stream`): one ensemble's kernels run while the host queues
     the next one's, and an ensemble at a task end steps aside while its measurements run
     (:func:`~plasticlab.engine.ensemble_steps` pauses there), the others training meanwhile.

@@ -8,7 +8,8 @@ those in one ensemble — and EWC's) and a post-step hook written for capture is
                                                       :func:`plasticlab.step.mlp_backprop.mlp_gradients`;
                                                       any other, Concat ReLU's, Layer Norm's, the
                                                       squared error: :func:`functional_gradients`)
-    g ← g + λ_k ρ'(θ − target), EWC's β_k(Fθ − Fθ*)  (:meth:`plasticlab.regularizers.Regularizer.add_grads_to_`)
+    g ← g + λ_k ρ'(θ − target), EWC's β_k(Fθ − Fθ*)  (each penalty's
+                                                      :meth:`~plasticlab.regularizers.Regularizer.add_grads_to_`)
     the update                                       (:func:`plasticlab.optim.adam.adam_update_`,
                                                       :func:`plasticlab.optim.sgd.sgd_update_`)
     the method's post-step hook, where it is         (:meth:`plasticlab.methods.Method.captured_after_step`:
