@@ -69,6 +69,16 @@ def _assert_member_k_is_seed_k_elsewhere(together: EnsembleTraining, shuffled: E
         assert [acc[k] for acc in together.accuracies] == [acc[j] for acc in shuffled.accuracies]
 
 
+def _eager_and_compiled(build, atol=1e-4) -> tuple[EnsembleTraining, EnsembleTraining]:
+    # build(seeds, compile): a training. Seeds 0, 1, 2 run eagerly and compiled: the compiled run
+    # ends where the eager one ends, and member k is seed k in the order 2, 0, 1 (the same
+    # compiled graph); returns (eager, compiled) for the test's own checks
+    eager, compiled = _run(build([0, 1, 2], False)), _run(build([0, 1, 2], True))
+    _assert_ends_where_the_eager_run_ends(eager, compiled, atol)
+    _assert_member_k_is_seed_k_elsewhere(compiled, _run(build([2, 0, 1], True)))
+    return eager, compiled
+
+
 def _assert_a_resumed_run_ends_as_the_uninterrupted_one(build, uninterrupted, tmp_path) -> None:
     # build(): the training; checkpointed after its first task, resumed in another, run to the end
     first = build()
@@ -182,15 +192,9 @@ def _shrink_perturb(data_dir, seeds, compile, optimizer="adam") -> EnsembleTrain
 @pytest.mark.slow
 def test_shrink_and_perturb_with_philox_draws_is_captured_whole_and_its_members_are_independent(
         data_dir):
-    eager = _run(_shrink_perturb(data_dir, [0, 1, 2], compile=False))
-    compiled = _run(_shrink_perturb(data_dir, [0, 1, 2], compile=True))
+    eager, compiled = _eager_and_compiled(
+        lambda seeds, compile: _shrink_perturb(data_dir, seeds, compile=compile))
     assert compiled.step.compiled.after is not None  # the perturbation inside the compiled step
-    _assert_ends_where_the_eager_run_ends(eager, compiled)
-    # A member's numbers depend on neither its place nor its companions: the same seeds in
-    # another order, through the same compiled graph (a Philox graph takes tens of seconds of a
-    # core to compile; seed k alone, K = 1, would be another), to the bit.
-    shuffled = _run(_shrink_perturb(data_dir, [2, 0, 1], compile=True))
-    _assert_member_k_is_seed_k_elsewhere(compiled, shuffled)
 
 
 def _hooked(data_dir, method, params, seeds, compile, optimizer="adam", width=0.25) -> EnsembleTraining:
@@ -210,17 +214,13 @@ REDO = {"period": 10, "threshold": 0.5}
 def test_redo_with_sgd_compiles_the_steps_between_its_recycles_and_takes_the_eager_step_on_them(
         data_dir):
     # with SGD: the compiled SGD update's test too (Adam's, eager steps between compiled ones
-    # included, is every other test's)
-    eager = _run(_hooked(data_dir, "redo", REDO, [0, 1, 2], compile=False, optimizer="sgd"))
-    compiled = _run(_hooked(data_dir, "redo", REDO, [0, 1, 2], compile=True, optimizer="sgd"))
+    # included, is every other test's). Member k is seed k as in any ensemble: the period is
+    # the ensemble's, so every member takes the eager step at the same steps
+    eager, compiled = _eager_and_compiled(
+        lambda seeds, compile: _hooked(data_dir, "redo", REDO, seeds, compile=compile, optimizer="sgd"))
     step = compiled.step.compiled
     assert step.after is None and [step.computes(t) for t in (9, 10, 11, 20)] == [True, False, True, False]
     assert int(eager.step.chain.method.last_recycled.sum()) > 0  # the last recycle recycled units
-    _assert_ends_where_the_eager_run_ends(eager, compiled)
-    # member k is seed k as in any ensemble (the period is the ensemble's: every member takes
-    # the eager step at the same steps)
-    shuffled = _run(_hooked(data_dir, "redo", REDO, [2, 0, 1], compile=True, optimizer="sgd"))
-    _assert_member_k_is_seed_k_elsewhere(compiled, shuffled)
 
 
 @pytest.mark.slow
@@ -231,15 +231,12 @@ def test_a_hook_on_a_period_every_member_shares_takes_the_eager_step_on_its_step
     # the steps they act after (every 10th, τ high enough that they reset); one period for all
     # members, so member k takes the same forms as alone. Periods that differ stay eager.
     params = {"period": 10, "threshold": 0.5}
-    eager = _run(_hooked(data_dir, method, params, [0, 1, 2], compile=False))
-    compiled = _run(_hooked(data_dir, method, params, [0, 1, 2], compile=True))
+    eager, compiled = _eager_and_compiled(
+        lambda seeds, compile: _hooked(data_dir, method, params, seeds, compile=compile))
     step = compiled.step.compiled
     assert step.after is None and [step.computes(t) for t in (9, 10, 11, 20)] == [True, False, True, False]
     last = "last_reset" if method == "regrama" else "last_reinitialized"
     assert int(getattr(eager.method, last).sum()) > 0  # its last act reset something
-    _assert_ends_where_the_eager_run_ends(eager, compiled)
-    shuffled = _run(_hooked(data_dir, method, params, [2, 0, 1], compile=True))
-    _assert_member_k_is_seed_k_elsewhere(compiled, shuffled)
     apart = _per_member(data_dir, method, [{"period": p} for p in (10, 7, 10)], [0, 1, 2], compile=True)
     assert apart.step.compiled is None
 
@@ -250,15 +247,11 @@ CBP = {"draws": "philox", "maturity": 5, "replacement_rate": 0.05}
 
 @pytest.mark.slow
 def test_continual_backprop_with_philox_draws_is_captured_whole_as_masks(data_dir, tmp_path):
-    eager = _run(_hooked(data_dir, "cbp", CBP, [0, 1, 2], compile=False))
-    compiled = _run(_hooked(data_dir, "cbp", CBP, [0, 1, 2], compile=True))
+    eager, compiled = _eager_and_compiled(
+        lambda seeds, compile: _hooked(data_dir, "cbp", CBP, seeds, compile=compile))
     assert compiled.step.compiled.after is not None  # generate-and-test inside the compiled step
     replaced = [r.tolist() for r in compiled.method.replacements]
     assert replaced == [r.tolist() for r in eager.method.replacements] and min(map(min, replaced)) > 0
-    _assert_ends_where_the_eager_run_ends(eager, compiled)
-    # member k is seed k at another place, to the bit
-    shuffled = _run(_hooked(data_dir, "cbp", CBP, [2, 0, 1], compile=True))
-    _assert_member_k_is_seed_k_elsewhere(compiled, shuffled)
     # and a compiled run resumed from its checkpoint ends as the uninterrupted one
     _assert_a_resumed_run_ends_as_the_uninterrupted_one(
         lambda: _hooked(data_dir, "cbp", CBP, [0, 1, 2], compile=True), compiled, tmp_path)
@@ -291,11 +284,8 @@ def test_weight_clipping_is_captured_whole(data_dir, capture_only):
 ])
 def test_a_method_told_where_tasks_end_takes_the_compiled_step_within_each_task(
         data_dir, capture_only, method, params):
-    eager = _run(_hooked(data_dir, method, params, [0, 1, 2], compile=False, width=1.0))
-    compiled = _run(_hooked(data_dir, method, params, [0, 1, 2], compile=True, width=1.0))
-    _assert_ends_where_the_eager_run_ends(eager, compiled)
-    shuffled = _run(_hooked(data_dir, method, params, [2, 0, 1], compile=True, width=1.0))
-    _assert_member_k_is_seed_k_elsewhere(compiled, shuffled)
+    eager, compiled = _eager_and_compiled(
+        lambda seeds, compile: _hooked(data_dir, method, params, seeds, compile=compile, width=1.0))
 
 
 def _per_member(data_dir, method, params, seeds, compile) -> EnsembleTraining:
@@ -320,16 +310,13 @@ def _per_member(data_dir, method, params, seeds, compile) -> EnsembleTraining:
              for p in (10, 7, 13)]),
 ])
 def test_a_post_step_hook_on_every_step_is_captured_whole(data_dir, capture_only, method, params):
-    eager = _run(_per_member(data_dir, method, params, [0, 1, 2], compile=False))
-    compiled = _run(_per_member(data_dir, method, params, [0, 1, 2], compile=True))
+    eager, compiled = _eager_and_compiled(
+        lambda seeds, compile: _per_member(data_dir, method, params, seeds, compile=compile))
     assert compiled.step.compiled.after is not None  # the hook inside the compiled step
     if method == "snr":  # units were reset, thresholds adapted, as in the eager run
         torch.testing.assert_close(compiled.method.thresholds, eager.method.thresholds)
         assert any(bool((t != 64).any()) for t in eager.method.thresholds)
         assert int(sum(h.sum() for h in eager.method.histograms)) > 0
-    _assert_ends_where_the_eager_run_ends(eager, compiled)
-    shuffled = _run(_per_member(data_dir, method, params, [2, 0, 1], compile=True))
-    _assert_member_k_is_seed_k_elsewhere(compiled, shuffled)
 
 
 @pytest.mark.slow
@@ -358,16 +345,13 @@ def test_c_chain_is_captured_whole_from_its_first_step(data_dir, capture_only, t
     # to the step's task loss after a 5-update warmup over a 20-update window, and the batch kept
     # after the step — every step, the first two (no reference yet) with the term left out
     params = [{"warmup": 5, "window": w, "initial_strength": 1.0} for w in (20, 13, 20)]
-    eager = _run(_per_member(data_dir, "c_chain", params, [0, 1, 2], compile=False))
-    compiled = _run(_per_member(data_dir, "c_chain", params, [0, 1, 2], compile=True))
+    eager, compiled = _eager_and_compiled(
+        lambda seeds, compile: _per_member(data_dir, "c_chain", params, seeds, compile=compile))
     step = compiled.step.compiled
     assert step.transform is not None and step.after is not None
     assert compiled.method.scale.recorded == eager.method.scale.recorded == TASKS * STEPS - 2
     torch.testing.assert_close(compiled.method.scale.strength, eager.method.scale.strength, rtol=1e-3, atol=0)
     assert not torch.equal(eager.method.scale.strength, torch.ones(3, dtype=torch.float64))  # adapted
-    _assert_ends_where_the_eager_run_ends(eager, compiled)
-    shuffled = _run(_per_member(data_dir, "c_chain", params, [2, 0, 1], compile=True))
-    _assert_member_k_is_seed_k_elsewhere(compiled, shuffled)
     # resumed from a checkpoint between the tasks: the buffers and λ's record come back
     _assert_a_resumed_run_ends_as_the_uninterrupted_one(
         lambda: _per_member(data_dir, "c_chain", params, [0, 1, 2], compile=True), compiled, tmp_path)
@@ -385,11 +369,8 @@ def test_c_chain_is_captured_whole_from_its_first_step(data_dir, capture_only, t
 ])
 def test_a_penalty_whose_target_moves_every_step_is_captured_whole(
         data_dir, capture_only, method, params, atol):
-    eager = _run(_hooked(data_dir, method, params, [0, 1, 2], compile=False))
-    compiled = _run(_hooked(data_dir, method, params, [0, 1, 2], compile=True))
-    _assert_ends_where_the_eager_run_ends(eager, compiled, atol)
-    shuffled = _run(_hooked(data_dir, method, params, [2, 0, 1], compile=True))
-    _assert_member_k_is_seed_k_elsewhere(compiled, shuffled)
+    eager, compiled = _eager_and_compiled(
+        lambda seeds, compile: _hooked(data_dir, method, params, seeds, compile=compile), atol)
 
 
 @pytest.mark.slow
@@ -402,12 +383,9 @@ def test_a_network_without_a_hand_written_backward_compiles_with_torch_funcs_gra
     # capture alone)
     if method == "concat_relu":
         request.getfixturevalue("capture_only")
-    eager = _run(_hooked(data_dir, method, {}, [0, 1, 2], compile=False))
-    compiled = _run(_hooked(data_dir, method, {}, [0, 1, 2], compile=True))
+    eager, compiled = _eager_and_compiled(
+        lambda seeds, compile: _hooked(data_dir, method, {}, seeds, compile=compile))
     assert eager.step.backprop == "autograd" and compiled.step.compiled.gradients is not None
-    _assert_ends_where_the_eager_run_ends(eager, compiled)
-    shuffled = _run(_hooked(data_dir, method, {}, [2, 0, 1], compile=True))
-    _assert_member_k_is_seed_k_elsewhere(compiled, shuffled)
 
 
 @pytest.mark.slow
