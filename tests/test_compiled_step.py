@@ -246,7 +246,8 @@ CBP = {"draws": "philox", "maturity": 5, "replacement_rate": 0.05}
 
 
 @pytest.mark.slow
-def test_continual_backprop_with_philox_draws_is_captured_whole_as_masks(data_dir, tmp_path):
+def test_continual_backprop_with_philox_draws_is_captured_whole_as_masks(data_dir, capture_only, tmp_path):
+    # its capture here; inductor's code for it on CUDA (tests/test_cuda.py, benchmarks/gpu.sh)
     eager, compiled = _eager_and_compiled(
         lambda seeds, compile: _hooked(data_dir, "cbp", CBP, seeds, compile=compile))
     assert compiled.step.compiled.after is not None  # generate-and-test inside the compiled step
