@@ -1,8 +1,6 @@
 """Fast path: the whole training step as one function under ``torch.compile``.
 
-One step of an MLP whose method adds nothing but penalties whose gradient is written for
-capture (toward fixed targets — the Baseline, L2, L2 Init, L1 Init, Huber Init, or members of
-those in one ensemble — and EWC's) and a post-step hook written for capture is, per member k::
+One step of an MLP whose method's links are all written for capture is, per member k::
 
     z = MLP_θ(x);  g = ∇_θ mean_b ℓ(z, y)          (the ReLU MLP with the cross-entropy:
                                                       :func:`plasticlab.step.mlp_backprop.mlp_gradients`;
@@ -10,22 +8,28 @@ those in one ensemble — and EWC's) and a post-step hook written for capture is
                                                       squared error: :func:`functional_gradients`)
     g ← g + λ_k ρ'(θ − target), EWC's β_k(Fθ − Fθ*)  (each penalty's
                                                       :meth:`~plasticlab.regularizers.Regularizer.add_grads_to_`)
+    g ← g + the method's own transform              (its
+                                                      :meth:`~plasticlab.methods.Method.captured_gradient_transform`:
+                                                      Parseval's, spectral regularization's,
+                                                      C-CHAIN's λ·∂L_C/∂θ with the step's task loss)
     the update                                       (:func:`plasticlab.optim.adam.adam_update_`,
                                                       :func:`plasticlab.optim.sgd.sgd_update_`)
-    the method's post-step hook, where it is         (:meth:`plasticlab.methods.Method.captured_after_step`:
-    written for capture                               Shrink & Perturb's θ ← p·θ + σ·ε, ε from Philox;
-                                                      Weight Clipping's clip; CBP's
-                                                      generate-and-test as masks)
+    the method's post-step hook                      (:meth:`plasticlab.methods.Method.captured_after_step`:
+                                                      Shrink & Perturb's θ ← p·θ + σ·ε, ε from Philox;
+                                                      CBP's generate-and-test and SNR's resets as
+                                                      masks; Weight Clipping, Normalize-and-Project,
+                                                      Hare & Tortoise, C-CHAIN's kept batch)
 
 :class:`CompiledStep` calls those same functions — the ones the eager step and the
 optimizers' plain forms call — in one function and hands it to ``torch.compile``: on the CPU,
 inductor fuses the penalty, Adam and the elementwise work of the backward into a few loops; on
 CUDA it runs with ``mode="reduce-overhead"`` (the step replayed as a CUDA graph: one launch
 instead of dozens of small kernels). It updates the very tensors the eager step updates — the
-network's parameters, :class:`plasticlab.optim.Adam`'s moments and step counts — so eager and
-compiled steps can alternate (the engine takes the eager step where a measurement needs the
-task gradient), checkpoints are the same, and a task-end hook (EWC's consolidation, a reset,
-FIRE) changes them in place between two tasks, eagerly, as it does for the eager step.
+network's parameters, :class:`plasticlab.optim.Adam`'s moments and step counts, the method's
+state — so eager and compiled steps can alternate (the engine takes the eager step where a
+measurement needs the task gradient, and where a hook acts on some steps only), checkpoints
+are the same, and a task-end hook (EWC's consolidation, a reset, FIRE) changes them in place
+between two tasks, eagerly, as it does for the eager step.
 
 Plain form: the eager step (:class:`~plasticlab.step.mlp_backprop.ManualBackprop` or
 autograd's ``backward``, the penalties' ``add_grad_``, the optimizer's ``step``, whose default
@@ -33,16 +37,18 @@ forms are torch's fused kernels). Compilation reorders and fuses floating-point 
 two agree up to rounding, not to the bit; member k of a compiled ensemble is still seed k
 compiled alone (``tests/test_compiled_step.py`` states both tolerances).
 
-Applies (:func:`applies`): asked for (the engine's ``compile=True``, ``--compile``), outside
-:func:`plasticlab.fast.plain_forms`, an MLP of ensemble linear layers (any activation, Layer
-Norm or not; not a convolutional network, nor frozen heads or a growing head's output mask:
-:func:`untraceable_because`), a method that declares no hook but a captured post-step hook
-(:class:`~plasticlab.methods.base.CapturedHook`) or one that acts on some steps only
-(``Needs.some_steps``: those steps take the eager step, :meth:`CompiledStep.computes`; ReDo's
-recycling) and no gradient transform of its own and whose penalties are all
-:attr:`~plasticlab.regularizers.Regularizer.captured` (:meth:`plasticlab.methods.Method.needs`), and
-:class:`plasticlab.optim.Adam` (restarted elements with their own step counts,
-:func:`plasticlab.optim.adam.restarted_corrections_`) or :class:`plasticlab.optim.SGD`.
+Applies (:func:`applies`; :func:`why_eager` names the first condition a step fails): asked
+for (the engine's ``compile=True``, ``--compile``), outside :func:`plasticlab.fast.plain_forms`,
+an MLP of ensemble linear layers (any activation, Layer Norm or not; not a convolutional
+network, nor frozen heads or a growing head's output mask: :func:`untraceable_because`), a
+method whose declared links (:meth:`plasticlab.methods.Method.needs`) are each written for
+capture — penalties :attr:`~plasticlab.regularizers.Regularizer.captured`, a
+:class:`~plasticlab.methods.base.CapturedTransform`, a
+:class:`~plasticlab.methods.base.CapturedHook` or a hook that acts on some steps only
+(``Needs.some_steps``: those steps take the eager step, :meth:`CompiledStep.computes`), a
+pre-step hook that only prepares (:meth:`~plasticlab.methods.Method.before_step_prepares`), any
+task-end hook — and :class:`plasticlab.optim.Adam` (restarted elements with their own step
+counts, :func:`plasticlab.optim.adam.restarted_corrections_`) or :class:`plasticlab.optim.SGD`.
 Elsewhere the engine takes the eager step and the run's manifest says so.
 
 Compile time is paid once per ensemble shape and process; inductor's on-disk cache
