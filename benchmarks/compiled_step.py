@@ -5,8 +5,10 @@ The engine's eager step for the paper's MLP on Permuted MNIST with L2 Init (λ 1
 shrink_perturb``, Shrink & Perturb with its noise drawn with Philox (``draws=philox``: the
 perturbation and its draw captured in the compiled step; the eager step with its host
 generators' draws, the default, is timed too); ``cbp`` likewise (generate-and-test as masks);
-``concat_relu`` (autograd eager, ``torch.func``'s
-gradient compiled), ``redo`` (its recycling steps eager), ``weight_clip`` — against the same step
+``snr`` likewise (resets and threshold adaptation as masks); ``concat_relu`` (autograd eager,
+``torch.func``'s gradient compiled), ``redo`` (its recycling steps eager), ``weight_clip``,
+``c_chain`` (its churn gradient through ``torch.func``), ``ewc`` (its Fisher-weighted pull, the
+task-end consolidation eager), ``hare_tortoise`` — against the same step
 through :class:`plasticlab.step.compiled.CompiledStep` — what ``plasticlab run --compile``
 runs (inductor on the CPU; CUDA graphs, ``mode="reduce-overhead"``, on CUDA). Both start from the
 same network and take the same batches. Printed per K: each path's steady-state rate (best of
@@ -44,7 +46,8 @@ from plasticlab.experiments.config import resolve_config  # noqa: E402
 from plasticlab.run_config import Members  # noqa: E402
 
 METHODS = {"l2_init": {"strength": 1e-2}, "shrink_perturb": {"draws": "philox"}, "concat_relu": {},
-           "redo": {}, "weight_clip": {}, "cbp": {"draws": "philox"}}
+           "redo": {}, "weight_clip": {}, "cbp": {"draws": "philox"}, "snr": {"draws": "philox"},
+           "c_chain": {}, "ewc": {}, "hare_tortoise": {}}
 
 
 def config(tasks: int = 1, method: str = "l2_init", **params):
