@@ -11,12 +11,12 @@
 #      main-permuted_mnist-adam --device cuda`: grid on 3 seeds, selection, 10 new seeds, 500
 #      tasks) three times: with a worker process per core (`--executor local`, the default),
 #      with one process stepping every ensemble in turn, each on a CUDA stream of its own
-#      (`--executor interleaved`), and the same with `--compile` (each step a CUDA graph replay
-#      where the method's step compiles: every grid method but CBP and Shrink & Perturb, whose
-#      default host draws keep them eager); each its
+#      (`--executor interleaved`), and that with `--compile` and Shrink & Perturb's and CBP's
+#      draws on the device (`benchmarks/philox_grid.py`'s sweep file: every grid method's step a
+#      CUDA graph replay; other random numbers than the committed study's); each its
 #      wall time if it ends within its budget, else its pace extrapolated to the whole study
 #      (benchmarks/grid_pace.py), into grid.json (local), grid_interleaved.json and
-#      grid_interleaved_compile.json, with the device, the commit and the executor; the
+#      grid_interleaved_compile_philox.json, with the device, the commit and the executor; the
 #      interleaved runs' grid_*.txt hold their aggregate pace every 10 s with the number of
 #      ensembles in flight, and where the rate admission settled (`admission` in the JSON).
 # Everything goes to OUT_DIR (default benchmarks/recorded/<gpu>-<date>), to be committed.
@@ -58,16 +58,23 @@ done 2>&1 | tee "$out/shrink_perturb_draws.txt"
 
 # The protocol, with each executor: the grid trains in the background; at its budget's end (or
 # its own end) its pace is read from the results folder.
-for form in local interleaved interleaved-compile; do
-    executor=${form%-compile} compile=()
-    [ "$form" = interleaved-compile ] && compile=(--compile)
+for form in local interleaved interleaved-compile-philox; do
+    executor=${form%%-*}
     grid=$(mktemp -d)
     record=$out/grid.json
     [ "$form" = local ] || record=$out/grid_${form//-/_}.json
     started=$(date +%s)
-    timeout --signal=TERM "${GRID_S:-50}" plasticlab reproduce main-permuted_mnist-adam --device cuda \
-        --executor "$executor" "${compile[@]}" --out "$grid/runs" --docs "$grid/docs" --data-dir "$data" \
-        --no-progress > "$out/grid_$form.txt" 2>&1
+    if [ "$form" = interleaved-compile-philox ]; then
+        # every grid method compiled: Shrink & Perturb and CBP drawing with Philox (a sweep file)
+        python3 benchmarks/philox_grid.py "$grid/philox.toml"
+        timeout --signal=TERM "${GRID_S:-50}" plasticlab sweep "$grid/philox.toml" --device cuda \
+            --executor interleaved --compile --out "$grid/runs/main-permuted_mnist-adam" \
+            --data-dir "$data" --no-progress > "$out/grid_$form.txt" 2>&1
+    else
+        timeout --signal=TERM "${GRID_S:-50}" plasticlab reproduce main-permuted_mnist-adam --device cuda \
+            --executor "$executor" --out "$grid/runs" --docs "$grid/docs" --data-dir "$data" \
+            --no-progress > "$out/grid_$form.txt" 2>&1
+    fi
     code=$?
     finished=$(date +%s)
     ended=()

@@ -93,3 +93,26 @@ def test_the_grid_pace_counts_a_finished_protocol_study_whole(tmp_path, data_dir
     # 2 methods × 2 step sizes × 1 seed, then 2 methods × 2 evaluation seeds, 10 steps each
     assert record["member_steps"] == record["member_steps_done"] == (4 + 4) * 10
     assert record["runs_finished"] == 8 and record["wall_s"] > 0
+
+
+def test_the_philox_grid_is_the_protocol_with_every_draw_on_the_device(tmp_path):
+    # benchmarks/gpu.sh's third grid run: main-permuted_mnist-adam as a sweep file whose
+    # Shrink & Perturb and CBP draw with Philox, read back by the sweep's own TOML reader
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import philox_grid
+
+    from plasticlab.experiments.presets import get_preset
+    from plasticlab.experiments.sweep import expand
+    from plasticlab.experiments.workflow import read_sweep_file
+
+    sweep = philox_grid.philox_sweep()
+    (tmp_path / "philox.toml").write_text(philox_grid.to_toml(sweep))
+    written = read_sweep_file(tmp_path / "philox.toml")
+    assert written == sweep
+    runs, preset_runs = expand(written), expand(get_preset(philox_grid.STUDY))
+    assert len(runs) == len(preset_runs) == 252  # the grid's runs, one for one
+    draws = {r.config.method: r.config.params.get("draws") for r in runs}
+    assert draws.pop("shrink_perturb") == draws.pop("cbp") == "philox"
+    assert set(draws.values()) == {None}  # the other methods as the preset has them
