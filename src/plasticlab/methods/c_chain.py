@@ -237,8 +237,7 @@ class ContinualChurnReduction(Method):
 
     def _keep(self, x: torch.Tensor) -> None:
         # the last batch becomes the reference, this one the last, each in its own buffer
-        if self.last_inputs is None:
-            self._buffers(x)
+        self._buffers(x)
         self.reference_inputs.copy_(self.last_inputs)
         self.reference_outputs.copy_(self.last_outputs)
         self.last_inputs.copy_(x)

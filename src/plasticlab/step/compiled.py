@@ -128,13 +128,11 @@ def functional_gradients(net, params, loss: str = "cross_entropy") -> Callable:
 
 def applies(net, hand: ManualBackprop | None, chain: Chain) -> bool:
     """Whether :class:`CompiledStep` computes this step: an MLP (the hand-written backward
-    ``hand`` where the step has one, else :func:`functional_gradients`: :func:`traceable`),
-    a method whose declared needs (``chain.needs``) are penalties written for capture
-    (:attr:`plasticlab.regularizers.Regularizer.captured`), a task-end hook, and a
-    post-step hook written for capture (:meth:`plasticlab.methods.Method.captured_after_step`)
-    or acting on some steps only (``Needs.some_steps``), and :class:`plasticlab.optim.Adam` or
-    :class:`plasticlab.optim.SGD`;
-    outside :func:`plasticlab.fast.plain_forms`. :func:`why_eager` says what stops it."""
+    ``hand`` where the step has one, else :func:`functional_gradients`: :func:`traceable`)
+    whose method's declared links (``chain.needs``) are each written for capture, with
+    :class:`plasticlab.optim.Adam` or :class:`plasticlab.optim.SGD`, outside
+    :func:`plasticlab.fast.plain_forms` (the module docstring's "Applies"); :func:`why_eager`
+    says what stops it."""
     return why_eager(net, hand, chain) is None
 
 
@@ -199,8 +197,6 @@ class CompiledStep:
                                  "of the network")
             self.gradients = functional_gradients(net, self.params, loss)
         self.lr = optimizer.member_rates()
-        # per penalty: the regularizer (λ per member, ρ') and each parameter's target (None: 0,
-        # False: not regularized)
         # per penalty: the places of its parameters among the step's
         place = {id(p): i for i, p in enumerate(self.params)}
         if not all(id(p) in place for reg in chain.penalties for p in reg.params):
