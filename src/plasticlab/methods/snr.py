@@ -193,10 +193,10 @@ class SelfNormalizedResets(Method):
             # layer i's fresh weights: the layer's Philox init draw at the step (streams
             # method/snr/i/weight|bias), every step, as the generators draw every step
             self.counter = torch.zeros((), dtype=torch.int64, device=device)
-            keys = hidden_philox_keys(net, context.seeds, f"method/{self.name}")
+            self.philox_keys = keys = hidden_philox_keys(net, context.seeds, f"method/{self.name}")
             self.fresh = lambda i: self.layers[i].sample_init_philox(net.init, keys[i], self.counter)[0]
         else:
-            self.counter = None
+            self.counter, self.philox_keys = None, None
             self.fresh = generator_draws(self.layers, net.init,
                                          [context.generators(self.name, i) for i in range(len(self.layers))])
         self.last_reset = torch.zeros(K, dtype=torch.long, device=device)
@@ -263,8 +263,8 @@ class SelfNormalizedResets(Method):
                                                          layer.out_weight_param))
         return CapturedHook(run=self._captured_step, params=tuple(touched),
                             reads=(*self.ages, *self.thresholds, self.last_reset, self.counter,
-                                   self.periods_on_device, self.step_on_device, self.percentile,
-                                   self.growth, self.max_age),
+                                   *self.philox_keys, self.periods_on_device, self.step_on_device,
+                                   self.percentile, self.growth, self.max_age),
                             prepare=self._prepare_captured, draws=True, start=self._start_captured)
 
     def _start_captured(self, batch: int) -> tuple[torch.Tensor, ...]:
