@@ -58,13 +58,12 @@ the code it speeds up, beside its plain form:
   (bit-identical). Applies: float32, from a tensor's second sort on. Test:
   ``tests/test_toolkit_wasserstein_init.py``.
 - :mod:`plasticlab.step.compiled` — the whole training step (the hand-written backward or
-  ``torch.func``'s gradient through the network, the penalties toward a fixed target, Adam's or
-  SGD's rule, a post-step hook written for capture) as one function under ``torch.compile``.
-  Plain form: the eager step (up to rounding; member k still seed k alone to the bit on the
-  CPU). Applies: asked for (``compile=True``), an MLP without Layer Norm, a method that adds
-  nothing but penalties toward fixed targets and a post-step hook captured (Shrink & Perturb
-  and CBP with ``draws=philox``, Weight Clipping) or acting on some steps only (ReDo), and
-  Adam or SGD.
+  ``torch.func``'s gradient through the network, the penalties, the method's gradient
+  transform, Adam's or SGD's rule, the method's post-step hook) as one function under
+  ``torch.compile``. Plain form: the eager step (up to rounding; member k still seed k alone to
+  the bit on the CPU). Applies: asked for (``compile=True``), an MLP, a method whose links are
+  each written for capture (or whose hook acts on some steps only: those steps eager), and
+  Adam or SGD (:func:`plasticlab.step.compiled.why_eager` names what stops it).
   Test:
   ``tests/test_compiled_step.py``.
 

@@ -23,10 +23,9 @@ regression's squared error, which only the first form computes):
   (:mod:`plasticlab.step.mlp_backprop`, a fast path of autograd; ``backprop="auto"`` takes it
   wherever the network allows);
 - **compiled** — the whole chain as one function under ``torch.compile``
-  (:mod:`plasticlab.step.compiled`, asked for with ``compile=True``, where the method adds
-  nothing but penalties toward fixed targets and a post-step hook written for capture:
-  Shrink & Perturb with Philox draws); where a measurement needs the task gradient on its own,
-  that step runs eager.
+  (:mod:`plasticlab.step.compiled`, asked for with ``compile=True``, where each link the
+  method adds is written for capture); where a measurement needs the task gradient on its own,
+  or a hook acts after that step only, that step runs eager.
 
 λ(θ − θ₀) is written once (:func:`plasticlab.regularizers.add_penalty_gradient_`), and so is
 each update rule (:func:`plasticlab.optim.adam.adam_update_`,
