@@ -47,6 +47,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from ..nets.network import forward_with
 from ..params import Param
 from .base import CapturedHook, CapturedTransform, Method, Needs
 
@@ -156,12 +157,10 @@ def churn_gradients(net, params: Sequence[torch.Tensor], divergence: str):
     """∂(Σ_k λ_k·L_C,k)/∂θ through ``torch.func.grad`` of ``net`` (a function of (θ as a list in
     the order of ``params``, the reference inputs, their reference outputs, λ ``[K]``) returning
     (the gradients, L_C ``[K]``)): the eager step's autograd, written for a compiled step."""
-    names = {id(p): name for name, p in net.named_parameters()}
-    order = [names[id(p)] for p in params]
+    forward = forward_with(net, params)
 
     def weighted_churn(values, inputs, reference, strength):
-        outputs = torch.func.functional_call(net, dict(zip(order, values, strict=True)), (inputs,))
-        value = churn(outputs, reference, divergence)
+        value = churn(forward(values, inputs), reference, divergence)
         return (strength.to(value.dtype) * value).sum(), value.detach()
 
     return torch.func.grad(weighted_churn, has_aux=True)

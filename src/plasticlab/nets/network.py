@@ -175,6 +175,19 @@ CNN_CHANNELS = 16
 CNN_FC = 100
 
 
+def forward_with(net: nn.Module, params: Sequence[torch.Tensor]):
+    """``net``'s forward pass as a function of (values for ``params``, in their order, and the
+    input): ``torch.func.functional_call`` with the parameters named — what ``torch.func.grad``
+    differentiates in a compiled step (the task gradient, C-CHAIN's churn term)."""
+    names = {id(p): name for name, p in net.named_parameters()}
+    order = [names[id(p)] for p in params]
+
+    def forward(values, x):
+        return torch.func.functional_call(net, dict(zip(order, values, strict=True)), (x,))
+
+    return forward
+
+
 def hidden_sizes(arch: str, width: float = 1.0, extra_layers: int = 0) -> dict[str, list]:
     """Layer sizes of the SPEC §4 networks before any CReLU shrinking.
 

@@ -67,6 +67,7 @@ import torch
 
 from ..fast import enabled
 from ..nets.layers import EnsembleLinear
+from ..nets.network import forward_with
 from ..optim import SGD, Adam
 from ..optim.adam import adam_update_, restarted_corrections_
 from ..optim.sgd import sgd_update_
@@ -116,11 +117,10 @@ def functional_gradients(net, params, loss: str = "cross_entropy") -> Callable:
     ``params``, x, y) that returns (the gradients in that order, the outputs z). Autograd's
     formulas — the plain form's, :func:`plasticlab.step.backward.autograd_gradients` — traced
     into the compiled function, for networks without a hand-written backward."""
-    names = {id(p): name for name, p in net.named_parameters()}
-    order = [names[id(p)] for p in params]
+    forward = forward_with(net, params)
 
     def task_loss(values, x, y):
-        outputs = torch.func.functional_call(net, dict(zip(order, values, strict=True)), (x,))
+        outputs = forward(values, x)
         return task_losses(outputs, y, loss).mean(1).sum(), outputs
 
     return torch.func.grad(task_loss, has_aux=True)
