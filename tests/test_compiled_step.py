@@ -375,6 +375,64 @@ def test_a_penalty_whose_target_moves_every_step_is_captured_whole(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("params,capacity", [
+    # a two-layer head injected at the task end: two frozen heads in two slots
+    ({}, 2),
+    # a one-layer head: the frozen sum folded into one map, rewritten at each injection
+    ({"layers": 1}, 1),
+    # every 10 steps, one period for every member: 12 frozen heads by the end, their slots
+    # doubled from 2 to 16 (a graph each); the injecting steps take the eager step
+    ({"schedule": "steps", "period": 10}, 16),
+], ids=["task_end", "one_layer", "steps"])
+def test_plasticity_injection_is_captured_whole_with_its_frozen_heads_in_slots(
+        data_dir, capture_only, tmp_path, params, capacity):
+    eager, compiled = _eager_and_compiled(
+        lambda seeds, compile: _hooked(data_dir, "plasticity_injection", params, seeds, compile=compile))
+    frozen = compiled.method.frozen
+    assert compiled.step.compiled is not None and frozen.capacity == capacity
+    assert len(frozen.heads) == len(eager.method.frozen.heads) > 0
+    for mine, theirs in zip(frozen.heads, eager.method.frozen.heads, strict=True):
+        for (w, b), (w_eager, b_eager) in zip(mine, theirs, strict=True):
+            torch.testing.assert_close(w, w_eager, rtol=0, atol=1e-4)
+            torch.testing.assert_close(b, b_eager, rtol=0, atol=1e-4)
+    if params.get("schedule") == "steps":  # resumed between the tasks: the slots rebuilt
+        _assert_a_resumed_run_ends_as_the_uninterrupted_one(
+            lambda: _hooked(data_dir, "plasticity_injection", params, [0, 1, 2], compile=True),
+            compiled, tmp_path)
+        periods = [{"schedule": "steps", "period": p} for p in (10, 7, 10)]
+        apart = _per_member(data_dir, "plasticity_injection", periods, [0, 1, 2], compile=True)
+        assert apart.step.compiled is None  # periods that differ: the eager step
+
+
+@pytest.mark.parametrize("sizes,activations,slots", [
+    ([4, 2], [], [1, 1, 1]),  # a one-layer head: one folded map
+    ([4, 5, 2], ["relu"], [2, 4, 8]),
+    ([4, 5, 3, 2], ["relu", "relu"], [2, 4, 8]),  # a layer between: slot by slot
+    ([4, 5, 3, 2], ["concat_relu", "relu"], [2, 4, 8]),  # an activation that doubles: per head
+], ids=["1", "2", "3", "concat_relu"])
+def test_the_frozen_heads_in_slots_sum_to_the_heads_one_by_one_and_are_not_checkpointed(
+        sizes, activations, slots):
+    from plasticlab.checkpoint import Excluded, capture
+    from plasticlab.nets.injection import FrozenHeads
+    from plasticlab.nets.layers import ACTIVATIONS
+
+    torch.manual_seed(0)
+    frozen = FrozenHeads(len(sizes) - 1, activations)
+    fan_ins = [sizes[0], *(n * ACTIVATIONS[a][1] for n, a in zip(sizes[1:-1], activations, strict=True))]
+    layers = [(torch.randn(3, out, fan_in), torch.randn(3, out)) for fan_in, out in zip(fan_ins, sizes[1:], strict=True)]
+    z = torch.randn(3, 6, sizes[0])
+    for injection in range(3):  # 2, 4, 6 heads in 2, 4, 8 slots (a one-layer head: one map)
+        frozen.inject(layers, [(w / 2, b / 2) for w, b in layers], torch.tensor([True, injection > 0, True]))
+        frozen.stack()
+        assert frozen.capacity == slots[injection]
+        torch.testing.assert_close(frozen.captured(z), frozen(z), rtol=0, atol=1e-5)
+    state = capture(frozen, Excluded(), "frozen")
+    assert set(state["attrs"]) == {"layers", "activations", "heads", "version"}
+    frozen.unstack()
+    assert frozen.capacity == 0 and frozen.captured(z) is None
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["concat_relu", "layer_norm"])
 def test_a_network_without_a_hand_written_backward_compiles_with_torch_funcs_gradient(
         data_dir, method, request):
@@ -460,7 +518,7 @@ def test_docs_say_which_methods_steps_compile_and_what_keeps_the_others_eager(da
 COMPILED_ABOVE = {"baseline", "l2", "l2_init", "l1_init", "huber_init", "shrink_perturb", "redo",
                   "regrama", "swr", "cbp", "weight_clip", "ewc", "full_reset", "normalize_project",
                   "hare_tortoise", "snr", "parseval", "spectral", "c_chain", "l2_init_resample",
-                  "wasserstein_init", "concat_relu", "layer_norm"}
+                  "wasserstein_init", "concat_relu", "layer_norm", "plasticity_injection"}
 # the others, run here (FIRE and L2 Init + EWC at the paper's width: at 0.25 their task ends
 # are not member-independent even eagerly, docs/member-independence.md)
 COMPILED_HERE = {"deep_fourier": 0.25, "dash": 0.25, "head_reset": 0.25, "fire": 1.0, "l2_init_ewc": 1.0}

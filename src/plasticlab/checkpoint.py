@@ -237,7 +237,8 @@ def _to_device(value, device):
 # IN PLACE wherever the fresh object already holds a tensor, array or generator of that shape,
 # so references shared between objects (a regularizer's view of the network's weights, a
 # sampler's generators) stay shared. Anything excluded (the network and the optimizer, which
-# are saved by their own state_dict; callables; constants like devices) is left as built.
+# are saved by their own state_dict; callables; constants like devices; the attributes a class
+# names in its ``derived_state``, rebuilt from the rest) is left as built.
 
 _KIND = "__kind__"
 RETIRED = ("PenaltyGradient", "QuadraticGradient")
@@ -300,8 +301,10 @@ def capture(value, excluded: Excluded, where: str = "state", _seen: set | None =
     if attrs is None:
         raise TypeError(f"cannot checkpoint {where} of type {type(value).__name__}: give its owner "
                         "a state_dict()/load_state_dict()")
+    derived = getattr(type(value), "derived_state", ())  # rebuilt from the rest: not state
     return {_KIND: "object", "type": type(value).__qualname__,
-            "attrs": {k: capture(v, excluded, f"{where}.{k}", seen) for k, v in attrs.items()}}
+            "attrs": {k: capture(v, excluded, f"{where}.{k}", seen) for k, v in attrs.items()
+                      if k not in derived}}
 
 
 def _retired(saved) -> bool:

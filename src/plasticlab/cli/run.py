@@ -244,11 +244,10 @@ def register(sub) -> None:
                      help="how gradients are computed: the ReLU MLP's hand-written backward "
                           "(manual), autograd, or manual wherever the network allows (auto)")
     run.add_argument("--compile", action="store_true",
-                     help="take each training step through torch.compile where it applies (the "
-                          "MLP with a penalty method — Baseline, L2, L2 Init, L1 Init, Huber Init "
-                          "— or Shrink & Perturb with draws=philox, and Adam or SGD; the same "
-                          "numbers up to rounding; docs/performance.md "
-                          "says when it is faster)")
+                     help="take each training step through torch.compile where it applies (an "
+                          "MLP with Adam or SGD and any method; Shrink & Perturb, CBP, SNR and L2 "
+                          "Init + Resample with draws=philox; the same numbers up to rounding; "
+                          "docs/performance.md lists which forms and says when it is faster)")
     run.add_argument("--rerun", action="store_true",
                      help="train seeds whose run already finished in --out again (a new attempt: "
                           "the earlier results are kept; the newest finished attempt counts)")

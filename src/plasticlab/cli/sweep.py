@@ -235,9 +235,8 @@ def register(sub) -> None:
                          "the VALUEs; repeatable (all must match). With --rerun: train again the "
                          "runs a fix changed, e.g. --only optimizer=upgd,upgd_nonprotecting")
     sw.add_argument("--compile", action="store_true",
-                    help="take each training step through torch.compile where it applies (the MLP "
-                         "with a penalty method or Shrink & Perturb with draws=philox, and Adam or "
-                         "SGD; see plasticlab run)")
+                    help="take each training step through torch.compile where it applies (see "
+                         "plasticlab run)")
     add_logging_options(sw)
     add_lock_option(sw)
     add_checkpoint_every(sw)

@@ -36,7 +36,7 @@ from ..nets.layers import EnsembleLinear
 from ..nets.units import parameter_index
 from ..params import Param
 from .base import Method, Needs
-from .schedule import due_members, host_periods
+from .schedule import due_members, host_periods, shared_period
 
 SCHEDULES = ("task_end", "steps")
 LAYERS = Param("layers", 2, int, "how many of the last affine layers form the injected head h_θ "
@@ -74,7 +74,14 @@ class PlasticityInjectionMethod(Method):
     def needs(cls, params):
         if params["schedule"] == "task_end":
             return Needs(task_end=True)
-        return Needs(after_step=True)
+        # one period for every member: they inject after the same steps (as each alone does), so
+        # a compiled step computes the others and takes the eager step on those
+        return Needs(after_step=True, some_steps=shared_period(params["period"]) is not None)
+
+    def acts_after(self, step: int) -> bool:
+        """schedule=steps: after the steps some member's period divides (with
+        ``Needs.some_steps``: every member's)."""
+        return any(due_members(self.periods, step))
 
     def __init__(self, net, optimizer, hp, context):
         super().__init__(net, optimizer, hp, context)
@@ -126,6 +133,12 @@ class PlasticityInjectionMethod(Method):
         out_w, out_b = torch.zeros_like(layer.weight), torch.zeros_like(layer.bias)
         out_w[index], out_b[index] = weight.to(out_w.dtype), bias.to(out_b.dtype)
         return out_w, out_b
+
+    def load_state_dict(self, state: dict) -> None:
+        """:meth:`Method.load_state_dict`; the frozen heads' stacked copy (a compiled step's) is
+        rebuilt from the restored heads."""
+        super().load_state_dict(state)
+        self.frozen.unstack()
 
     def notes(self) -> dict:
         """How many injections each member made and how many frozen heads the forward pass runs."""

@@ -39,8 +39,9 @@ compiled alone (``tests/test_compiled_step.py`` states both tolerances).
 
 Applies (:func:`applies`; :func:`why_eager` names the first condition a step fails): asked
 for (the engine's ``compile=True``, ``--compile``), outside :func:`plasticlab.fast.plain_forms`,
-an MLP of ensemble linear layers (any activation, Layer Norm or not; not a convolutional
-network, nor frozen heads or a growing head's output mask: :func:`untraceable_because`), a
+an MLP of ensemble linear layers (any activation, Layer Norm or not, plasticity injection's
+frozen heads or not; not a convolutional network, nor a growing head's output mask:
+:func:`untraceable_because`), a
 method whose declared links (:meth:`plasticlab.methods.Method.needs`) are each written for
 capture — penalties :attr:`~plasticlab.regularizers.Regularizer.captured`, a
 :class:`~plasticlab.methods.base.CapturedTransform`, a
@@ -100,12 +101,11 @@ def traceable(net) -> bool:
 def untraceable_because(net) -> str | None:
     """What keeps :func:`functional_gradients` from ``net`` in a compiled step, or None: it
     takes an MLP of :class:`~plasticlab.nets.layers.EnsembleLinear` blocks, any activation,
-    with or without Layer Norm."""
+    with or without Layer Norm, with or without plasticity injection's frozen heads (their
+    stacked form, :meth:`plasticlab.nets.injection.FrozenHeads.captured`)."""
     if not all(isinstance(b.affine, EnsembleLinear) and not b.pool and not b.flatten
                for b in net.blocks):
         return "a convolutional network (torch.func's gradient is compiled for MLPs alone)"
-    if net.head_offset is not None:
-        return "frozen heads added to the logits (plasticity injection)"
     if net.output_mask is not None:
         return "a growing head (its output mask changes each task)"
     return None
@@ -223,6 +223,9 @@ class CompiledStep:
             raise ValueError(f"method {chain.method.name!r}'s captured post-step hook updates "
                              f"tensors other than the MLP's weights and biases")
         self.device = torch.device(device)
+        # plasticity injection's frozen heads, read from their stacked copy (brought up to date
+        # before each call: an injection between two calls adds heads)
+        self.frozen = net.head_offset
         # Adam's step count t as a device scalar (float32, like torch.optim.Adam's step tensors:
         # inductor in torch 2.13 loses the in-place update of a float64 0-d input), kept equal
         # to the optimizer's count; _t_value: its value, on the host
@@ -230,7 +233,7 @@ class CompiledStep:
         self._t_value = 0
         self._minus_one: torch.Tensor | None = None
         self._step = self._build()
-        self._compiled = False  # the first call compiles
+        self._compiled_for: tuple | None = None  # the structure last compiled for (None: none yet)
 
     def _build(self) -> Callable:
         penalties, adam, weight_decay, after = self.penalties, self.adam, self.weight_decay, self.after
@@ -313,22 +316,34 @@ class CompiledStep:
         method's post-step hook is told)."""
         if self.after is not None:
             self.after.prepare(step)
-        if self._compiled:
+        if self.frozen is not None:
+            self.frozen.stack()
+        structure = self._structure(x)
+        if structure == self._compiled_for:
             self._call(x, y, correct)
             return
-        # The first call compiles. Every CompiledStep shares one function, whose graphs dynamo
-        # keeps together (so a process compiles each ensemble shape once and reuses it), up to
-        # a recompile limit (8) past which it would silently run the function eagerly: raise
-        # the limit for this compile, and fail rather than fall back.
-        if self.after is not None and self.after.start is not None:
+        # The first call compiles, and so does the first after the step's structure changed (a
+        # task-end hook restarted Adam's elements, the frozen heads outgrew their slots). Every
+        # CompiledStep shares one function, whose graphs dynamo keeps together (so a process
+        # compiles each ensemble shape once and reuses it), up to a recompile limit (8) past
+        # which it would silently run the function eagerly: raise the limit for this compile,
+        # and fail rather than fall back.
+        if self._compiled_for is None and self.after is not None and self.after.start is not None:
             self._started = self.after.start(x.shape[1])  # state sized by the batch
         if self.device.type == "cuda":
-            self._mark_static()
+            self._mark_static()  # new state too (a restart's counts), static like the rest
         with (torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT,
                                          fail_on_recompile_limit_hit=True),
               torch._inductor.config.patch(self._inductor_options())):
             self._call(x, y, correct)
-        self._compiled = True
+        self._compiled_for = structure
+
+    def _structure(self, x: torch.Tensor) -> tuple:
+        """What the compiled graph's guards check that a run can change: the batch's shape,
+        which tensors have restarted elements (and in how many patterns), the frozen heads'
+        slots."""
+        return (tuple(x.shape), tuple(None if cs is None else len(cs) for cs in self._restarts()),
+                self.frozen.capacity if self.frozen is not None else 0)
 
     def _inductor_options(self) -> dict:
         """Inductor's settings for this step's compilation: with a captured post-step hook (a
