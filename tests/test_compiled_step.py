@@ -419,7 +419,8 @@ def test_the_frozen_heads_in_slots_sum_to_the_heads_one_by_one_and_are_not_check
     torch.manual_seed(0)
     frozen = FrozenHeads(len(sizes) - 1, activations)
     fan_ins = [sizes[0], *(n * ACTIVATIONS[a][1] for n, a in zip(sizes[1:-1], activations, strict=True))]
-    layers = [(torch.randn(3, out, fan_in), torch.randn(3, out)) for fan_in, out in zip(fan_ins, sizes[1:], strict=True)]
+    layers = [(torch.randn(3, out, fan_in), torch.randn(3, out))
+              for fan_in, out in zip(fan_ins, sizes[1:], strict=True)]
     z = torch.randn(3, 6, sizes[0])
     for injection in range(3):  # 2, 4, 6 heads in 2, 4, 8 slots (a one-layer head: one map)
         frozen.inject(layers, [(w / 2, b / 2) for w, b in layers], torch.tensor([True, injection > 0, True]))
