@@ -153,7 +153,9 @@ def test_preparing_the_next_task_in_the_background_on_cuda_changes_no_number(dat
     # the perturbation and its Philox draw inside the replayed graph
     ("shrink_perturb", {"draws": "philox", "shrink": 0.999, "noise": 0.01}),
     # generate-and-test as masks, Adam's restarted elements with their own counts, in the graph
-    ("cbp", {"draws": "philox", "maturity": 5, "replacement_rate": 0.05})])
+    ("cbp", {"draws": "philox", "maturity": 5, "replacement_rate": 0.05}),
+    # frozen heads in slots, and Adam's restarted head, both new at the task end: static too
+    ("plasticity_injection", {})])
 def test_the_compiled_step_on_cuda_replays_a_cuda_graph_and_trains_as_the_eager_step(
         data_dir, method, params):
     # --compile on CUDA: mode="reduce-overhead". A mutated input that is not static would make
