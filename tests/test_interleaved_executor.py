@@ -377,3 +377,29 @@ def test_the_interleaved_executor_keeps_no_more_in_flight_than_the_rate_admissio
                     progress=False)
     assert [job.error for job in done] == [None] * len(METHODS)
     assert count == [0, 2]
+
+
+def test_a_second_signal_while_the_first_stop_is_being_recorded_leaves_no_run_running(
+        data_dir, tmp_path, monkeypatch):
+    # The first signal stops an ensemble (StopRequested); the second comes while its runs are
+    # being recorded as interrupted — before the first of them is. None may stay 'running'.
+    def stopped(job, *args, **kwargs):
+        raise executor_module.StopRequested(1, 4)
+
+    record = ResultStore.interrupt_run
+    calls = []
+
+    def second_signal_first(self, run_id, reason, attempt=None):
+        calls.append(run_id)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        record(self, run_id, reason, attempt)
+
+    monkeypatch.setattr(executor_module, "train_job", stopped)
+    monkeypatch.setattr(ResultStore, "interrupt_run", second_signal_first)
+    job = Job(Members.from_config(resolve_config({**SMALL, "method": "l2_init"}), [0, 1]), label="l2_init")
+    with pytest.raises(KeyboardInterrupt):
+        run_jobs([job], out=tmp_path / "out", data_dir=data_dir, executor="inline", progress=False)
+    with ResultStore(tmp_path / "out") as store:
+        assert [r["status"] for r in store.runs()] == ["interrupted", "interrupted"]
+    assert job.interrupted.startswith("interrupted: stopped at step 4 of task 1")

@@ -182,7 +182,6 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
     # One writer per results folder (a command that holds it already only counts it again).
     with writer_lock(out), ResultStore(out) as store:
         run_ids: dict[int, list[str | None]] = {}
-        done: set[int] = set()
 
         def start(i: int) -> None:
             # Called as a worker takes the job, so that 'running' in the store means training,
@@ -192,7 +191,6 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
 
         def finish(i: int, get_result: Callable[[], EnsembleResult]) -> None:
             job = jobs[i]
-            done.add(i)
             if overall is not None:
                 c = job.config
                 overall.update(c.tasks * c.steps_per_task * len(job.seeds))
@@ -235,13 +233,19 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
                 run(jobs, order, start, finish, data_dir, device, workers, per_job_bars)
         except KeyboardInterrupt as exc:
             for i in order:
-                if i in done or i not in run_ids:  # finished, or never started: nothing to say
+                if i not in run_ids:  # never started: nothing to say
                     continue
-                path = Path(jobs[i].options["checkpoint"])
-                jobs[i].interrupted = (f"interrupted by {signal_name(exc)}; " + (
-                    f"{path} resumes it" if path.is_file() else "no task had ended: it restarts"))
+                job = jobs[i]
+                if job.records is None and job.error is None and job.interrupted is None:
+                    path = Path(job.options["checkpoint"])
+                    job.interrupted = (f"interrupted by {signal_name(exc)}; " + (
+                        f"{path} resumes it" if path.is_file() else "no task had ended: it restarts"))
+                # every started job's runs, those whose end was being recorded when the signal
+                # came too (a second signal during the first's stop): an attempt that ended
+                # stays as it ended
+                reason = job.interrupted or f"interrupted by {signal_name(exc)}"
                 for rid in filter(None, run_ids[i]):
-                    store.interrupt_run(rid, jobs[i].interrupted)
+                    store.interrupt_run(rid, reason)
             raise
         except StorageError as exc:
             raise _interrupt_in_flight(store, exc) from exc.__cause__
