@@ -17,7 +17,7 @@ from plasticlab.cli import main
 from plasticlab.experiments.config import resolve_config
 from plasticlab.experiments.store import ResultStore
 from plasticlab.report.browser import check_page
-from plasticlab.report.build import build_report
+from plasticlab.report.build import build_report, paper_difference
 from plasticlab.report.data import bin_tasks, load_results
 
 TASKS = 12
@@ -164,8 +164,22 @@ def test_protocol_selection_is_shown_on_its_evaluation_seeds(results_dir, tmp_pa
     build_report(results_dir, tmp_path / "r", formats=(), reps=100)
     md = (tmp_path / "r" / "report.md").read_text()
     assert re.search(r"\| l2_init \| lr=0\.001 strength=0\.001 \| 82\.20 \(n=3\) \| 2 \| 50\.00 ", md)
+    # beside it, where the selection differs from the paper's reported best (λ 1e-2 there)
+    assert re.search(r"\| l2_init \| lr=0\.001 strength=0\.001 \|.*\| strength=0\.01 \|\n", md)
     # the sweep view averages grid seeds only: strength 1e-3 is still 82.20 there
     assert re.search(r"\| l2_init \| 2 \| strength=0\.001 \| 3 \| 82\.20 \[", md)
+
+
+@pytest.mark.parametrize("lr,params,expected", [
+    (1e-3, {"period": 625, "threshold": 0.0, "reinit": "fresh"}, "same"),  # settings it reports
+    (1e-3, {"period": 625, "threshold": 0.1}, "threshold=0"),
+    (1e-4, {"period": 3125, "threshold": 0.0}, "lr=0.001 period=625"),
+])
+def test_a_selection_says_where_it_differs_from_the_papers_reported_best(lr, params, expected):
+    entry = {"problem": "permuted_mnist", "optimizer": "adam", "method": "redo", "lr": lr,
+             "params": params}
+    assert paper_difference(entry) == expected
+    assert paper_difference({**entry, "method": "snr"}) == "—"  # the paper reports none
 
 
 def test_hundreds_of_tasks_are_binned_per_seed_before_the_statistics():

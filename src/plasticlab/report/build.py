@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from ..experiments.paper import best_config
 from ..experiments.protocol import ONLINE_ACCURACY, Measure
 from ..methods import BOUNDARY_ORACLE_NOTE, METHODS, boundary_oracle
 from . import figures as F
@@ -570,20 +571,49 @@ def _sweep_views(results: Results, study: list[ConfigRuns], headline: list[Confi
             if (entry["problem"], entry["optimizer"]) != (study[0].problem, study[0].optimizer):
                 continue
             shown = next((c for c in headline if c.method == entry["method"]), None)
-            params = " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
-                              for k, v in sorted(entry["params"].items()))
-            sel_rows.append([entry["method"], f"lr={entry['lr']:g} {params}".strip(),
+            sel_rows.append([entry["method"],
+                             _setting_text(entry["lr"], entry["params"], sorted(entry["params"])),
                              f"{measure.format(entry['score'])} (n={entry['seeds']})",
                              str(entry["candidates"]),
                              f"{_shown(ctx.interval(shown.total), measure)} (n={shown.n})"
-                             if shown else "—"])
+                             if shown else "—",
+                             paper_difference(entry)])
         if sel_rows:
             seeds = results.selection.get("evaluation_seeds")
             section.tables.append(Table(
                 "Selection protocol", ["method", "selected", f"grid score{measure.unit_suffix()}",
-                                       "candidates", f"evaluation{measure.unit_suffix()}"], sel_rows,
+                                       "candidates", f"evaluation{measure.unit_suffix()}",
+                                       "the paper's reported best"], sel_rows,
                 f"Selected by the {measure.best_word} mean total {measure.name} on the grid seeds, "
-                "then run on " + (f"seeds {seeds[0]}–{seeds[-1]}" if seeds else "new seeds") + " (SPEC §6)."))
+                "then run on " + (f"seeds {seeds[0]}–{seeds[-1]}" if seeds else "new seeds") +
+                " (SPEC §6). The paper's reported best: the configuration the paper reports for "
+                "the method (SPEC §6's tables) — \"same\", or the settings where the selection "
+                "differs; \"—\" where the paper reports none."))
+
+
+def _setting_text(lr: float, params: dict, keys) -> str:
+    values = " ".join(f"{k}={params[k]:g}" if isinstance(params[k], float) else f"{k}={params[k]}"
+                      for k in keys)
+    return f"lr={lr:g} {values}".strip()
+
+
+def paper_difference(entry: dict) -> str:
+    """How the protocol's selection ``entry`` (a ``selection.json`` entry: problem, optimizer,
+    method, lr, params) differs from the configuration the paper reports for that method
+    (:data:`plasticlab.experiments.paper.BEST`): ``"same"``, the paper's value of each setting
+    that differs (``"lr=0.001 threshold=0"``), or ``"—"`` where the paper reports none."""
+    try:
+        paper = best_config(entry["problem"], entry["method"], entry["optimizer"])
+    except ValueError:
+        return "—"
+    differ = [k for k in sorted(paper["params"])
+              if not math.isclose(float(entry["params"].get(k, float("nan"))), float(paper["params"][k]),
+                                  rel_tol=1e-9, abs_tol=1e-12)]
+    same_lr = math.isclose(float(entry["lr"]), float(paper["lr"]), rel_tol=1e-9)
+    if same_lr and not differ:
+        return "same"
+    text = _setting_text(paper["lr"], paper["params"], differ)
+    return text if not same_lr else text.removeprefix(f"lr={paper['lr']:g} ")
 
 
 MAX_SWEEP_LINES = 4
