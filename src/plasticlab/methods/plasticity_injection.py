@@ -36,7 +36,7 @@ from ..nets.layers import EnsembleLinear
 from ..nets.units import parameter_index
 from ..params import Param
 from .base import Method, Needs
-from .schedule import due_members, host_periods, shared_period
+from .schedule import OnItsPeriod, due_members, host_periods
 
 SCHEDULES = ("task_end", "steps")
 LAYERS = Param("layers", 2, int, "how many of the last affine layers form the injected head h_θ "
@@ -62,7 +62,7 @@ def head_blocks(net, layers: int, method: str = "plasticity_injection") -> list:
     return blocks[-layers:]
 
 
-class PlasticityInjectionMethod(Method):
+class PlasticityInjectionMethod(OnItsPeriod, Method):
     """At each injection: freeze the head θ, add a fresh trained head θ′ and subtract its frozen
     copy θ′₀ (module docstring)."""
 
@@ -74,14 +74,7 @@ class PlasticityInjectionMethod(Method):
     def needs(cls, params):
         if params["schedule"] == "task_end":
             return Needs(task_end=True)
-        # one period for every member: they inject after the same steps (as each alone does), so
-        # a compiled step computes the others and takes the eager step on those
-        return Needs(after_step=True, some_steps=shared_period(params["period"]) is not None)
-
-    def acts_after(self, step: int) -> bool:
-        """schedule=steps: after the steps some member's period divides (with
-        ``Needs.some_steps``: every member's)."""
-        return any(due_members(self.periods, step))
+        return cls.period_needs(params["period"])
 
     def __init__(self, net, optimizer, hp, context):
         super().__init__(net, optimizer, hp, context)

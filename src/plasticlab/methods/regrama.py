@@ -32,9 +32,9 @@ from torch import nn
 
 from ..nets.units import HiddenLayer, dormancy_scores, hidden_layers, sequential_hidden_layers
 from ..params import Param
-from .base import Method, MethodContext, Needs
+from .base import Method, MethodContext
 from .redo import LAYER_ORDERS, REINIT_CHOICES, UnitRecycler
-from .schedule import due_members, host_periods, shared_period
+from .schedule import OnItsPeriod, due_members, host_periods
 
 
 def gradient_magnitude(layer: HiddenLayer) -> torch.Tensor:
@@ -64,7 +64,7 @@ LAYER_ORDER = Param("layer_order", "incoming_first", str,
                     choices=LAYER_ORDERS)
 
 
-class ReGraMa(Method):
+class ReGraMa(OnItsPeriod, Method):
     """ReGraMa on an ensemble: every ``period`` steps, reset each member's hidden units whose
     normalised incoming-gradient magnitude s_i is at most τ.
 
@@ -81,15 +81,8 @@ class ReGraMa(Method):
 
     @classmethod
     def needs(cls, params):
-        # one period for every member: the hook acts after the same steps for all of them (and
-        # for each alone), so a compiled step computes the others and takes the eager step,
-        # which leaves this step's gradient in .grad, on those
-        return Needs(after_step=True, some_steps=shared_period(params["period"]) is not None)
-
-    def acts_after(self, step: int) -> bool:
-        """After the steps some member's period divides (with ``Needs.some_steps``: every
-        member's)."""
-        return any(due_members(self.periods, step))
+        # the steps it acts after take the eager step, which leaves their gradient in .grad
+        return cls.period_needs(params["period"])
 
     def __init__(self, net, optimizer, hp: dict, context: MethodContext):
         super().__init__(net, optimizer, hp, context)

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import torch
 
+from .base import Needs
+
 
 def host_periods(values: torch.Tensor, method: str, name: str = "period") -> list[int]:
     """A per-member period ``[K]`` as host integers, each ≥ 1 (an error names the method)."""
@@ -46,3 +48,24 @@ def due_on_device(periods: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
     """:func:`due_members` as a tensor operation, ``[K]`` bool: ``periods`` ``[K]`` and the step
     count ``step`` (a 0-d tensor) on the device, for a hook a compiled step captures."""
     return step % periods == 0
+
+
+class OnItsPeriod:
+    """For a method whose post-step hook acts after the steps its members' periods divide
+    (``self.periods``, host integers: :func:`host_periods`): SWR, ReGraMa, plasticity
+    injection's ``schedule=steps``. Mixed in before :class:`~plasticlab.methods.base.Method`."""
+
+    @staticmethod
+    def period_needs(period) -> Needs:
+        """The post-step hook on a per-member ``period``: with one period for every member it
+        acts after the same steps for all of them (and for each alone), so a compiled step
+        computes the others and takes the eager step on those (``Needs.some_steps``); with
+        periods that differ every step is eager (member k would otherwise take other forms
+        than alone)."""
+        return Needs(after_step=True, some_steps=shared_period(period) is not None)
+
+    def acts_after(self, step: int) -> bool:
+        """After the steps some member's period divides (with ``Needs.some_steps``: every
+        member's)."""
+        return any(due_members(self.periods, step))
+

@@ -25,8 +25,8 @@ import torch
 
 from ..nets.init import draw_members
 from ..params import Param
-from .base import Method, Needs
-from .schedule import due_members, host_periods, member_mask, shared_period
+from .base import Method
+from .schedule import OnItsPeriod, due_members, host_periods, member_mask
 
 
 def low_utility(weight: torch.Tensor, grad: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
@@ -53,7 +53,7 @@ THRESHOLD = Param("threshold", 1e-5, float, "ρ: reinitialize entries with |g⊙
                   per_member=True, low=0.0)
 
 
-class SelectiveWeightReinit(Method):
+class SelectiveWeightReinit(OnItsPeriod, Method):
     """Every ``period`` steps, reinitialize the low-utility weights and biases of every layer."""
 
     name = "swr"
@@ -62,15 +62,8 @@ class SelectiveWeightReinit(Method):
 
     @classmethod
     def needs(cls, params):
-        # one period for every member: the hook acts after the same steps for all of them (and
-        # for each alone), so a compiled step computes the others and takes the eager step,
-        # which leaves this step's gradient in .grad, on those
-        return Needs(after_step=True, some_steps=shared_period(params["period"]) is not None)
-
-    def acts_after(self, step: int) -> bool:
-        """After the steps some member's period divides (with ``Needs.some_steps``: every
-        member's)."""
-        return any(due_members(self.periods, step))
+        # the steps it acts after take the eager step, which leaves their gradient in .grad
+        return cls.period_needs(params["period"])
 
     def __init__(self, net, optimizer, hp, context):
         super().__init__(net, optimizer, hp, context)
