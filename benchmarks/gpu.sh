@@ -20,6 +20,8 @@
 #      interleaved runs' grid_*.txt hold their aggregate pace every 10 s with the number of
 #      ensembles in flight, and where the rate admission settled (`admission` in the JSON).
 # Everything goes to OUT_DIR (default benchmarks/recorded/<gpu>-<date>), to be committed.
+# With a minute and a half of device time left after it: benchmarks/gpu_mps.sh DATA_DIR OUT_DIR,
+# the first grid run again with its workers under CUDA MPS (grid_local_mps.json).
 #
 #     benchmarks/gpu.sh DATA_DIR [OUT_DIR]
 #
