@@ -591,3 +591,14 @@ def test_every_verdict_change_is_what_plasticlab_claims_gives(claims_every_study
         assert row is not None, f"verdicts-changed.md: claims judges no {key} · {part} on {study} · {scale}"
         assert old != new and row.verdict == new, f"{key} · {part} · {scale}: claims says {row.verdict}"
         assert row.figures == figures, f"{key} · {part} · {scale}: the figures are now {row.figures}"
+
+
+def test_a_selection_block_gives_the_protocols_choice_beside_the_papers_reported_best():
+    # ablation ran the protocol's selection: L2 Init's is the paper's; the paper reports none
+    # for L1 Init and L2 Init + Resample
+    table = generate.selection_table("ablation")
+    rows = {row.split(" | ")[0].strip("| "): row for row in table.splitlines()[2:]}
+    assert rows["L2 Init"].endswith("| α 0.001 strength 0.01 | 82.86 (seeds 3) | 8 | same |")
+    assert rows["L1 Init"].endswith("| — |") and rows["L2 Init + Resample"].endswith("| — |")
+    with pytest.raises(ValueError, match="records no selection"):
+        generate.selection_table("best-permuted_mnist-adam")

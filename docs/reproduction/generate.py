@@ -15,7 +15,9 @@ It writes
   SCALE`` — the claims' parts judged on that study at that scale (each study's page);
   ``forgetting vs the paper`` — the paper's one table of numbers beside the ``forgetting``
   export's, with ``plasticlab report``'s bootstrap intervals (the README); ``field STUDY ·
-  SCALE`` — a field study's methods by SPEC §12's tests (``field.md``).
+  SCALE`` — a field study's methods by SPEC §12's tests (``field.md``); ``selection STUDY`` —
+  the protocol's selection a ``main-*`` study's export records, beside the configuration the
+  paper reports for each method (that study's page).
 """
 
 from __future__ import annotations
@@ -90,6 +92,34 @@ def forgetting_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def selection_table(study: str) -> str:
+    """The protocol's selection that ``study``'s export records: per method, the selected step
+    size and settings (those the paper's table names, where it names the method), the grid
+    score (mean total online accuracy over the grid seeds) and the number of configurations it
+    was chosen from, beside the paper's reported best (``plasticlab report``'s
+    ``paper_difference``: "same", or the paper's values where they differ); best score first."""
+    from plasticlab.experiments.export import export_selection
+    from plasticlab.experiments.paper import best_config
+    from plasticlab.report.build import paper_difference
+    from plasticlab.report.claims import METHOD_NAMES
+
+    selection = export_selection(PAGE / study)
+    if not selection:
+        raise ValueError(f"{study}: its export records no selection yet")
+    lines = ["| method | selected | grid score (%) | of | the paper's reported best |",
+             "|---|---|---:|---:|---|"]
+    for entry in sorted(selection["selected"], key=lambda e: -e["score"]):
+        try:
+            keys = sorted(best_config(entry["problem"], entry["method"], entry["optimizer"])["params"])
+        except ValueError:
+            keys = sorted(entry["params"])
+        settings = " ".join([f"α {entry['lr']:g}", *(f"{k} {entry['params'][k]:g}" for k in keys)])
+        lines.append(f"| {METHOD_NAMES.get(entry['method'], entry['method'])} | {settings} | "
+                     f"{100 * entry['score']:.2f} (seeds {entry['seeds']}) | {entry['candidates']} | "
+                     f"{paper_difference(entry)} |")
+    return "\n".join(lines) + "\n"
+
+
 def expected_blocks(markdown: str) -> dict[str, str]:
     """Every block a page may hold, by key, from ``claims.md``'s text ``markdown``."""
     from plasticlab.report.field_verdicts import FIELD_TITLE
@@ -102,6 +132,12 @@ def expected_blocks(markdown: str) -> dict[str, str]:
         blocks[f"claims {title}"] = body
     for title, body in sections(field).items():
         blocks[f"field {title}"] = body
+    for folder in sorted(PAGE.glob("main-*/")):
+        if (folder / "results.json.gz").is_file():
+            try:
+                blocks[f"selection {folder.name}"] = selection_table(folder.name)
+            except ValueError:
+                pass  # no selection yet (the grid still training): a page asking for it fails
     return blocks
 
 

@@ -227,6 +227,14 @@ def export_contents(path: str | Path) -> ExportContents:
     return ExportContents(runs, metrics, first.get("selection"), bool(first.get("all_metrics")), files)
 
 
+def export_selection(path: str | Path) -> dict | None:
+    """The protocol's selection the export ``path`` (a file, or the folder holding
+    ``results.json.gz``) records, as ``selection.json`` holds it; None where it records none.
+    Reads part 1 alone, where the selection is."""
+    path = Path(path)
+    return _read_part(path / EXPORT_NAME if path.is_dir() else path).get("selection")
+
+
 def read_export(path: str | Path) -> tuple[list[dict], dict[str, dict], dict | None]:
     """The finished runs, their per-task metrics and the selection of an export file — with
     every further part it names (:func:`part_path`), which must all be there."""
