@@ -17,6 +17,8 @@ them inside one compiled function, from the same penalties and the same decay.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ..fast import enabled
@@ -66,6 +68,22 @@ class Chain:
         # λ of the L2 penalty whose λθ the update adds (0: none)
         self.decay = 0.0 if folded is None else shared_strength(folded)
         self.penalties = [reg for reg in penalties if reg is not folded]
+
+    @functools.cached_property
+    def captured_transform(self):
+        """The method's gradient transform in the form a compiled step captures
+        (:meth:`~plasticlab.methods.Method.captured_gradient_transform`), built once; None where
+        it declares none or has no such form."""
+        return self.method.captured_gradient_transform() if self.needs.gradient_hook else None
+
+    @functools.cached_property
+    def captured_hook(self):
+        """The method's post-step hook in the form a compiled step captures
+        (:meth:`~plasticlab.methods.Method.captured_after_step`), built once; None where it
+        declares none, acts on some steps only (those take the eager step) or has no such form."""
+        if not self.needs.after_step or self.needs.some_steps:
+            return None
+        return self.method.captured_after_step()
 
     def before(self, step: int) -> None:
         """The method's pre-step hook, if it declares one; ``step``: updates so far."""

@@ -140,14 +140,14 @@ def why_eager(net, hand: ManualBackprop | None, chain: Chain) -> str | None:
     """What keeps this step out of :class:`CompiledStep` (the first of :func:`applies`'
     conditions it fails, in words), or None where the compiled step computes it."""
     needs, optimizer, method = chain.needs, chain.optimizer, chain.method
-    transform = method.captured_gradient_transform() if needs.gradient_hook else None
+    transform = chain.captured_transform
     if not enabled():
         return "the plain forms were asked for (plasticlab.fast.plain_forms)"
     if hand is None and not traceable(net):
         return untraceable_because(net)
     host_draws = method.hp.get("draws") == "generator"  # a method with a `draws` choice
     reasons = [(needs.before_step and not method.before_step_prepares(), "a hook before each step"),
-               (needs.after_step and not needs.some_steps and method.captured_after_step() is None,
+               (needs.after_step and not needs.some_steps and chain.captured_hook is None,
                 "fresh draws from the members' host generators (draws=philox draws on the "
                 "device, and compiles)" if host_draws else "a post-step hook not written for capture"),
                (needs.features and hand is None,
@@ -205,7 +205,7 @@ class CompiledStep:
         self.penalties = [(reg, [place[id(p)] for p in reg.params]) for reg in chain.penalties]
         # the method's gradient transform, captured after the penalties (as Chain applies
         # them), with the places of the gradients it adds to
-        self.transform = chain.method.captured_gradient_transform() if chain.needs.gradient_hook else None
+        self.transform = chain.captured_transform
         if self.transform is not None and not all(id(p) in place for p in self.transform.params):
             raise ValueError(f"method {chain.method.name!r}'s captured gradient transform adds to "
                              f"tensors the optimizer does not update")
@@ -216,8 +216,7 @@ class CompiledStep:
         # it acts on some steps only, which take the eager step: computes)
         self.method = chain.method
         self.some_steps = chain.needs.some_steps
-        self.after = (chain.method.captured_after_step()
-                      if chain.needs.after_step and not self.some_steps else None)
+        self.after = chain.captured_hook
         self._started: tuple[torch.Tensor, ...] = ()  # what the hook's start made (CapturedHook.start)
         if self.after is not None and not {id(p) for p in self.after.params} <= set(map(id, self.params)):
             raise ValueError(f"method {chain.method.name!r}'s captured post-step hook updates "
