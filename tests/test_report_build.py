@@ -151,11 +151,14 @@ def test_protocol_selection_is_shown_on_its_evaluation_seeds(results_dir, tmp_pa
     with ResultStore(results_dir) as store:
         for seed in (100, 101):  # the protocol picked strength 1e-3 and evaluated it on 100, 101
             _finish(store, config, seed, lambda s, t: 0.5)
+    baseline = _config("baseline", {})  # selected, its evaluation seeds not run yet
     (results_dir / "selection.json").write_text(json.dumps({
         "sweep": "t", "evaluation_seeds": [100, 101], "selected": [{
             "problem": "permuted_mnist", "optimizer": "adam", "method": "l2_init", "score": 0.822,
             "seeds": 3, "candidates": 2, "lr": config["lr"], "params": config["params"],
-            "config": config}]}))
+            "config": config}, {
+            "problem": "permuted_mnist", "optimizer": "adam", "method": "baseline", "score": 0.7,
+            "seeds": 3, "candidates": 1, "lr": baseline["lr"], "params": {}, "config": baseline}]}))
     results = load_results(results_dir)
     headline, how = results.headline("permuted_mnist", "adam")
     chosen = next(c for c in headline if c.method == "l2_init")
@@ -166,6 +169,8 @@ def test_protocol_selection_is_shown_on_its_evaluation_seeds(results_dir, tmp_pa
     assert re.search(r"\| l2_init \| lr=0\.001 strength=0\.001 \| 82\.20 \(n=3\) \| 2 \| 50\.00 ", md)
     # beside it, where the selection differs from the paper's reported best (λ 1e-2 there)
     assert re.search(r"\| l2_init \| lr=0\.001 strength=0\.001 \|.*\| strength=0\.01 \|\n", md)
+    # a selected method whose evaluation seeds have not run: no grid figure stands in for them
+    assert re.search(r"\| baseline \| lr=0\.001 \| 70\.00 \(n=3\) \| 1 \| not run yet \| lr=0\.0001 \|\n", md)
     # the sweep view averages grid seeds only: strength 1e-3 is still 82.20 there
     assert re.search(r"\| l2_init \| 2 \| strength=0\.001 \| 3 \| 82\.20 \[", md)
 

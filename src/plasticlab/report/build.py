@@ -566,17 +566,20 @@ def _sweep_views(results: Results, study: list[ConfigRuns], headline: list[Confi
             F.sweep_figure, lines, param=setting, ylabel=f"total average {measure.name}",
             title=f"{section.title}: sensitivity to {setting}", percent=measure.percent))
     if results.selection:
+        eval_seeds = set(results.selection.get("evaluation_seeds") or [])
         sel_rows = []
         for entry in results.selection.get("selected", []):
             if (entry["problem"], entry["optimizer"]) != (study[0].problem, study[0].optimizer):
                 continue
             shown = next((c for c in headline if c.method == entry["method"]), None)
+            if shown is not None and eval_seeds and not set(shown.seeds) <= eval_seeds:
+                shown = None  # the headline fell back to the grid: no evaluation seed has run
             sel_rows.append([entry["method"],
                              _setting_text(entry["lr"], entry["params"], sorted(entry["params"])),
                              f"{measure.format(entry['score'])} (n={entry['seeds']})",
                              str(entry["candidates"]),
                              f"{_shown(ctx.interval(shown.total), measure)} (n={shown.n})"
-                             if shown else "—",
+                             if shown else "not run yet",
                              paper_difference(entry)])
         if sel_rows:
             seeds = results.selection.get("evaluation_seeds")
