@@ -29,11 +29,8 @@
 # compile a step) SPEED_S=80 SP_S=25 (each of the two eager draws; the compiled one
 # SP_COMPILED_S=50) GRID_S=45 (each of the three grid runs).
 set -uo pipefail
-data=${1:?usage: benchmarks/gpu.sh DATA_DIR [OUT_DIR]}
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '-' | tr 'A-Z' 'a-z')
-out=${2:-benchmarks/recorded/${gpu:-gpu}-$(date -u +%Y-%m-%d)}
-mkdir -p "$out"
-export PYTHONUNBUFFERED=1 PLASTICLAB_DATA=$data
+source "$(dirname "$0")/gpu_lib.sh"
+gpu_setup benchmarks/gpu.sh "$@"
 {
     date -u +%FT%TZ
     git rev-parse HEAD
@@ -59,30 +56,8 @@ for form in generator philox philox-compiled; do
 done 2>&1 | tee "$out/shrink_perturb_draws.txt"
 
 # The protocol, with each executor: the grid trains in the background; at its budget's end (or
-# its own end) its pace is read from the results folder.
+# its own end) its pace is read from the results folder (gpu_lib.sh's grid_run).
 for form in local interleaved interleaved-compile-philox; do
-    executor=${form%%-*}
-    grid=$(mktemp -d)
-    record=$out/grid.json
-    [ "$form" = local ] || record=$out/grid_${form//-/_}.json
-    started=$(date +%s)
-    if [ "$form" = interleaved-compile-philox ]; then
-        # every grid method compiled: Shrink & Perturb and CBP drawing with Philox (a sweep file)
-        python3 benchmarks/philox_grid.py "$grid/philox.toml"
-        timeout --signal=TERM "${GRID_S:-45}" plasticlab sweep "$grid/philox.toml" --device cuda \
-            --executor interleaved --compile --out "$grid/runs/main-permuted_mnist-adam" \
-            --data-dir "$data" --no-progress > "$out/grid_$form.txt" 2>&1
-    else
-        timeout --signal=TERM "${GRID_S:-45}" plasticlab reproduce main-permuted_mnist-adam --device cuda \
-            --executor "$executor" --out "$grid/runs" --docs "$grid/docs" --data-dir "$data" \
-            --no-progress > "$out/grid_$form.txt" 2>&1
-    fi
-    code=$?
-    finished=$(date +%s)
-    ended=()
-    [ "$code" -eq 0 ] && ended=(--finished "$finished")
-    python3 benchmarks/grid_pace.py "$grid/runs/main-permuted_mnist-adam" --started "$started" \
-        "${ended[@]}" --device "$gpu" --executor "$form" --log "$out/grid_$form.txt" --json "$record"
-    plasticlab status "$grid/runs/main-permuted_mnist-adam" >> "$out/grid_$form.txt" 2>&1
+    grid_run "$form"
 done
 echo "gpu.sh: done in $(( $(date +%s) - $(date -d "$(head -1 "$out/device.txt")" +%s) )) s; results in $out"

@@ -4,7 +4,7 @@
 # device), beside benchmarks/gpu.sh's runs without it — the comparison that decides whether a
 # sweep on one GPU should start several processes under MPS or one interleaving process. A
 # second call after gpu.sh, when the device has a minute and a half left (GRID_S, 45 s, and
-# start-up); it writes grid_local_mps.json and grid_local_mps.txt into the same OUT_DIR.
+# start-up); it writes grid_local_mps.json and grid_local-mps.txt into the same OUT_DIR.
 #
 #     benchmarks/gpu_mps.sh DATA_DIR [OUT_DIR]
 #
@@ -12,32 +12,18 @@
 # temporary directory, and asked to quit at the end (the GPU's compute mode is left as it is).
 # Where `nvidia-cuda-mps-control` is missing it says so and exits 0: nothing measured.
 set -uo pipefail
-data=${1:?usage: benchmarks/gpu_mps.sh DATA_DIR [OUT_DIR]}
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr ' ' '-' | tr 'A-Z' 'a-z')
-out=${2:-benchmarks/recorded/${gpu:-gpu}-$(date -u +%Y-%m-%d)}
-mkdir -p "$out"
-export PYTHONUNBUFFERED=1 PLASTICLAB_DATA=$data
+source "$(dirname "$0")/gpu_lib.sh"
+gpu_setup benchmarks/gpu_mps.sh "$@"
 if ! command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
-    echo "gpu_mps.sh: no nvidia-cuda-mps-control on this machine: MPS not measured" | tee "$out/grid_local_mps.txt"
+    echo "gpu_mps.sh: no nvidia-cuda-mps-control on this machine: MPS not measured" | tee "$out/grid_local-mps.txt"
     exit 0
 fi
 mps=$(mktemp -d)
 export CUDA_MPS_PIPE_DIRECTORY=$mps/pipe CUDA_MPS_LOG_DIRECTORY=$mps/log
 mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-nvidia-cuda-mps-control -d || { echo "gpu_mps.sh: the MPS daemon did not start" | tee "$out/grid_local_mps.txt"; exit 1; }
-trap 'echo quit | nvidia-cuda-mps-control; cat "$CUDA_MPS_LOG_DIRECTORY"/control.log >> "$out/grid_local_mps.txt" 2>/dev/null' EXIT
+nvidia-cuda-mps-control -d || { echo "gpu_mps.sh: the MPS daemon did not start" | tee "$out/grid_local-mps.txt"; exit 1; }
+trap 'echo quit | nvidia-cuda-mps-control; cat "$CUDA_MPS_LOG_DIRECTORY"/control.log >> "$out/grid_local-mps.txt" 2>/dev/null' EXIT
 
-grid=$(mktemp -d)
 started=$(date +%s)
-timeout --signal=TERM "${GRID_S:-45}" plasticlab reproduce main-permuted_mnist-adam --device cuda \
-    --executor local --out "$grid/runs" --docs "$grid/docs" --data-dir "$data" \
-    --no-progress > "$out/grid_local_mps.txt" 2>&1
-code=$?
-finished=$(date +%s)
-ended=()
-[ "$code" -eq 0 ] && ended=(--finished "$finished")
-python3 benchmarks/grid_pace.py "$grid/runs/main-permuted_mnist-adam" --started "$started" \
-    "${ended[@]}" --device "$gpu" --executor local-mps --log "$out/grid_local_mps.txt" \
-    --json "$out/grid_local_mps.json"
-plasticlab status "$grid/runs/main-permuted_mnist-adam" >> "$out/grid_local_mps.txt" 2>&1
+grid_run local-mps
 echo "gpu_mps.sh: done in $(( $(date +%s) - started )) s; results in $out"

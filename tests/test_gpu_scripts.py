@@ -121,10 +121,11 @@ def test_the_philox_grid_is_the_protocol_with_every_draw_on_the_device(tmp_path)
 def test_the_mps_script_is_valid_bash_and_without_mps_says_so_and_measures_nothing(tmp_path):
     # benchmarks/gpu_mps.sh: the local executor's grid under CUDA MPS, a second call after gpu.sh
     script = ROOT / "benchmarks" / "gpu_mps.sh"
-    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    for bash in (script, ROOT / "benchmarks" / "gpu_lib.sh"):  # the lib: what gpu.sh shares with it
+        assert subprocess.run(["bash", "-n", str(bash)], capture_output=True).returncode == 0
     env = dict(os.environ, PATH="/usr/bin:/bin")  # no nvidia-smi, no nvidia-cuda-mps-control
     done = subprocess.run(["bash", str(script), str(tmp_path / "data"), str(tmp_path / "out")],
                           capture_output=True, text=True, env=env, cwd=ROOT)
     assert done.returncode == 0, done.stderr
-    assert "MPS not measured" in (tmp_path / "out" / "grid_local_mps.txt").read_text()
+    assert "MPS not measured" in (tmp_path / "out" / "grid_local-mps.txt").read_text()
     assert not (tmp_path / "out" / "grid_local_mps.json").exists()
