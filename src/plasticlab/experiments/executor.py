@@ -232,20 +232,7 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
                 run = _run_interleaved if executor == "interleaved" else partial(_run_local, grace_s=grace_s)
                 run(jobs, order, start, finish, data_dir, device, workers, per_job_bars)
         except KeyboardInterrupt as exc:
-            for i in order:
-                if i not in run_ids:  # never started: nothing to say
-                    continue
-                job = jobs[i]
-                if job.records is None and job.error is None and job.interrupted is None:
-                    path = Path(job.options["checkpoint"])
-                    job.interrupted = (f"interrupted by {signal_name(exc)}; " + (
-                        f"{path} resumes it" if path.is_file() else "no task had ended: it restarts"))
-                # every started job's runs, those whose end was being recorded when the signal
-                # came too (a second signal during the first's stop): an attempt that ended
-                # stays as it ended
-                reason = job.interrupted or f"interrupted by {signal_name(exc)}"
-                for rid in filter(None, run_ids[i]):
-                    store.interrupt_run(rid, reason)
+            _interrupt_started(jobs, order, run_ids, store, exc)
             raise
         except StorageError as exc:
             raise _interrupt_in_flight(store, exc) from exc.__cause__
@@ -253,6 +240,25 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
             if overall is not None:
                 overall.close()
     return jobs
+
+
+def _interrupt_started(jobs: Sequence[Job], order: Sequence[int], run_ids: dict, store: ResultStore,
+                       exc: KeyboardInterrupt) -> None:
+    """Record the runs of every job a worker started as interrupted by ``exc`` (a signal), with
+    the checkpoint it resumes from: those still training, and those whose end was being
+    recorded when the signal came (a second signal during the first's stop) — an attempt that
+    ended stays as it ended."""
+    for i in order:
+        if i not in run_ids:  # never started: nothing to say
+            continue
+        job = jobs[i]
+        if job.records is None and job.error is None and job.interrupted is None:
+            path = Path(job.options["checkpoint"])
+            job.interrupted = (f"interrupted by {signal_name(exc)}; " + (
+                f"{path} resumes it" if path.is_file() else "no task had ended: it restarts"))
+        reason = job.interrupted or f"interrupted by {signal_name(exc)}"
+        for rid in filter(None, run_ids[i]):
+            store.interrupt_run(rid, reason)
 
 
 def _raise_storage_error(exc: BaseException, out) -> None:
