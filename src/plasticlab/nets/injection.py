@@ -133,8 +133,9 @@ class FrozenHeads:
         if self.stacked_version == self.version or not self.heads:
             return
         needed = len(self.heads)
-        if self.layers == 1:  # the one folded map, rewritten at each injection
-            self._allocate([(w.new_zeros(w.shape), b.new_zeros(b.shape)) for w, b in self.heads[0]], 1)
+        if self.layers == 1:  # the one folded map, rewritten in place at each injection
+            if not self.stacked:
+                self._allocate([(w.new_zeros(w.shape), b.new_zeros(b.shape)) for w, b in self.heads[0]], 1)
             (slot_w, slot_b), = self.stacked
             (w, b), = self.heads[0]
             slot_w.copy_(w)
@@ -142,7 +143,8 @@ class FrozenHeads:
         else:
             first = self.stacked_count
             if needed > self.slots:
-                self._allocate(self._zeros(max(2, 1 << (needed - 1).bit_length())), None)
+                slots = max(2, 1 << (needed - 1).bit_length())
+                self._allocate(self._zeros(slots), slots)
                 first = 0
             (first_w, first_b), *middle, (last_w, last_b) = self.stacked
             for j in range(first, needed):
@@ -169,11 +171,8 @@ class FrozenHeads:
                   for wm, bm in between),
                 (w_last.new_zeros((members, w_last.shape[1], slots * cols)), b_last.new_zeros(b_last.shape))]
 
-    def _allocate(self, stacked: list[Layer], slots: int | None) -> None:
-        if self.stacked and slots == self.slots:
-            return  # a one-layer head's map keeps its tensors (and addresses)
-        self.stacked = stacked
-        self.slots = slots if slots is not None else max(2, 1 << (len(self.heads) - 1).bit_length())
+    def _allocate(self, stacked: list[Layer], slots: int) -> None:
+        self.stacked, self.slots = stacked, slots
         if stacked[0][0].device.type == "cuda":
             for tensor in (t for layer in stacked for t in layer):
                 torch._dynamo.mark_static_address(tensor)
