@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import sqlite3
+from datetime import datetime
 
 import pytest
 
@@ -196,6 +197,36 @@ def test_a_protocol_exports_selection_is_kept_where_the_folder_has_none(tmp_path
     runs, _, _ = read_export(tmp_path / "e" / EXPORT_NAME)
     with ResultStore(out) as store:  # kept as recorded: no end time stamped by the import
         assert store.runs()[0]["manifest"] == runs[0]["manifest"]
+
+
+def test_a_sitting_killed_before_an_import_is_closed_at_its_runs_last_progress_not_at_the_import(tmp_path):
+    # A study's machine is lost mid-sitting; the next machine imports the committed export and
+    # reproduce closes the lost sitting at the folder's last progress: the imported selection's
+    # file is dated by its runs, so the sitting does not seem to have trained until the import.
+    from plasticlab.experiments.orchestrate import SELECTION_FILE
+    from plasticlab.experiments.study import close_killed_sittings, progress_times
+
+    src = tmp_path / "src"
+    with ResultStore(src) as store:
+        config = {"problem": "permuted_mnist", "method": "baseline", "lr": 0.001}
+        rid = ResultStore.run_id(config, 0)
+        store.start_run(rid, config, {"seed": 0}, code="git:abc")
+        store.finish_run(rid, {"total_online_accuracy": 0.5}, {"online_accuracy": [0.4, 0.6]})
+    (src / SELECTION_FILE).write_text(json.dumps({"sweep": "s", "selected": []}))
+    export_module.export_results(src, tmp_path / "e")
+
+    def a_day_earlier(body):
+        body["runs"][0]["manifest"].update(start_time="2026-11-29T18:30:00+00:00",
+                                           end_time="2026-11-29T19:24:36+00:00")
+
+    _edited(tmp_path / "e" / EXPORT_NAME, tmp_path / "e" / EXPORT_NAME, a_day_earlier)
+    out = tmp_path / "out"
+    import_runs([tmp_path / "e"], out)
+    assert (out / SELECTION_FILE).is_file()
+    assert max(progress_times(out)) == datetime.fromisoformat("2026-11-29T19:24:36+00:00").timestamp()
+    sittings = [{"started": "2026-11-29 18:23:54 UTC"}]
+    close_killed_sittings(sittings, out)
+    assert sittings[0]["ended"] == "2026-11-29 19:24:36 UTC" and sittings[0]["wall_time_s"] == 3642.0
 
 
 @pytest.mark.slow
