@@ -8,7 +8,9 @@ generators' draws, the default, is timed too); ``cbp`` likewise (generate-and-te
 ``snr`` likewise (resets and threshold adaptation as masks); ``concat_relu`` (autograd eager,
 ``torch.func``'s gradient compiled), ``redo`` (its recycling steps eager), ``weight_clip``,
 ``c_chain`` (its churn gradient through ``torch.func``), ``ewc`` (its Fisher-weighted pull, the
-task-end consolidation eager), ``hare_tortoise`` — against the same step
+task-end consolidation eager), ``hare_tortoise``, ``plasticity_injection`` (its frozen heads read
+from slots; ``--injections N`` injects N times before the timing, as N task ends would, so the
+step carries 2N frozen heads) — against the same step
 through :class:`plasticlab.step.compiled.CompiledStep` — what ``plasticlab run --compile``
 runs (inductor on the CPU; CUDA graphs, ``mode="reduce-overhead"``, on CUDA). Both start from the
 same network and take the same batches. Printed per K: each path's steady-state rate (best of
@@ -21,6 +23,8 @@ compile and the task-end measurements included).
     python benchmarks/compiled_step.py --data-dir ../shared/data --members 1 8 32
     python benchmarks/compiled_step.py --data-dir ../shared/data --members 8 --fresh-cache --tasks 4
     python benchmarks/compiled_step.py --data-dir ../shared/data --members 8 --method shrink_perturb
+    python benchmarks/compiled_step.py --data-dir ../shared/data --members 8 \
+        --method plasticity_injection --injections 3
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from plasticlab.run_config import Members  # noqa: E402
 
 METHODS = {"l2_init": {"strength": 1e-2}, "shrink_perturb": {"draws": "philox"}, "concat_relu": {},
            "redo": {}, "weight_clip": {}, "cbp": {"draws": "philox"}, "snr": {"draws": "philox"},
-           "c_chain": {}, "ewc": {}, "hare_tortoise": {}}
+           "c_chain": {}, "ewc": {}, "hare_tortoise": {}, "plasticity_injection": {}}
 
 
 def config(tasks: int = 1, method: str = "l2_init", **params):
@@ -81,6 +85,8 @@ def step_rates(members: int, args, sync) -> tuple[float, float, float, float]:
     eager, compiled = training(False), training(True)
     for t in (eager, compiled):
         t.problem.start_task(0)
+        for _ in range(args.injections):  # what a task end does to plasticity injection
+            t.method.on_task_end(t.problem)
     batches = [eager.problem.batch(s) for s in range(200)]
     correct = torch.zeros(members, device=args.device)
 
@@ -141,16 +147,22 @@ def main() -> None:
     parser.add_argument("--method", choices=sorted(METHODS), default="l2_init")
     parser.add_argument("--tasks", type=int, default=0,
                         help="also time a whole training of this many tasks, eager and compiled")
+    parser.add_argument("--injections", type=int, default=0,
+                        help="plasticity_injection: inject this many times before the timing")
     parser.add_argument("--fresh-cache", action="store_true",
                         help="compile from an empty inductor cache (a new TORCHINDUCTOR_CACHE_DIR)")
     args = parser.parse_args()
+    if args.injections and args.method != "plasticity_injection":
+        parser.error("--injections is plasticity_injection's")
     if args.device == "cpu":
         torch.set_num_threads(1)
     cuda = args.device.startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     print(f"{args.method} ({config(method=args.method).params}), Adam; "
           f"device {args.device}, {torch.get_num_threads()} thread(s), batch 16, "
-          f"torch {torch.__version__}, inductor cache "
+          f"torch {torch.__version__}, "
+          + (f"{args.injections} injection(s) before the timing, " if args.injections else "")
+          + "inductor cache "
           f"{'fresh' if args.fresh_cache else os.environ.get('TORCHINDUCTOR_CACHE_DIR', 'default')}")
     print("| K | eager (member-samples/s) | compiled (member-samples/s) | compiled/eager | "
           "first compiled call (s) | max |θ_compiled − θ_eager| after one step |"
