@@ -179,17 +179,25 @@ def test_an_export_in_parts_imports_whole_from_any_of_its_files(sweeps, tmp_path
                    for r in original.runs())
 
 
-def test_a_protocol_exports_selection_is_kept_where_the_folder_has_none(tmp_path):
+def _export_a_protocol_run(src, export) -> None:
+    """A results folder ``src`` with one finished run and a protocol selection, exported to
+    ``export``."""
     from plasticlab.experiments.orchestrate import SELECTION_FILE
 
-    src, out = tmp_path / "src", tmp_path / "out"
     with ResultStore(src) as store:
         config = {"problem": "permuted_mnist", "method": "baseline", "lr": 0.001}
         rid = ResultStore.run_id(config, 0)
         store.start_run(rid, config, {"seed": 0}, code="git:abc")
         store.finish_run(rid, {"total_online_accuracy": 0.5}, {"online_accuracy": [0.4, 0.6]})
     (src / SELECTION_FILE).write_text(json.dumps({"sweep": "s", "selected": []}))
-    export_module.export_results(src, tmp_path / "e")
+    export_module.export_results(src, export)
+
+
+def test_a_protocol_exports_selection_is_kept_where_the_folder_has_none(tmp_path):
+    from plasticlab.experiments.orchestrate import SELECTION_FILE
+
+    out = tmp_path / "out"
+    _export_a_protocol_run(tmp_path / "src", tmp_path / "e")
     import_runs([tmp_path / "e"], out)
     assert json.loads((out / SELECTION_FILE).read_text()) == {"sweep": "s", "selected": []}
     (out / SELECTION_FILE).write_text(json.dumps({"sweep": "other", "selected": []}))
@@ -206,14 +214,7 @@ def test_a_sitting_killed_before_an_import_is_closed_at_its_runs_last_progress_n
     from plasticlab.experiments.orchestrate import SELECTION_FILE
     from plasticlab.experiments.study import close_killed_sittings, progress_times
 
-    src = tmp_path / "src"
-    with ResultStore(src) as store:
-        config = {"problem": "permuted_mnist", "method": "baseline", "lr": 0.001}
-        rid = ResultStore.run_id(config, 0)
-        store.start_run(rid, config, {"seed": 0}, code="git:abc")
-        store.finish_run(rid, {"total_online_accuracy": 0.5}, {"online_accuracy": [0.4, 0.6]})
-    (src / SELECTION_FILE).write_text(json.dumps({"sweep": "s", "selected": []}))
-    export_module.export_results(src, tmp_path / "e")
+    _export_a_protocol_run(tmp_path / "src", tmp_path / "e")
 
     def a_day_earlier(body):
         body["runs"][0]["manifest"].update(start_time="2026-11-29T18:30:00+00:00",
