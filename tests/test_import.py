@@ -209,8 +209,8 @@ def test_a_protocol_exports_selection_is_kept_where_the_folder_has_none(tmp_path
 
 def test_a_sitting_killed_before_an_import_is_closed_at_its_runs_last_progress_not_at_the_import(tmp_path):
     # A study's machine is lost mid-sitting; the next machine imports the committed export and
-    # reproduce closes the lost sitting at the folder's last progress: the imported selection's
-    # file is dated by its runs, so the sitting does not seem to have trained until the import.
+    # reproduce closes the lost sitting at the folder's last progress — its checkpoints and its
+    # runs' starts and ends — not at the import, which writes the selection's file.
     from plasticlab.experiments.orchestrate import SELECTION_FILE
     from plasticlab.experiments.study import close_killed_sittings, progress_times
 

@@ -24,10 +24,8 @@ conflict (:class:`ImportConflict`), and then nothing is imported.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 
 from .export import EXPORT_NAME, RUN_KEYS, compact_metrics, export_contents, part_path
@@ -198,32 +196,18 @@ def _sort(sources: Sequence[Source], store: ResultStore, out: Path) -> tuple[lis
 
 def _keep_selection(sources: Sequence[Source], out: Path) -> list[str]:
     """Write the first source's protocol selection to ``out/selection.json`` where there is
-    none (the export of a store exported from this folder keeps it), dated by its runs' last
-    recorded progress (:func:`_last_progress`); the notes to tell."""
-    source = next((s for s in sources if s.selection is not None), None)
-    if source is None:
+    none (the export of a store exported from this folder keeps it); the notes to tell."""
+    selection = next((s.selection for s in sources if s.selection is not None), None)
+    if selection is None:
         return []
     path = out / SELECTION_FILE
     if not path.is_file():
-        path.write_text(json.dumps(source.selection, indent=2))
-        # A killed sitting is closed at the folder's last progress (study.progress_times): the
-        # file must not say the sitting trained until the import.
-        if (last := _last_progress(source.runs)) is not None:
-            os.utime(path, (last, last))
+        path.write_text(json.dumps(selection, indent=2))
         return []
-    selection = source.selection
     if json.loads(path.read_text()) != selection:
         return [f"kept {path}: it differs from the imported selection (a protocol sweep selects "
                 "again from its grid's finished runs before its evaluation)"]
     return []
-
-
-def _last_progress(runs: Sequence[dict]) -> float | None:
-    """The latest start or end time the manifests of ``runs`` record, as seconds since the
-    epoch (None if none records one)."""
-    times = [datetime.fromisoformat(run["manifest"][key]).timestamp() for run in runs
-             for key in ("start_time", "end_time") if (run.get("manifest") or {}).get(key)]
-    return max(times, default=None)
 
 
 def import_runs(paths: Sequence[str | Path], out: str | Path, *, lock: bool = True) -> ImportReport:

@@ -142,16 +142,17 @@ def close_sitting(path: Path, record: dict, sitting: dict, wall_time_s: float,
 
 
 def progress_times(out: Path) -> list[float]:
-    """When a sweep in ``out`` last made progress, as seconds since the epoch: each file it
-    writes (a checkpoint at every task end, its plan and selection) and each run's start and
-    end in its results store. Not the store's own files — reading them (``plasticlab status``,
-    ``report``) changes their times too — nor the folder's lock, which the next command
-    rewrites when it takes the folder (before it closes the sittings a killed one left)."""
-    from .lock import LOCK_NAME
+    """When a sweep in ``out`` last made progress, as seconds since the epoch: each checkpoint
+    it writes (at task ends and every ``--checkpoint-every`` seconds) and each run's start and
+    end in its results store. Nothing else in the folder: the store's own files change when
+    they are read (``plasticlab status``, ``report``), the lock when the next command takes the
+    folder (before it closes the sittings a killed one left), and ``plasticlab import`` writes
+    the selection, which a sweep writes as its grid's last run ends."""
     from .store import DB_NAME, ResultStore
 
-    times = [f.stat().st_mtime for f in (out.rglob("*") if out.is_dir() else [])
-             if f.is_file() and not f.name.startswith(DB_NAME) and f.name != LOCK_NAME]
+    checkpoints = out / "checkpoints"
+    times = [f.stat().st_mtime for f in (checkpoints.iterdir() if checkpoints.is_dir() else [])
+             if f.is_file()]
     if (out / DB_NAME).is_file():
         with ResultStore(out) as store:
             times += [datetime.fromisoformat(t).timestamp() for t in store.attempt_times()]
