@@ -69,7 +69,7 @@ from .manifest import code_identity, utc_now
 from .oserrors import StorageError, storage_error
 from .pace import PACE_EVERY_S, RATE_SPAN_S, AggregatePace, RateAdmission
 from .recording import checkpoint_path, progress_bar, record_result, record_start
-from .store import ResultStore
+from .store import CHECKPOINTS, ResultStore
 
 EXECUTORS = ("inline", "local", "interleaved", "ray")
 
@@ -279,7 +279,7 @@ def _interrupt_in_flight(store: ResultStore, exc: StorageError) -> StorageError:
     # A checkpoint whose write failed is a partial temporary file (the one before it is
     # whole): removed, it gives its space back, for the store to write in.
     try:
-        for partial in (Path(store.path).parent / "checkpoints").glob("*.ckpt.tmp"):
+        for partial in (Path(store.path).parent / CHECKPOINTS).glob("*.ckpt.tmp"):
             partial.unlink(missing_ok=True)
     except OSError:
         pass  # a read-only folder has none; the store below says what it can

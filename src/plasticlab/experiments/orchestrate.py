@@ -20,7 +20,7 @@ from pathlib import Path
 from .config import RunConfig, parse_seeds, resolve_config
 from .executor import Job, run_jobs
 from .protocol import config_key, select_best
-from .store import ResultStore
+from .store import CHECKPOINTS, ResultStore
 from .sweep import Ensemble, Run, expand, group
 
 SELECTION_FILE = "selection.json"
@@ -133,7 +133,7 @@ def tidy_checkpoints(out, p: Plan) -> list[str]:
     sweep uses; returns one message per file removed."""
     from .. import checkpoint as ckpt
 
-    folder = Path(out) / "checkpoints"
+    folder = Path(out) / CHECKPOINTS
     if not folder.is_dir():
         return []
     used = {ensemble_entry(e, p.phase)["checkpoint"] for e in p.ensembles}

@@ -12,7 +12,7 @@ from ..checkpoint import CheckpointError, read_header
 from . import bench
 from .executor import default_workers
 from .orchestrate import ensemble_label, planned_ensembles, read_plan
-from .store import STATUSES
+from .store import CHECKPOINTS, STATUSES
 
 
 def hms(seconds: float) -> str:
@@ -50,7 +50,7 @@ def ensemble_progress(out: Path, runs: dict[str, dict], stored_plan: dict | None
     stored_plan = read_plan(out) if stored_plan is None else stored_plan
     entries = {e["checkpoint"]: e for e in stored_plan.get("ensembles", [])}
     lines = []
-    for path in sorted((out / "checkpoints").glob("*.ckpt")):
+    for path in sorted((out / CHECKPOINTS).glob("*.ckpt")):
         try:
             header = read_header(path)
             done = header.get("next_task")
@@ -71,7 +71,7 @@ def ensemble_progress(out: Path, runs: dict[str, dict], stored_plan: dict | None
         if note := resumed_code_note(header):
             line += f"; note: {note}"
         lines.append(line)
-    unsaved = [e for e in entries.values() if not (out / "checkpoints" / e["checkpoint"]).is_file()
+    unsaved = [e for e in entries.values() if not (out / CHECKPOINTS / e["checkpoint"]).is_file()
                and any(runs.get(r, {}).get("status") != "finished" for r in e["run_ids"])]
     # A worker marks an ensemble's runs 'running' when it takes them; the first checkpoint
     # comes only at the first task's end, so such an ensemble has started without one.

@@ -25,7 +25,7 @@ from ..problems import get_problem
 from ..run_config import Members
 from .config import RunConfig
 from .manifest import build_manifest, utc_now
-from .store import ResultStore
+from .store import CHECKPOINTS, ResultStore
 
 
 def run_record(config: RunConfig, result_member, result: EnsembleResult, run_id: str) -> dict:
@@ -218,4 +218,4 @@ def checkpoint_path(out: str | Path, members: Members, kind: str = "run") -> Pat
     """Where the checkpoint of the ensemble ``members`` (config, seeds and each member's
     parameters, step size and method) lives in ``out``: ``checkpoints/<kind>-<fingerprint>.ckpt``
     (``run`` for ``plasticlab run``, ``ensemble`` for a sweep's ensembles)."""
-    return Path(out) / "checkpoints" / f"{kind}-{members.fingerprint()}.ckpt"
+    return Path(out) / CHECKPOINTS / f"{kind}-{members.fingerprint()}.ckpt"

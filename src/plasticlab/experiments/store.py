@@ -59,6 +59,8 @@ __all__ = ["DB_NAME", "SCHEMA_VERSION", "ResultStore", "SchemaVersionError", "St
 
 #: File name of the database inside an output directory.
 DB_NAME = "results.sqlite"
+CHECKPOINTS = "checkpoints"
+"""The results folder's subfolder for the checkpoints of the runs and ensembles in flight."""
 
 
 class StoreError(ValueError):

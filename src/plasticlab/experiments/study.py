@@ -148,9 +148,9 @@ def progress_times(out: Path) -> list[float]:
     they are read (``plasticlab status``, ``report``), the lock when the next command takes the
     folder (before it closes the sittings a killed one left), and ``plasticlab import`` writes
     the selection, which a sweep writes as its grid's last run ends."""
-    from .store import DB_NAME, ResultStore
+    from .store import CHECKPOINTS, DB_NAME, ResultStore
 
-    checkpoints = out / "checkpoints"
+    checkpoints = out / CHECKPOINTS
     times = [f.stat().st_mtime for f in (checkpoints.iterdir() if checkpoints.is_dir() else [])
              if f.is_file()]
     if (out / DB_NAME).is_file():
