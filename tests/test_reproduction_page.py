@@ -363,8 +363,10 @@ SITTINGS_ACCOUNT = re.compile(r"\w+ of the pages' studies \((.*?); ([\d,]+) runs
 
 
 def test_the_page_names_the_studies_whose_runs_were_recorded_before_runs_listed_their_sittings():
-    """The page says which studies' manifests cannot tell which code trained each sitting; a
-    study run since lists them, so that account goes stale with every study landed."""
+    """The page says which studies' manifests cannot tell which code trained each sitting (a
+    study with some runs trained again since, as `best-permuted_mnist-sgd`'s L2 Init, is one of
+    them), and counts the runs on either side; a study run since lists them, so that account
+    goes stale with every study landed."""
     from fnmatch import fnmatch
 
     from plasticlab.experiments.export import read_export
@@ -372,11 +374,11 @@ def test_the_page_names_the_studies_whose_runs_were_recorded_before_runs_listed_
     without, count = set(), {False: 0, True: 0}
     for study in STUDIES:
         runs, _, _ = read_export(PAGE / study / "results.json.gz")
-        listed = [bool(run["manifest"].get("sittings")) for run in runs]
-        assert len(set(listed)) == 1, f"{study}: some runs list their sittings, some do not"
-        count[listed[0]] += len(runs)
-        if not listed[0]:
-            without.add(study)
+        for run in runs:
+            listed = bool(run["manifest"].get("sittings"))
+            count[listed] += 1
+            if not listed:
+                without.add(study)
     match = SITTINGS_ACCOUNT.search(PROVENANCE.read_text())
     assert match, "provenance.md's paragraph on runs recorded before sittings is gone or reworded"
     named = re.findall(r"`([^`]+)`", match.group(1))
