@@ -1,16 +1,28 @@
 """``plasticlab verify``: recorded runs trained again give their recorded online accuracies, bit
-for bit, or are named with the task where they part."""
+for bit, and their task-end measurements, or are named with the task and the metric where they
+part."""
 
 from __future__ import annotations
 
+import gzip
+import json
+import math
+import re
 from pathlib import Path
 
 import pytest
 
 from conftest import change_recorded_accuracy
 from plasticlab.cli import main
-from plasticlab.experiments.export import export_results
-from plasticlab.experiments.verify import alone_is_exact, choose, ensembles, recorded_runs, verify_ensemble
+from plasticlab.experiments.export import EXPORT_NAME, export_results
+from plasticlab.experiments.verify import (
+    alone_is_exact,
+    choose,
+    ensembles,
+    recorded_metrics,
+    same_measurement,
+    verify_ensemble,
+)
 
 SWEEP = """
 name = "tiny"
@@ -47,7 +59,12 @@ def test_verify_trains_each_kind_of_ensemble_again_and_finds_its_recorded_accura
         assert "2 ensemble(s) of 6 finished runs trained again for 2 task(s)" in out
         assert "same       l2_init+l2, adam, K=4: 4 run(s), 2 task(s)" in out
         assert "same       shrink_perturb, adam, K=2: 2 run(s), 2 task(s)" in out
-        assert out.rstrip().endswith("every run checked gives its recorded online accuracy, bit for bit")
+        # the export keeps 7 measurements a report draws; the store, those and more
+        assert re.search(r"same       l2_init\+l2, adam, K=4: 4 run\(s\), 2 task\(s\), (7|1\d) "
+                         r"measurement", out)
+        assert re.search(r"every run checked gives its recorded online accuracy, bit for bit, and its "
+                         r"task-end measurements \(dead_fraction, .*grad_norm, .*weight_magnitude.*\) to 7 "
+                         r"significant digits\n$", out)
 
 
 def test_a_recorded_accuracy_this_code_does_not_give_is_named_with_its_task(swept, data_dir, tmp_path,
@@ -58,11 +75,57 @@ def test_a_recorded_accuracy_this_code_does_not_give_is_named_with_its_task(swep
     assert main(["verify", str(tmp_path / "export"), "--tasks", "2", "--data-dir", str(data_dir)]) == 1
     out = capsys.readouterr().out
     assert "DIFFERENT  shrink_perturb, adam, K=2: 1 of 2 run(s)" in out
-    assert (f"run {run['run_id']} (shrink_perturb, seed {run['seed']}): task 1 recorded {now + 0.5!r}, "
-            f"now {now!r}") in out
+    assert (f"run {run['run_id']} (shrink_perturb, seed {run['seed']}): task 1, online accuracy: "
+            f"recorded {now + 0.5!r}, now {now!r}") in out
     assert "1 run(s) differ" in out
     # a check of the first task alone does not reach the change
     assert main(["verify", str(tmp_path / "export"), "--tasks", "1", "--data-dir", str(data_dir)]) == 0
+
+
+def change_recorded_measurement(export: Path, method: str, metric: str, task: int) -> tuple[dict, float]:
+    """Move the task-end measurement ``metric`` on ``task`` of the first run of ``method`` in the
+    export folder ``export`` by a few units of its 7th significant digit — as a change to
+    training that moves the weights by a rounding step would, leaving the online accuracy as it
+    was: the run, and the value it had."""
+    path = export / EXPORT_NAME
+    body = json.loads(gzip.decompress(path.read_bytes()))
+    run = next(r for r in body["runs"] if r["config"]["method"] == method)
+    values = body["task_metrics"][run["run_id"]][metric]
+    was = values[task]
+    values[task] = float(format(was * (1 + 5e-6), ".7g"))
+    assert values[task] != was
+    path.write_bytes(gzip.compress(json.dumps(body).encode()))
+    return run, was
+
+
+def test_a_task_end_measurement_this_code_does_not_give_is_named_with_its_task_and_metric(
+        swept, data_dir, tmp_path, capsys):
+    export_results(swept, tmp_path / "export")
+    run, was = change_recorded_measurement(tmp_path / "export", "shrink_perturb", "grad_norm", task=0)
+    capsys.readouterr()
+    assert main(["verify", str(tmp_path / "export"), "--tasks", "1", "--data-dir", str(data_dir)]) == 1
+    out = capsys.readouterr().out
+    assert "DIFFERENT  shrink_perturb, adam, K=2: 1 of 2 run(s)" in out
+    assert f"run {run['run_id']} (shrink_perturb, seed {run['seed']}): task 0, grad norm: recorded " in out
+    assert f"now {was!r}" in out  # this code's value, as the export keeps it
+    # the online accuracy alone does not see it
+    assert main(["verify", str(tmp_path / "export"), "--tasks", "1", "--online-only", "--data-dir",
+                 str(data_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "measurement(s)" not in out
+    assert out.rstrip().endswith("every run checked gives its recorded online accuracy, bit for bit")
+
+
+def test_measurements_are_the_same_to_the_exports_digits_and_accuracies_to_the_bit():
+    assert same_measurement("grad_norm", 4.202524, 4.2025244)
+    assert not same_measurement("grad_norm", 4.202524, 4.202525178622813)
+    assert not same_measurement("online_accuracy", 0.7774, 0.7774000000000001)
+    assert same_measurement("srank", [90, 87], [90, 87])
+    assert not same_measurement("srank", [90, 87], [90, 88])
+    assert not same_measurement("effective_rank", [25.5139], [25.5139, 17.83703])
+    assert same_measurement("weight_magnitude", None, math.nan)  # diverged: None in JSON, NaN now
+    assert not same_measurement("weight_magnitude", None, 0.02)
+    assert same_measurement("accuracy_matrix", [0.5, None], [0.5, math.nan])
 
 
 @pytest.mark.parametrize("members", [1, 3])
@@ -111,7 +174,7 @@ def test_verify_needs_recorded_runs_and_a_task(tmp_path, capsys):
 
 
 # The committed studies on Permuted MNIST (625 steps a task) that train L2 Init: the ensemble
-# holding it, its first task. A study run before a change to the code that alters numbers fails
+# holding it, its first tasks. A study run before a change to the code that alters numbers fails
 # here until it is run again (`plasticlab verify docs/reproduction/STUDY` names its runs).
 PERMUTED_MNIST_STUDIES = ["ablation", "best-permuted_mnist-adam", "best-permuted_mnist-sgd", "depth",
                           "field-permuted_mnist", "forgetting", "init", "lambda-sensitivity", "width"]
@@ -119,6 +182,10 @@ PERMUTED_MNIST_STUDIES = ["ablation", "best-permuted_mnist-adam", "best-permuted
 # trained on their own (`verify --members`: where member k is seed k alone, bit for bit): the
 # whole ensemble, up to 16 members, took up to ~15 s of a core (width's, 4× as wide).
 CHECKED_ALONE = 4
+# Their first two tasks with the task-end measurements, as `verify` checks by default: the
+# first task's online accuracy alone let `best-permuted_mnist-sgd`'s L2 Init, trained before a
+# change to its gradient's arithmetic (820d403), pass (provenance.md).
+TASKS_CHECKED = 2
 
 
 def l2_init_runs_to_check(ensemble: list[dict]) -> list[dict]:
@@ -132,13 +199,13 @@ def l2_init_runs_to_check(ensemble: list[dict]) -> list[dict]:
 
 
 @pytest.mark.parametrize("study", PERMUTED_MNIST_STUDIES)
-def test_the_committed_l2_init_runs_of_a_permuted_mnist_study_train_to_the_same_first_task(study, data_dir):
-    runs, accuracy = recorded_runs(PAGE / study)
+def test_the_committed_l2_init_runs_of_a_permuted_mnist_study_train_to_the_same_first_tasks(study, data_dir):
+    runs, recorded = recorded_metrics(PAGE / study)
     groups = [g for g in choose(ensembles(runs)) if "l2_init" in {r["config"]["method"] for r in g}]
     assert groups and all(r["config"]["problem"] == "permuted_mnist" for r in runs), study
     checked = l2_init_runs_to_check(groups[0])
     rest = [r for r in groups[0] if r not in checked]
-    check = verify_ensemble(checked + rest, accuracy, 1, data_dir=data_dir, limit=len(checked))
+    check = verify_ensemble(checked + rest, recorded, TASKS_CHECKED, data_dir=data_dir, limit=len(checked))
     # where a run alone is not exact, verify trains (and compares) the whole ensemble
     assert check.compared == check.trained == (len(checked) if alone_is_exact(checked) else len(groups[0]))
     assert check.same, (f"{study}: {check.mismatches}; this code does not give the committed numbers: "
@@ -148,11 +215,6 @@ def test_the_committed_l2_init_runs_of_a_permuted_mnist_study_train_to_the_same_
 def test_a_regressions_runs_are_verified_on_their_online_squared_error(data_dir, tmp_path, capsys):
     """The slowly-changing regression records no online accuracy: verify trains it again and
     compares its online squared error, task by task, and finds a changed one."""
-    import gzip
-    import json
-
-    from plasticlab.experiments.export import EXPORT_NAME
-
     out = tmp_path / "out"
     assert main(["sweep", "--preset", "field-slowly_changing_regression", "--tasks", "2", "--scale", "0.01",
                  "--only", "method=baseline,l2_init", "--only", "seed=0", "--out", str(out),
@@ -160,7 +222,7 @@ def test_a_regressions_runs_are_verified_on_their_online_squared_error(data_dir,
     capsys.readouterr()
     assert main(["verify", str(out), "--tasks", "2"]) == 0
     said = capsys.readouterr().out
-    assert said.rstrip().endswith("every run checked gives its recorded online squared error, bit for bit")
+    assert "every run checked gives its recorded online squared error, bit for bit, and its task-end" in said
     export_results(out, tmp_path / "export")
     path = tmp_path / "export" / EXPORT_NAME
     body = json.loads(gzip.decompress(path.read_bytes()))
@@ -168,4 +230,5 @@ def test_a_regressions_runs_are_verified_on_their_online_squared_error(data_dir,
     body["task_metrics"][run["run_id"]]["online_squared_error"][1] *= 1.5
     path.write_bytes(gzip.compress(json.dumps(body).encode()))
     assert main(["verify", str(tmp_path / "export"), "--tasks", "2"]) == 1
-    assert f"run {run['run_id']} (baseline, seed 0): task 1 recorded" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert f"run {run['run_id']} (baseline, seed 0): task 1, online squared error: recorded" in said

@@ -11,40 +11,47 @@ import math
 def cmd_verify(args: argparse.Namespace) -> int:
     """``plasticlab verify``: train the recorded ensembles of a results directory or export
     again for their first tasks (:mod:`plasticlab.experiments.verify`) and say, run by run,
-    whether this code gives the recorded online accuracies; 1 when any differs."""
+    whether this code gives the recorded online accuracies and task-end measurements; 1 when
+    any differs."""
     import torch
 
-    from ..experiments.verify import choose, ensembles, recorded_runs, verify_ensemble
+    from ..experiments.export import MEASUREMENT_DIGITS
+    from ..experiments.verify import choose, ensembles, recorded_metrics, verify_ensemble
 
     if args.tasks < 1:
         raise ValueError(f"--tasks must be >= 1, got {args.tasks}")
     if args.members is not None and args.members < 1:
         raise ValueError(f"--members must be >= 1, got {args.members}")
-    runs, accuracy = recorded_runs(args.dir)
+    runs, recorded = recorded_metrics(args.dir)
     if not runs:
         raise ValueError(f"{args.dir} holds no finished run to verify")
     chosen = choose(ensembles(runs), every=args.all)
     print(f"verify {args.dir}: {len(chosen)} ensemble(s) of {len(runs)} finished runs trained again "
           f"for {args.tasks} task(s) each (device {args.device}, torch {torch.__version__})")
-    differ = 0
+    differ, measured = 0, set()
     for members in chosen:
-        check = verify_ensemble(members, accuracy, args.tasks, data_dir=args.data_dir, device=args.device,
-                                limit=args.members)
+        check = verify_ensemble(members, recorded, args.tasks, data_dir=args.data_dir, device=args.device,
+                                limit=args.members, measure=not args.online_only)
+        measured.update(check.measurements)
         trained = f" ({check.trained} member(s) trained again)" if args.members else ""
+        compared = f", {len(check.measurements)} measurement(s)" if check.measurements else ""
         if check.same:
-            print(f"  same       {check.label}: {check.compared} run(s), {check.tasks} task(s), "
+            print(f"  same       {check.label}: {check.compared} run(s), {check.tasks} task(s){compared}, "
                   f"recorded by {check.code} on {check.device}{trained}")
             continue
         differ += len(check.mismatches)
         print(f"  DIFFERENT  {check.label}: {len(check.mismatches)} of {check.compared} run(s), "
               f"recorded by {check.code} on {check.device}{trained}")
         for m in check.mismatches:
-            print(f"    run {m.run_id} ({m.method}, seed {m.seed}): task {m.task} recorded {m.recorded!r}, "
-                  f"now {m.now!r}")
+            metric = m.metric.replace("_", " ")
+            print(f"    run {m.run_id} ({m.method}, seed {m.seed}): task {m.task}, {metric}: "
+                  f"recorded {m.recorded!r}, now {m.now!r}")
+    also = (f", and its task-end measurements ({', '.join(sorted(measured))}) to "
+            f"{MEASUREMENT_DIGITS} significant digits") if measured else ""
     return _conclude(differ, f"{differ} run(s) differ: this code does not give their recorded numbers (a "
                              "run recorded by other code, another device or more threads may; "
                              "docs/member-independence.md)",
-                     f"every run checked gives its recorded {_measured(runs)}, bit for bit")
+                     f"every run checked gives its recorded {_measured(runs)}, bit for bit{also}")
 
 
 def _measured(runs) -> str:
@@ -142,9 +149,14 @@ def _statistical_verdicts(groups: dict[str, list]) -> int:
 def register(sub) -> None:
     """Add ``verify`` and ``compare`` to the ``plasticlab`` parser."""
     ve = sub.add_parser("verify", help="train recorded runs again for their first tasks and check "
-                                       "that this code gives their online accuracies, bit for bit")
+                                       "that this code gives their online accuracies, bit for bit, "
+                                       "and their task-end measurements")
     ve.add_argument("dir", help="a results directory or a study's folder under docs/reproduction")
-    ve.add_argument("--tasks", type=int, default=1, help="tasks to train and compare (default 1)")
+    ve.add_argument("--tasks", type=int, default=2, help="tasks to train and compare (default 2)")
+    ve.add_argument("--online-only", dest="online_only", action="store_true",
+                    help="compare the online accuracy only, trained without the task-end "
+                         "measurements (quicker; a change that moves the weights by a rounding step "
+                         "can leave it the same for several tasks)")
     ve.add_argument("--all", action="store_true",
                     help="every ensemble (default: the first of each method and optimizer)")
     ve.add_argument("--members", type=int,

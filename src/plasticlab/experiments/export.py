@@ -54,13 +54,13 @@ REPORTED_MEASUREMENTS = ("weight_magnitude", "srank", "effective_rank", "dead_fr
 which labels each): the export keeps these, and :data:`EXACT_METRICS`."""
 
 
-def _rounded(value, digits: int):
+def rounded(value, digits: int):
     """``value`` (a number or nested lists of them) with every float to ``digits`` significant
     digits (NaN and infinities as they are)."""
     if isinstance(value, float):
         return float(format(value, f".{digits}g"))
     if isinstance(value, list):
-        return [_rounded(v, digits) for v in value]
+        return [rounded(v, digits) for v in value]
     return value
 
 
@@ -76,7 +76,7 @@ def compact_metrics(metrics: dict[str, list]) -> dict[str, list]:
     """A run's per-task metrics as the export keeps them: those a report reads
     (:func:`reported_metric`), :data:`EXACT_METRICS` exactly, the rest to
     :data:`MEASUREMENT_DIGITS` significant digits."""
-    return {name: values if name in EXACT_METRICS else _rounded(values, MEASUREMENT_DIGITS)
+    return {name: values if name in EXACT_METRICS else rounded(values, MEASUREMENT_DIGITS)
             for name, values in metrics.items() if reported_metric(name)}
 
 

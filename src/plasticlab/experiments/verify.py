@@ -4,10 +4,17 @@ A committed result stays true only while the code still makes it. For each chose
 a results directory or an export, :func:`verify_ensemble` trains the same members again — the
 config, and each member's seed, method parameters, step size and method, as the run manifest's
 ``ensemble`` record gives them — for the first T tasks, with the recorded torch threads,
-backward pass and step (eager or compiled), without the task-end measurements (which never
-change training). It then compares every member's online accuracy aₜ on those tasks with the
-recorded value, bit for bit: on the CPU, with one thread, an ensemble trained again gives
-exactly the numbers it gave (docs/member-independence.md says where that holds and where not).
+backward pass, step (eager or compiled) and measurements. It then compares, task by task, every
+member's online accuracy aₜ with the recorded value, bit for bit, and every task-end
+measurement the run recorded (weight magnitude, srank, effective rank, gradient norm, …) to the
+export's :data:`~plasticlab.experiments.export.MEASUREMENT_DIGITS` significant digits: on the
+CPU, with one thread, an ensemble trained again gives exactly the numbers it gave
+(docs/member-independence.md says where that holds and where not).
+
+Why the measurements too: a change to training's arithmetic can move the weights by a rounding
+step while the test predictions, and so aₜ, stay the same for several tasks (``820d403``'s L2
+Init gradient, docs/reproduction/provenance.md); the gradient norm and the ranks, read off the
+weights themselves, part at the first or second task end.
 
 With ``members=N`` only the first N recorded runs of an ensemble are trained again, as an
 ensemble of their own, where member k of an ensemble is seed k alone to the bit
@@ -23,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..run_config import Members
-from .export import read_results
+from .export import EXACT_METRICS, MEASUREMENT_DIGITS, read_results, rounded
 from .manifest import trained_by_text
-from .protocol import ONLINE_ACCURACY, ONLINE_SQUARED_ERROR, recorded_measure
+from .protocol import ONLINE_ACCURACY, recorded_measure
 
 
 @dataclass
@@ -38,6 +45,7 @@ class Mismatch:
     task: int
     recorded: float
     now: float
+    metric: str = "online_accuracy"  # the first that parts on ``task``
 
 
 @dataclass
@@ -51,6 +59,7 @@ class Check:
     tasks: int
     trained: int  # members trained again: the whole ensemble, or the runs checked alone
     mismatches: list[Mismatch] = field(default_factory=list)
+    measurements: list[str] = field(default_factory=list)  # the task-end measurements compared
 
     @property
     def compared(self) -> int:
@@ -63,13 +72,21 @@ class Check:
         return not self.mismatches
 
 
-def recorded_runs(directory: str | Path) -> tuple[list[dict], dict[str, list[float]]]:
+def recorded_metrics(directory: str | Path) -> tuple[list[dict], dict[str, dict[str, list]]]:
     """The finished runs of a results directory (its store, or else its export:
-    :func:`~plasticlab.experiments.export.read_results`) and each one's recorded online accuracy
-    per task, by run id — a regression's online squared error (:func:`online_metric`)."""
+    :func:`~plasticlab.experiments.export.read_results`) and every per-task metric each one
+    recorded, by run id (metric name → values)."""
     rows, metrics, _ = read_results(directory)
     runs = [r for r in rows if r["status"] == "finished"]
-    return runs, {r["run_id"]: metrics.get(r["run_id"], {}).get(online_metric(r), []) for r in runs}
+    return runs, {r["run_id"]: metrics.get(r["run_id"], {}) for r in runs}
+
+
+def recorded_runs(directory: str | Path) -> tuple[list[dict], dict[str, list[float]]]:
+    """The finished runs of a results directory (:func:`recorded_metrics`) and each one's
+    recorded online accuracy per task, by run id — a regression's online squared error
+    (:func:`online_metric`)."""
+    runs, metrics = recorded_metrics(directory)
+    return runs, {r["run_id"]: metrics[r["run_id"]].get(online_metric(r), []) for r in runs}
 
 
 def online_metric(run: dict) -> str:
@@ -133,18 +150,47 @@ def alone_is_exact(members: Sequence[dict], device: str = "cpu") -> bool:
                for run in members)
 
 
-def verify_ensemble(members: Sequence[dict], accuracy: dict[str, list[float]], tasks: int,
-                    data_dir=None, device: str = "cpu", limit: int | None = None) -> Check:
+def measurement_options(manifest: dict, measure: bool = True) -> dict:
+    """The :func:`~plasticlab.engine.train_ensemble` options that measure as a run with this
+    ``manifest`` was measured (its ``measurements`` record); none with ``measure`` False, or
+    for a run recorded before manifests said."""
+    settings = manifest.get("measurements") or {}
+    if not (measure and settings.get("task_end")):
+        return {"measure": False}
+    return {"measure": True, "measure_every": settings.get("every"),
+            "forgetting": bool(settings.get("forgetting")), "measure_samples": settings.get("samples"),
+            "measurements": tuple(settings.get("optional") or ())}
+
+
+def task_measurements(recorded: dict[str, list], now: dict[str, list], online: str) -> list[str]:
+    """The task-end measurements (not ``online``, not the every-N-steps ``steps.*``) that both
+    a run's ``recorded`` metrics and ``now``'s hold, in name order."""
+    from .recording import STEP_PREFIX
+
+    return sorted(name for name in recorded.keys() & now.keys()
+                  if name != online and not name.startswith(STEP_PREFIX))
+
+
+def verify_ensemble(members: Sequence[dict], recorded: dict[str, dict[str, list]], tasks: int,
+                    data_dir=None, device: str = "cpu", limit: int | None = None,
+                    measure: bool = True) -> Check:
     """Train the ensemble that trained ``members`` (recorded runs, each with its manifest) again
-    for its first ``tasks`` tasks and compare each recorded member's online accuracy there (a
-    regression's online squared error: :func:`online_metric`); with
-    ``limit``, only the first ``limit`` of ``members``, on their own, where that is exact
-    (:func:`alone_is_exact`)."""
+    for its first ``tasks`` tasks and compare, task by task, each recorded member's online
+    accuracy (a regression's online squared error: :func:`online_metric`) bit for bit and, with
+    ``measure``, every task-end measurement it recorded (``recorded``: run id → metric name →
+    values, :func:`recorded_metrics`) to :data:`MEASUREMENT_DIGITS` significant digits
+    (:func:`same_measurement`) — but for a run measured on the next task's inputs
+    (``internals_on="next"``), not on the last task trained here; with ``limit``, only the
+    first ``limit`` of ``members``, on their own, where that is exact (:func:`alone_is_exact`)."""
+    import json
+
     from ..engine import train_ensemble
     from .config import resolve_config
+    from .recording import member_task_metrics
+    from .runner import strict_json
 
     first = members[0]
-    regression = online_metric(first) == ONLINE_SQUARED_ERROR.metric
+    online = online_metric(first)
     record = _ensemble_record(first)
     manifest = first["manifest"]
     kept = list(range(len(record["run_ids"])))  # the recorded members trained again
@@ -157,24 +203,64 @@ def verify_ensemble(members: Sequence[dict], accuracy: dict[str, list[float]], t
     result = train_ensemble(Members.from_record(config, record, kept), data_dir=data_dir, device=device,
                             threads=manifest.get("threads") or 1,
                             backprop=manifest.get("backprop") or "auto",
-                            compile=manifest.get("step") == "compiled", measure=False)
+                            compile=manifest.get("step") == "compiled",
+                            **measurement_options(manifest, measure))
     # the code of the sittings that trained the tasks compared (a run resumed across versions)
     check = Check([m["run_id"] for m in members], describe(members), trained_by_text(first, tasks),
                   manifest.get("device", "cpu"), tasks, trained=len(kept))
+    compared: set[str] = set()
+    # measured on the next task's test inputs (internals_on "next"), the last task trained here
+    # is measured on its own, as a run's last task is: not what the longer run recorded there
+    truncated = tasks < first["config"]["tasks"]
+    measured_tasks = tasks - 1 if config.internals_on == "next" and truncated else tasks
     for run in members:
+        # as the store keeps them, and a JSON round trip gives them back (NaN as None)
         trained = result.members[position[run["run_id"]]]
-        now = trained.task_online_squared_error if regression else trained.task_online_accuracy
-        for task, recorded in enumerate(accuracy[run["run_id"]][:tasks]):
-            if not same_accuracy(recorded, now[task]):
-                check.mismatches.append(Mismatch(run["run_id"], run["config"]["method"], run["seed"],
-                                                 task, recorded, now[task]))
-                break
+        now = json.loads(json.dumps(strict_json(member_task_metrics(trained))))
+        was = recorded[run["run_id"]]
+        names = [online] + (task_measurements(was, now, online) if measure else [])
+        compared.update(names[1:])
+        parted = first_parting(was, now, names, min(tasks, len(was.get(online, []))), measured_tasks)
+        if parted is not None:
+            task, name = parted
+            given = now[name][task]  # a measurement as an export keeps it
+            given = given if name in EXACT_METRICS else rounded(given, MEASUREMENT_DIGITS)
+            check.mismatches.append(Mismatch(run["run_id"], run["config"]["method"], run["seed"],
+                                             task, was[name][task], given, metric=name))
+    check.measurements = sorted(compared)
     return check
+
+
+def first_parting(recorded: dict[str, list], now: dict[str, list], names: Sequence[str], tasks: int,
+                  measured_tasks: int) -> tuple[int, str] | None:
+    """The first task, and on it the first of ``names`` (the online metric first), where a run's
+    ``recorded`` metrics and ``now``'s part (:func:`same_measurement`), over its first ``tasks``
+    tasks — the measurements over the first ``measured_tasks`` only; None where none does."""
+    for task in range(tasks):
+        for name in names if task < measured_tasks else names[:1]:
+            values = recorded[name]
+            if task < len(values) and not same_measurement(name, values[task], now[name][task]):
+                return task, name
+    return None
 
 
 def _diverged(value) -> bool:
     """A diverged task's accuracy: NaN, or None where JSON stored the NaN."""
     return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def same_measurement(name: str, recorded, now) -> bool:
+    """A per-task metric ``name`` as recorded and as given now: the exact ones
+    (:data:`~plasticlab.experiments.export.EXACT_METRICS`) bit for bit, the others to
+    :data:`MEASUREMENT_DIGITS` significant digits, as an export keeps them; lists (an srank per
+    layer, an accuracy-matrix row) element by element; a diverged value matching a diverged one
+    (:func:`same_accuracy`)."""
+    if isinstance(recorded, list) or isinstance(now, list):
+        return (isinstance(recorded, list) and isinstance(now, list) and len(recorded) == len(now)
+                and all(same_measurement(name, a, b) for a, b in zip(recorded, now, strict=True)))
+    if name in EXACT_METRICS or _diverged(recorded) or _diverged(now):
+        return same_accuracy(recorded, now)
+    return rounded(float(recorded), MEASUREMENT_DIGITS) == rounded(float(now), MEASUREMENT_DIGITS)
 
 
 def same_accuracy(a, b) -> bool:
