@@ -98,12 +98,14 @@ def test_a_committed_export_is_what_plasticlab_export_writes_today(study, tmp_pa
     reads, to the export's precision, and past PART_BYTES parts of whole runs, so no committed
     file nears the repository's 2 MB limit on one. The gzip bytes, and so where the parts
     split, may differ with the zlib that wrote them; the runs, metrics and selection may not."""
-    from plasticlab.experiments.export import PART_BYTES, export_files, exported, read_export
+    from plasticlab.experiments.export import PART_BYTES, export_files, exported_from, read_export
 
-    # what `plasticlab export` would write, read back (a JSON round trip; the gzip and the parts,
-    # test_export's, are left out: compressing the large exports again was most of this test)
-    today = json.loads(json.dumps(exported(PAGE / study)))
-    assert list(read_export(PAGE / study / "results.json.gz")) == today, (
+    # what `plasticlab export` would write of the committed export, read back (a JSON round
+    # trip; the gzip and the parts, test_export's, are left out: compressing the large exports
+    # again was most of this test; and the export is read once, as `exported` reads it)
+    committed = read_export(PAGE / study / "results.json.gz")
+    today = json.loads(json.dumps(exported_from(committed, PAGE / study)))
+    assert list(committed) == today, (
         f"docs/reproduction/{study}: its export is not what this plasticlab writes; write it "
         f"again with `plasticlab export docs/reproduction/{study} --to docs/reproduction/{study}`")
     assert all(path.stat().st_size <= PART_BYTES for path in export_files(PAGE / study))
@@ -460,6 +462,15 @@ def claims_every_study(tmp_path_factory) -> str:
     return _claims_markdown(tmp_path_factory.mktemp("claims"), "--every-study")
 
 
+@pytest.fixture(scope="module")
+def judged_every_study():
+    """``judge_folders([PAGE], every_study=True)``: every study's verdicts, judged once for the
+    tests that read them."""
+    from plasticlab.report.claims import judge_folders
+
+    return judge_folders([PAGE], every_study=True)
+
+
 def _claims_markdown(folder: Path, *options: str) -> str:
     import contextlib
     import io
@@ -477,11 +488,11 @@ def _claims_markdown(folder: Path, *options: str) -> str:
     return out.read_text()
 
 
-def test_claims_md_is_what_plasticlab_claims_writes(claims_every_study):
+def test_claims_md_is_what_plasticlab_claims_writes(claims_every_study, judged_every_study):
     assert (PAGE / "claims.md").read_text() == claims_every_study, (
         "docs/reproduction/claims.md is not what `plasticlab claims docs/reproduction --every-study "
         "--markdown …` writes now: run `python docs/reproduction/generate.py`")
-    assert generate.claims_markdown() == claims_every_study
+    assert generate.claims_markdown(judged=judged_every_study) == claims_every_study
 
 
 def test_the_readme_matrix_is_what_plasticlab_claims_prints(tmp_path):
@@ -575,12 +586,12 @@ def test_the_verdict_word_check_sees_what_it_should():
     assert len(hand_written_verdict_words(md)) == 4
 
 
-def test_every_verdict_change_is_what_plasticlab_claims_gives(claims_every_study):
+def test_every_verdict_change_is_what_plasticlab_claims_gives(judged_every_study):
     """verdicts-changed.md lists parts whose verdict differs from the old hand-written page's:
     each one's new verdict and figures must be the command's for that claim, part and study."""
-    from plasticlab.report.claims import _study_key, judge_folders
+    from plasticlab.report.claims import _study_key
 
-    verdicts, _ = judge_folders([PAGE], every_study=True)
+    verdicts, _ = judged_every_study
     rows = {(v.claim.key, r.part, _study_key(r)): r for v in verdicts for r in v.rows}
     text = CHANGED.read_text(encoding="utf-8")
     entries = re.findall(r"(?m)^## (\S+) · .*\n\n- \*\*study\*\*: `([^`]+)` · (.+)\n- \*\*part\*\*: (.+)\n"

@@ -46,13 +46,14 @@ def pages() -> list[Path]:
                   and p != CLAIMS_MD)
 
 
-def claims_markdown(every_study: bool = True) -> str:
+def claims_markdown(every_study: bool = True, judged=None) -> str:
     """What ``plasticlab claims docs/reproduction [--every-study] --markdown FILE`` writes, run
-    from the repository root (its notes name the folders as that command does)."""
+    from the repository root (its notes name the folders as that command does); ``judged``:
+    what ``judge_folders([PAGE], every_study=every_study)`` gives, where it is at hand."""
     from plasticlab.report.claims import judge_folders
     from plasticlab.report.field_verdicts import claims_and_field_markdown, find_field_studies
 
-    verdicts, notes = judge_folders([PAGE], every_study=every_study)
+    verdicts, notes = judged or judge_folders([PAGE], every_study=every_study)
     field = find_field_studies([PAGE])
     text = claims_and_field_markdown(verdicts, notes, field)
     return text.replace(f"{REPO}/", "")

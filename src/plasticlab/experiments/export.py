@@ -120,12 +120,20 @@ def exported(directory: str | Path, run_ids: Collection[str] | None = None, all_
     if all_metrics and not (directory / DB_NAME).is_file():
         raise ValueError(f"{directory} holds no results store ({DB_NAME}): an export with every "
                          "metric is made from the store that holds them")
-    rows, metrics, selection = read_results(directory, run_ids)
+    return exported_from(read_results(directory, run_ids), directory, run_ids, all_metrics)
+
+
+def exported_from(results: tuple[list[dict], dict[str, dict], dict | None], directory: str | Path,
+                  run_ids: Collection[str] | None = None, all_metrics: bool = False
+                  ) -> tuple[list[dict], dict[str, dict], dict | None]:
+    """:func:`exported` of ``results``, what :func:`read_results` read from ``directory`` (runs,
+    metrics, selection), which it leaves as they were (the exact metrics' lists are shared)."""
+    rows, metrics, selection = results
     runs = [{k: r[k] for k in RUN_KEYS} for r in rows
             if r["status"] == "finished" and (run_ids is None or r["run_id"] in run_ids)]
     keep = (lambda m: m) if all_metrics else compact_metrics
     metrics = {r["run_id"]: keep(metrics[r["run_id"]]) for r in runs}
-    selection_path = directory / SELECTION_FILE
+    selection_path = Path(directory) / SELECTION_FILE
     if selection is None and selection_path.is_file():  # a store keeps its selection beside it
         selection = json.loads(selection_path.read_text())
     return runs, metrics, selection
