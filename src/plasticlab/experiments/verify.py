@@ -37,7 +37,8 @@ from .protocol import ONLINE_ACCURACY, recorded_measure
 
 @dataclass
 class Mismatch:
-    """A recorded run whose online accuracy on a task is not what this code gives."""
+    """A recorded run whose online accuracy, or a task-end measurement, on a task is not what
+    this code gives: the first that parts."""
 
     run_id: str
     method: str
