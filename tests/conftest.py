@@ -85,6 +85,24 @@ def change_recorded_accuracy(export: Path, method: str, task: int, by: float,
     return runs[0], was
 
 
+def change_recorded_measurement(export: Path, method: str, metric: str, task: int) -> tuple[dict, float]:
+    """Move the task-end measurement ``metric`` on ``task`` of the first run of ``method`` in the
+    export folder ``export`` by a few units of its 7th significant digit — as a change to
+    training that moves the weights by a rounding step would, leaving the online accuracy as it
+    was: the run, and the value it had."""
+    from plasticlab.experiments.export import EXPORT_NAME
+
+    path = export / EXPORT_NAME
+    body = json.loads(gzip.decompress(path.read_bytes()))
+    run = next(r for r in body["runs"] if r["config"]["method"] == method)
+    values = body["task_metrics"][run["run_id"]][metric]
+    was = values[task]
+    values[task] = float(format(was * (1 + 5e-6), ".7g"))
+    assert values[task] != was
+    path.write_bytes(gzip.compress(json.dumps(body).encode()))
+    return run, was
+
+
 HOST_SYNC_METHODS = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__")
 
 

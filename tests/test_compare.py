@@ -1,5 +1,6 @@
 """``plasticlab compare A B``: the runs two results directories both hold have the same online
-accuracy on every task both ran, or are named with the task where they part."""
+accuracy on every task both ran, and the same task-end measurements, or are named with the task
+and the metric where they part."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import change_recorded_accuracy
+from conftest import change_recorded_accuracy, change_recorded_measurement
 from plasticlab.cli import main
-from plasticlab.experiments.compare import compare_runs, mean_online_measure, run_key
+from plasticlab.experiments.compare import first_difference, mean_online_measure, run_key
 from plasticlab.experiments.export import EXPORT_NAME, export_results
 
 SWEEP = """
@@ -52,7 +53,8 @@ def test_a_longer_run_has_the_accuracies_of_a_shorter_one_on_the_tasks_both_ran(
     assert "4 run(s) in both, 0 only in A, 2 only in B" in out
     assert "  same       l2_init, adam: 2 run(s), 2 task(s)" in out
     assert "  same       shrink_perturb, adam: 2 run(s), 2 task(s)" in out
-    assert out.rstrip().endswith("the same online accuracy on every task both ran, bit for bit")
+    assert out.rstrip().endswith("the same online accuracy on every task both ran, bit for bit; and the 4 "
+                                 "measured alike their task-end measurements, to 7 significant digits")
 
 
 def test_a_run_whose_accuracy_differs_is_named_with_the_first_task_it_differs_on(short_and_long, tmp_path,
@@ -65,8 +67,22 @@ def test_a_run_whose_accuracy_differs_is_named_with_the_first_task_it_differs_on
     out = capsys.readouterr().out
     assert "  DIFFERENT  shrink_perturb, adam: 1 of 2 run(s)" in out
     assert f"    seed {run['seed']} (run {run['run_id']} in A, " in out
-    assert f"task 1: {was + 0.25!r} in A, {was!r} in B" in out
+    assert f"task 1, online accuracy: {was + 0.25!r} in A, {was!r} in B" in out
     assert "  same       l2_init, adam: 2 run(s), 2 task(s)" in out
+    assert "1 run(s) differ" in out
+
+
+def test_a_run_whose_measurement_differs_is_named_with_its_task_and_metric(short_and_long, tmp_path, capsys):
+    # a change that moves the weights by a rounding step leaves the accuracies as they were
+    short, long = short_and_long
+    export_results(short, tmp_path / "export")
+    run, was = change_recorded_measurement(tmp_path / "export", "shrink_perturb", "grad_norm", task=0)
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "export"), str(long)]) == 1
+    out = capsys.readouterr().out
+    assert "  DIFFERENT  shrink_perturb, adam: 1 of 2 run(s)" in out
+    assert f"    seed {run['seed']} (run {run['run_id']} in A, " in out
+    assert f"task 0, grad norm: {float(format(was * (1 + 5e-6), '.7g'))!r} in A" in out
     assert "1 run(s) differ" in out
 
 
@@ -118,6 +134,14 @@ def test_directories_without_a_run_in_common_are_an_error(short_and_long, tmp_pa
     assert "holds no results store" in capsys.readouterr().err
 
 
+def compare_runs(a: list, b: list) -> tuple[int, int | None]:
+    """Two runs that recorded only these online accuracies: how many tasks they share, and the
+    first where they part."""
+    run = {"config": {"internals_on": "current"}, "manifest": {}, "summary": {}}
+    tasks, parted, _ = first_difference(run, {"online_accuracy": a}, run, {"online_accuracy": b})
+    return tasks, parted and parted[0]
+
+
 def test_two_runs_are_compared_on_the_tasks_both_ran():
     assert compare_runs([0.5, 0.6], [0.5, 0.6, 0.7]) == (2, None)
     assert compare_runs([0.5, 0.6, 0.7], [0.5, 0.61]) == (2, 1)
@@ -129,6 +153,21 @@ def test_a_diverged_task_is_the_same_in_a_store_and_in_its_export():
     assert compare_runs([0.5, nan], [0.5, None]) == (2, None)  # the store's NaN, the export's null
     assert compare_runs([0.5, None], [0.5, None]) == (2, None)
     assert compare_runs([0.5, nan], [0.5, 0.1]) == (2, 1)
+
+
+def test_measurements_are_compared_only_where_both_runs_were_measured_alike():
+    def run(samples, internals_on="current"):
+        return {"config": {"internals_on": internals_on}, "summary": {},
+                "manifest": {"measurements": {"task_end": True, "samples": samples}}}
+
+    a = {"online_accuracy": [0.5, 0.6], "grad_norm": [1.0, 2.0]}
+    b = {"online_accuracy": [0.5, 0.6], "grad_norm": [1.0, 2.000001]}
+    assert first_difference(run(500), a, run(500), b) == (2, (1, "grad_norm"), ["grad_norm"])
+    assert first_difference(run(500), a, run(1000), b) == (2, None, [])  # other samples: online only
+    # measured on the next task's inputs, a shorter run's last task was measured on its own
+    longer = {"online_accuracy": [0.5, 0.6, 0.7], "grad_norm": [1.0, 2.000001, 3.0]}
+    assert first_difference(run(500, "next"), a, run(500, "next"), longer)[1] is None
+    assert first_difference(run(500), a, run(500), longer)[1] == (1, "grad_norm")
 
 
 def test_a_run_is_the_same_run_whatever_its_number_of_tasks_but_not_its_seed():

@@ -326,37 +326,45 @@ def test_a_quoted_interval_is_read_with_its_sign_and_its_section():
                           PAGE / "depth") == {"depth", "ablation"}
 
 
-def repeated_runs(exports: dict[str, Path]) -> dict[str, list[tuple[str, list]]]:
+def repeated_runs(exports: dict[str, Path]) -> dict[str, list[tuple[str, dict, dict]]]:
     """The runs that more than one study trained — the same config but for the number of tasks,
-    and the same seed (``plasticlab compare``'s rule) — each with every study that holds it and
-    that study's per-task online accuracy."""
+    and the same seed (``plasticlab compare``'s rule) — each with every study that holds it, that
+    study's row of it and its per-task metrics."""
     from plasticlab.experiments.compare import run_key
     from plasticlab.experiments.export import read_export
 
-    held: dict[str, list[tuple[str, list]]] = {}
+    held: dict[str, list[tuple[str, dict, dict]]] = {}
     for study, path in exports.items():
         runs, metrics, _ = read_export(path)
         for run in runs:
-            held.setdefault(run_key(run), []).append((study, metrics[run["run_id"]]["online_accuracy"]))
+            held.setdefault(run_key(run), []).append((study, run, metrics[run["run_id"]]))
     return {key: studies for key, studies in held.items() if len(studies) > 1}
 
 
 def test_a_run_that_two_studies_trained_has_the_same_accuracies_in_both():
     """Studies share runs (the ablation's L2 Init is `best-permuted_mnist-adam`'s; the field's
     paper methods are the `best-*` presets'), trained in other ensembles and sittings, often by
-    other commits. Each must give the same online accuracy on every task both ran, to the bit: a
+    other commits. Each must give the same online accuracy on every task both ran, to the bit,
+    and the same task-end measurements to the export's digits (`plasticlab compare`'s test): a
     change to the code that alters a run's numbers shows here as two studies on the page that
-    disagree."""
-    from plasticlab.experiments.compare import compare_runs
+    disagree — by its measurements from the first tasks on, where the accuracies may agree for
+    several (provenance.md, on 820d403)."""
+    from plasticlab.experiments.compare import first_difference
 
     repeated = repeated_runs({study: PAGE / study / "results.json.gz" for study in STUDIES})
     assert len(repeated) >= 50, "the committed studies should share runs; see the docstring"
+    measured = 0
     for key, studies in repeated.items():
-        (first, accuracy), *others = studies
-        for study, other in others:
-            _, task = compare_runs(accuracy, other)
-            assert task is None, (f"{key}: {first} and {study} differ from task {task} on; rerun the "
-                                  "older study")
+        (first, run, metrics), *others = studies
+        for study, other, other_metrics in others:
+            _, parted, compared = first_difference(run, metrics, other, other_metrics)
+            measured += bool(compared)
+            assert parted is None, (f"{key}: {first} and {study} differ from task {parted[0]} on, in "
+                                    f"{parted[1]}; rerun the older study")
+    assert measured >= 300, "the shared runs measured alike are compared on their measurements too"
+    said = re.search(r"\(([\d,]+) runs are shared so today\)", PROVENANCE.read_text())
+    assert said and int(said.group(1).replace(",", "")) == len(repeated), (
+        f"provenance.md should say how many runs the studies share: {len(repeated)}")
 
 
 SITTINGS_ACCOUNT = re.compile(r"\w+ of the pages' studies \((.*?); ([\d,]+) runs\) were recorded "

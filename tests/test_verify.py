@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import change_recorded_accuracy
+from conftest import change_recorded_accuracy, change_recorded_measurement
 from plasticlab.cli import main
 from plasticlab.experiments.export import EXPORT_NAME, export_results
 from plasticlab.experiments.verify import (
@@ -80,22 +80,6 @@ def test_a_recorded_accuracy_this_code_does_not_give_is_named_with_its_task(swep
     assert "1 run(s) differ" in out
     # a check of the first task alone does not reach the change
     assert main(["verify", str(tmp_path / "export"), "--tasks", "1", "--data-dir", str(data_dir)]) == 0
-
-
-def change_recorded_measurement(export: Path, method: str, metric: str, task: int) -> tuple[dict, float]:
-    """Move the task-end measurement ``metric`` on ``task`` of the first run of ``method`` in the
-    export folder ``export`` by a few units of its 7th significant digit — as a change to
-    training that moves the weights by a rounding step would, leaving the online accuracy as it
-    was: the run, and the value it had."""
-    path = export / EXPORT_NAME
-    body = json.loads(gzip.decompress(path.read_bytes()))
-    run = next(r for r in body["runs"] if r["config"]["method"] == method)
-    values = body["task_metrics"][run["run_id"]][metric]
-    was = values[task]
-    values[task] = float(format(was * (1 + 5e-6), ".7g"))
-    assert values[task] != was
-    path.write_bytes(gzip.compress(json.dumps(body).encode()))
-    return run, was
 
 
 def test_a_task_end_measurement_this_code_does_not_give_is_named_with_its_task_and_metric(

@@ -88,12 +88,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
             continue
         print(f"  DIFFERENT  {label}: {len(parted)} of {len(group)} run(s)")
         for p in parted:
-            print(f"    seed {p.seed} (run {p.run_a} in A, {p.run_b} in B): task {p.task}: {p.a!r} in A, "
-                  f"{p.b!r} in B")
+            metric = p.parted.replace("_", " ")
+            print(f"    seed {p.seed} (run {p.run_a} in A, {p.run_b} in B): task {p.task}, {metric}: "
+                  f"{p.a!r} in A, {p.b!r} in B")
     differ = sum(not p.same for p in pairs)
+    measured = sum(p.measured > 0 for p in pairs)
+    also = (f"; and the {measured} measured alike their task-end measurements, to 7 significant digits"
+            if measured else "")
     return _conclude(differ, f"{differ} run(s) differ (`plasticlab verify DIR` says which one this code "
                              "gives)",
-                     "every run in both has the same online accuracy on every task both ran, bit for bit")
+                     "every run in both has the same online accuracy on every task both ran, bit for "
+                     f"bit{also}")
 
 
 def _conclude(differ: int, differ_line: str, same_line: str) -> int:

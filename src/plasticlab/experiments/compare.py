@@ -5,7 +5,8 @@ number of tasks) and its seed are the same — trained in another sitting, anoth
 another machine: your ``plasticlab reproduce STUDY`` and the committed
 ``docs/reproduction/STUDY``, or two studies that share a configuration. Both should then give
 the same online accuracy aₜ (a regression's runs: online squared error) on every task t both
-ran, bit for bit (a run of T tasks and one of
+ran, bit for bit, and — where both were measured alike — every task-end measurement both
+recorded to an export's 7 digits, as ``verify`` compares them (a run of T tasks and one of
 T′ > T tasks share their first T: a task's data and the steps before it do not depend on the
 tasks that follow). Nothing is trained; :mod:`plasticlab.experiments.verify` trains again.
 
@@ -23,13 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .protocol import config_key
-from .verify import online_metric, recorded_runs, same_accuracy
+from .verify import first_parting, online_metric, recorded_metrics, task_measurements
 
 
 @dataclass
 class Pair:
-    """One run held by both directories, and the first task where its online measures part
-    (accuracies, or a regression's squared errors: ``metric``)."""
+    """One run held by both directories, and the first task where they part: on the online
+    measure (accuracies, or a regression's squared errors: ``metric``) or on a task-end
+    measurement (``parted``)."""
 
     label: str  # method, optimizer
     seed: int
@@ -42,6 +44,8 @@ class Pair:
     a: float | None = None
     b: float | None = None
     metric: str = "online_accuracy"  # what was compared: a regression's, online_squared_error
+    parted: str | None = None  # the metric ``a`` and ``b`` are of: ``metric`` or a measurement
+    measured: int = 0  # how many task-end measurements were compared (0: not measured alike)
 
     @property
     def same(self) -> bool:
@@ -54,13 +58,6 @@ def run_key(run: dict) -> str:
     return f"{config_key({k: v for k, v in run['config'].items() if k != 'tasks'})} seed {run['seed']}"
 
 
-def compare_runs(a: Sequence[float], b: Sequence[float]) -> tuple[int, int | None]:
-    """How many tasks two runs both ran, and the first of them where aₜ differs (None: none); a
-    diverged task's NaN (None in an export) is the same as a NaN."""
-    tasks = min(len(a), len(b))
-    return tasks, next((t for t in range(tasks) if not same_accuracy(a[t], b[t])), None)
-
-
 def mean_online_measure(values: Sequence[float | None], tasks: int) -> float:
     """The mean of a run's online measure — accuracy aₜ, or a regression's squared error —
     over its first ``tasks`` tasks (NaN when one of them diverged: NaN in a store, None in an
@@ -69,28 +66,53 @@ def mean_online_measure(values: Sequence[float | None], tasks: int) -> float:
     return math.fsum(kept) / tasks if tasks else math.nan
 
 
+def first_difference(run_a: dict, metrics_a: dict[str, list], run_b: dict, metrics_b: dict[str, list]
+                     ) -> tuple[int, tuple[int, str] | None, list[str]]:
+    """How many tasks two recorded runs (rows with their manifests, and their per-task metrics)
+    both ran, the first task and metric where they part (None: none does), and the measurements
+    compared: the online measure
+    bit for bit (:func:`online_metric`) and, where both manifests record the same measurement
+    settings, every task-end measurement both hold to an export's digits
+    (:func:`~plasticlab.experiments.verify.same_measurement`). Measured on the next task's inputs
+    (``internals_on="next"``), the shorter run's last task was measured on its own: its
+    measurements are left out when the two ran other numbers of tasks."""
+    online = online_metric(run_a)
+    tasks = min(len(metrics_a.get(online, [])), len(metrics_b.get(online, [])))
+    settings = run_a["manifest"].get("measurements")
+    alike = settings is not None and settings == run_b["manifest"].get("measurements")
+    names = [online] + (task_measurements(metrics_a, metrics_b, online) if alike else [])
+    own_last = (run_a["config"].get("internals_on") == "next"
+                and len(metrics_a[online]) != len(metrics_b[online]))
+    parted = first_parting(metrics_a, metrics_b, names, tasks, tasks - 1 if own_last else tasks)
+    return tasks, parted, names[1:]
+
+
 def shared_runs(dir_a: str | Path, dir_b: str | Path) -> tuple[list[Pair], int, int]:
     """Every finished run of ``dir_a`` that ``dir_b`` also holds (a store or an export each),
     compared with each of its namesakes there; and how many runs only A, and only B, hold."""
-    runs_a, accuracy_a = recorded_runs(dir_a)
-    runs_b, accuracy_b = recorded_runs(dir_b)
+    runs_a, metrics_a = recorded_metrics(dir_a)
+    runs_b, metrics_b = recorded_metrics(dir_b)
     held_b: dict[str, list[dict]] = {}
     for run in runs_b:
         held_b.setdefault(run_key(run), []).append(run)
     pairs = []
     for run in runs_a:
         for other in held_b.get(run_key(run), []):
-            a, b = accuracy_a[run["run_id"]], accuracy_b[other["run_id"]]
-            tasks, task = compare_runs(a, b)
+            tasks, parted, measured = first_difference(run, metrics_a[run["run_id"]], other,
+                                                       metrics_b[other["run_id"]])
             metric = online_metric(run)
+            a, b = metrics_a[run["run_id"]][metric], metrics_b[other["run_id"]][metric]
             label = f"{run['config']['method']}, {run['config']['optimizer']}"
             if metric != "online_accuracy":  # never averaged with accuracies
                 label += f", {metric.replace('_', ' ')}"
             pair = Pair(label, run["seed"], run["run_id"], other["run_id"], tasks,
                         mean_online_measure(a, tasks), mean_online_measure(b, tasks),
-                        metric=metric)
-            if task is not None:
-                pair.task, pair.a, pair.b = task, a[task], b[task]
+                        metric=metric, measured=len(measured))
+            if parted is not None:
+                task, pair.parted = parted
+                pair.task = task
+                pair.a = metrics_a[run["run_id"]][pair.parted][task]
+                pair.b = metrics_b[other["run_id"]][pair.parted][task]
             pairs.append(pair)
     keys_a = {run_key(run) for run in runs_a}
     only_a = sum(run_key(run) not in held_b for run in runs_a)

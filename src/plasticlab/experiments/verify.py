@@ -82,14 +82,6 @@ def recorded_metrics(directory: str | Path) -> tuple[list[dict], dict[str, dict[
     return runs, {r["run_id"]: metrics.get(r["run_id"], {}) for r in runs}
 
 
-def recorded_runs(directory: str | Path) -> tuple[list[dict], dict[str, list[float]]]:
-    """The finished runs of a results directory (:func:`recorded_metrics`) and each one's
-    recorded online accuracy per task, by run id — a regression's online squared error
-    (:func:`online_metric`)."""
-    runs, metrics = recorded_metrics(directory)
-    return runs, {r["run_id"]: metrics[r["run_id"]].get(online_metric(r), []) for r in runs}
-
-
 def online_metric(run: dict) -> str:
     """The per-task metric ``run`` (a finished run's row) records online: ``online_accuracy``,
     or ``online_squared_error`` for a run of a regression problem (whose summary has
