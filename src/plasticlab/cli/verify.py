@@ -174,7 +174,8 @@ def register(sub) -> None:
     ve.set_defaults(func=cmd_verify)
 
     co = sub.add_parser("compare", help="the runs two results directories both hold (same config "
-                                        "and seed): the same online accuracy on every task both ran?")
+                                        "and seed): the same online accuracy on every task both ran, "
+                                        "and the same task-end measurements?")
     co.add_argument("a", metavar="A", help="a results directory or a study's folder under docs/reproduction")
     co.add_argument("b", metavar="B", help="another")
     co.add_argument("--statistical", action="store_true",
