@@ -13,8 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO
-from plasticlab.cli import main
 from plasticlab.experiments.presets import AUTHORS_CBP, AUTHORS_REDO
 from plasticlab.report import claims as C
 from plasticlab.report.data import ConfigRuns, Results
@@ -511,28 +509,6 @@ def test_an_unreadable_or_unknown_study_folder_is_a_note(tmp_path):
 
 
 # --- the command on the committed exports --------------------------------------------------------
-
-
-def test_plasticlab_claims_on_the_committed_exports(tmp_path, capsys):
-    out_json, out_md = tmp_path / "out.json", tmp_path / "out.md"
-    assert main(["claims", str(REPO / "docs" / "reproduction"), "--json", str(out_json),
-                 "--markdown", str(out_md)]) == 0
-    table = json.loads(out_json.read_text())
-    assert [c["key"] for c in table["claims"]] == [c.key for c in C.CLAIMS]
-    for claim in table["claims"]:
-        assert claim["verdict"] in C.VERDICTS
-        assert claim["parts"] and all(p["verdict"] in C.VERDICTS for p in claim["parts"])
-        for part in claim["parts"]:
-            if part["verdict"] != C.NOT_JUDGED:
-                assert part["study"] and part["scale"] and part["configurations"]
-    judged = [p for c in table["claims"] for p in c["parts"] if p["verdict"] != C.NOT_JUDGED]
-    assert judged, "the committed studies judge some parts"
-    assert any("full-length" in p["folder"] for p in judged), "the full-length studies are read"
-    assert all(p["forms"] for p in judged if "CBP" in p["figures"] or "ReDo" in p["figures"])
-    text = capsys.readouterr().out
-    assert "adam-1" in text and "forgetting-3" in text
-    md = out_md.read_text()
-    assert md.count("\n| adam-") >= len([c for c in C.CLAIMS if c.key.startswith("adam-")])
 
 
 def test_a_study_still_training_is_a_note_not_a_verdict(tmp_path):

@@ -100,12 +100,13 @@ def test_a_committed_export_is_what_plasticlab_export_writes_today(study, tmp_pa
     split, may differ with the zlib that wrote them; the runs, metrics and selection may not."""
     from plasticlab.experiments.export import PART_BYTES, export_files, exported_from, read_export
 
-    # what `plasticlab export` would write of the committed export, read back (a JSON round
-    # trip; the gzip and the parts, test_export's, are left out: compressing the large exports
-    # again was most of this test; and the export is read once, as `exported` reads it)
+    # what `plasticlab export` would write of the committed export (the gzip and the parts,
+    # test_export's, are left out: compressing the large exports again was most of this test;
+    # and the export is read once, as `exported` reads it). No JSON round trip: made of what
+    # JSON gave, with floats rounded as JSON keeps them, it is what a round trip would give.
     committed = read_export(PAGE / study / "results.json.gz")
-    today = json.loads(json.dumps(exported_from(committed, PAGE / study)))
-    assert list(committed) == today, (
+    today = exported_from(committed, PAGE / study)
+    assert committed == today, (
         f"docs/reproduction/{study}: its export is not what this plasticlab writes; write it "
         f"again with `plasticlab export docs/reproduction/{study} --to docs/reproduction/{study}`")
     assert all(path.stat().st_size <= PART_BYTES for path in export_files(PAGE / study))
@@ -479,20 +480,24 @@ def judged_every_study():
     return judge_folders([PAGE], every_study=True)
 
 
-def _claims_markdown(folder: Path, *options: str) -> str:
+def _claims_markdown(folder: Path, *options: str, printed: list | None = None) -> str:
+    """What ``plasticlab claims docs/reproduction OPTIONS --markdown FILE`` writes, run from the
+    repository root; what it printed is appended to ``printed``."""
     import contextlib
     import io
     import os
 
     from plasticlab.cli import main
 
-    out, cwd = folder / "claims.md", Path.cwd()
+    out, cwd, stdout = folder / "claims.md", Path.cwd(), io.StringIO()
     try:
         os.chdir(REPO)
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(io.StringIO()):
             assert main(["claims", "docs/reproduction", *options, "--markdown", str(out)]) == 0
     finally:
         os.chdir(cwd)
+    if printed is not None:
+        printed.append(stdout.getvalue())
     return out.read_text()
 
 
@@ -505,13 +510,33 @@ def test_claims_md_is_what_plasticlab_claims_writes(claims_every_study, judged_e
 
 def test_the_readme_matrix_is_what_plasticlab_claims_prints(tmp_path):
     """The README's claims × problems matrix is the command's, without --every-study too (the
-    matrix reads each part's preferred study either way)."""
-    printed = generate.sections(_claims_markdown(tmp_path))["The claims at a glance"]
+    matrix reads each part's preferred study either way); its JSON on the committed exports
+    judges every claim, each judged part with its study, scale, configurations and CBP/ReDo
+    forms."""
+    from plasticlab.report import claims as C
+
+    said: list[str] = []
+    written = _claims_markdown(tmp_path, "--json", str(tmp_path / "claims.json"), printed=said)
+    printed = generate.sections(written)["The claims at a glance"]
     readme = generate.blocks(README.read_text(encoding="utf-8"))
     assert readme.get("matrix") == printed, (
         "the README's matrix is not what `plasticlab claims docs/reproduction --markdown …` prints: "
         "run `python docs/reproduction/generate.py`")
     assert "## The claims at a glance\n" in README.read_text(encoding="utf-8")
+    table = json.loads((tmp_path / "claims.json").read_text())
+    assert [c["key"] for c in table["claims"]] == [c.key for c in C.CLAIMS]
+    for claim in table["claims"]:
+        assert claim["verdict"] in C.VERDICTS
+        assert claim["parts"] and all(p["verdict"] in C.VERDICTS for p in claim["parts"])
+        for part in claim["parts"]:
+            if part["verdict"] != C.NOT_JUDGED:
+                assert part["study"] and part["scale"] and part["configurations"]
+    judged = [p for c in table["claims"] for p in c["parts"] if p["verdict"] != C.NOT_JUDGED]
+    assert judged, "the committed studies judge some parts"
+    assert any("full-length" in p["folder"] for p in judged), "the full-length studies are read"
+    assert all(p["forms"] for p in judged if "CBP" in p["figures"] or "ReDo" in p["figures"])
+    assert written.count("\n| adam-") >= len([c for c in C.CLAIMS if c.key.startswith("adam-")])
+    assert "adam-1" in said[0] and "forgetting-3" in said[0]
 
 
 def test_every_generated_block_is_what_the_exports_give(claims_every_study):
