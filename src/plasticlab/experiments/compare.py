@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .protocol import config_key
-from .verify import first_parting, online_metric, recorded_metrics, task_measurements
+from .verify import first_difference, online_metric, recorded_metrics
 
 
 @dataclass
@@ -64,26 +64,6 @@ def mean_online_measure(values: Sequence[float | None], tasks: int) -> float:
     export)."""
     kept = [math.nan if v is None else v for v in values[:tasks]]
     return math.fsum(kept) / tasks if tasks else math.nan
-
-
-def first_difference(run_a: dict, metrics_a: dict[str, list], run_b: dict, metrics_b: dict[str, list]
-                     ) -> tuple[int, tuple[int, str] | None, list[str]]:
-    """How many tasks two recorded runs (rows with their manifests, and their per-task metrics)
-    both ran, the first task and metric where they part (None: none does), and the measurements
-    compared: the online measure bit for bit (:func:`online_metric`) and, where both manifests
-    record the same measurement settings, every task-end measurement both hold to an export's digits
-    (:func:`~plasticlab.experiments.verify.same_measurement`). Measured on the next task's inputs
-    (``internals_on="next"``), the shorter run's last task was measured on its own: its
-    measurements are left out when the two ran other numbers of tasks."""
-    online = online_metric(run_a)
-    ran_a, ran_b = len(metrics_a.get(online, [])), len(metrics_b.get(online, []))
-    tasks = min(ran_a, ran_b)
-    settings = run_a["manifest"].get("measurements")
-    alike = settings is not None and settings == run_b["manifest"].get("measurements")
-    names = [online] + (task_measurements(metrics_a, metrics_b, online) if alike else [])
-    own_last = run_a["config"].get("internals_on") == "next" and ran_a != ran_b
-    parted = first_parting(metrics_a, metrics_b, names, tasks, tasks - 1 if own_last else tasks)
-    return tasks, parted, names[1:]
 
 
 def shared_runs(dir_a: str | Path, dir_b: str | Path) -> tuple[list[Pair], int, int]:

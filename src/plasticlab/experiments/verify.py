@@ -183,7 +183,6 @@ def verify_ensemble(members: Sequence[dict], recorded: dict[str, dict[str, list]
     from .runner import strict_json
 
     first = members[0]
-    online = online_metric(first)
     record = _ensemble_record(first)
     manifest = first["manifest"]
     kept = list(range(len(record["run_ids"])))  # the recorded members trained again
@@ -202,18 +201,14 @@ def verify_ensemble(members: Sequence[dict], recorded: dict[str, dict[str, list]
     check = Check([m["run_id"] for m in members], describe(members), trained_by_text(first, tasks),
                   manifest.get("device", "cpu"), tasks, trained=len(kept))
     compared: set[str] = set()
-    # measured on the next task's test inputs (internals_on "next"), the last task trained here
-    # is measured on its own, as a run's last task is: not what the longer run recorded there
-    truncated = tasks < first["config"]["tasks"]
-    measured_tasks = tasks - 1 if config.internals_on == "next" and truncated else tasks
     for run in members:
-        # as the store keeps them, and a JSON round trip gives them back (NaN as None)
+        # as the store keeps them, and a JSON round trip gives them back (NaN as None); trained
+        # without measurements (``measure`` False), only the online measure is compared
         trained = result.members[position[run["run_id"]]]
         now = json.loads(json.dumps(strict_json(member_task_metrics(trained))))
         was = recorded[run["run_id"]]
-        names = [online] + (task_measurements(was, now, online) if measure else [])
-        compared.update(names[1:])
-        parted = first_parting(was, now, names, min(tasks, len(was.get(online, []))), measured_tasks)
+        _, parted, measured = first_difference(run, was, run, now)
+        compared.update(measured)
         if parted is not None:
             task, name = parted
             given = now[name][task]  # a measurement as an export keeps it
@@ -224,17 +219,30 @@ def verify_ensemble(members: Sequence[dict], recorded: dict[str, dict[str, list]
     return check
 
 
-def first_parting(recorded: dict[str, list], now: dict[str, list], names: Sequence[str], tasks: int,
-                  measured_tasks: int) -> tuple[int, str] | None:
-    """The first task, and on it the first of ``names`` (the online metric first), where a run's
-    ``recorded`` metrics and ``now``'s part (:func:`same_measurement`), over its first ``tasks``
-    tasks — the measurements over the first ``measured_tasks`` only; None where none does."""
+def first_difference(run_a: dict, metrics_a: dict[str, list], run_b: dict, metrics_b: dict[str, list]
+                     ) -> tuple[int, tuple[int, str] | None, list[str]]:
+    """How many tasks two records of a run (rows with their manifests, and their per-task
+    metrics: two studies', or the recorded one and this code's) both hold, the first task and
+    metric where they part (None: none does), and the measurements compared: the online measure
+    bit for bit (:func:`online_metric`) and, where both manifests record the same measurement
+    settings, every task-end measurement both hold to an export's digits
+    (:func:`same_measurement`). Measured on the next task's inputs (``internals_on="next"``),
+    the shorter run's last task was measured on its own inputs: its measurements are left out
+    when the two ran other numbers of tasks."""
+    online = online_metric(run_a)
+    ran_a, ran_b = len(metrics_a.get(online, [])), len(metrics_b.get(online, []))
+    tasks = min(ran_a, ran_b)
+    settings = run_a["manifest"].get("measurements")
+    alike = settings is not None and settings == run_b["manifest"].get("measurements")
+    names = [online] + (task_measurements(metrics_a, metrics_b, online) if alike else [])
+    own_last = run_a["config"].get("internals_on") == "next" and ran_a != ran_b
+    measured_tasks = tasks - 1 if own_last else tasks
     for task in range(tasks):
         for name in names if task < measured_tasks else names[:1]:
-            values = recorded[name]
-            if task < len(values) and not same_measurement(name, values[task], now[name][task]):
-                return task, name
-    return None
+            a, b = metrics_a[name], metrics_b[name]
+            if task < min(len(a), len(b)) and not same_measurement(name, a[task], b[task]):
+                return tasks, (task, name), names[1:]
+    return tasks, None, names[1:]
 
 
 def _diverged(value) -> bool:
