@@ -292,6 +292,55 @@ def test_lambda_sensitivity_draws_one_line_per_step_size(tmp_path):
     assert (tmp_path / "r" / "figures" / "permuted_mnist-adam-sweep-strength.png").is_file()
 
 
+def test_a_study_of_batch_sizes_is_reported_one_section_per_batch_size(tmp_path):
+    # the paper's batch-size study: α swept at each batch size, one task being one pass over
+    # the data (so the steps a task differ too). Another batch size is another stream of tasks:
+    # the best α is picked per batch size, never across them, and each gets its own sweep.
+    best = {1: 1e-4, 32: 1e-3}
+    with ResultStore(tmp_path) as store:
+        for batch, steps in ((32, 30), (1, 960)):
+            for lr in (1e-4, 1e-3):
+                for method, params in (("baseline", {}), ("l2_init", {"strength": 1e-2})):
+                    config = resolve_config({"problem": "permuted_mnist", "method": method, "lr": lr,
+                                             "params": params, "tasks": TASKS, "steps_per_task": steps,
+                                             "batch_size": batch}).to_dict()
+                    # batch 1 scores higher than batch 32 at any α: a report that ranked across
+                    # batch sizes would show batch 1 alone
+                    score = (0.7 - 0.1 * (batch == 32) + 0.05 * (lr == best[batch])
+                             + 0.01 * (method == "l2_init"))
+                    for seed in SEEDS:
+                        _finish(store, config, seed, lambda s, t, v=score: v + 0.001 * s)
+    results = load_results(tmp_path)
+    parts = results.streams("permuted_mnist", "adam")
+    assert [stream for stream, _ in parts] == [{"batch_size": 1, "steps_per_task": 960},
+                                               {"batch_size": 32, "steps_per_task": 30}]
+    for stream, part in parts:
+        headline, _ = part.headline("permuted_mnist", "adam")
+        assert {(c.method, c.config["lr"], c.config["batch_size"]) for c in headline} == {
+            (m, best[stream["batch_size"]], stream["batch_size"]) for m in ("baseline", "l2_init")}
+        # within its part, a label names what tells it apart there: the step size
+        assert {c.label for c in headline} == {f"{m} lr={best[stream['batch_size']]:g}"
+                                               for m in ("baseline", "l2_init")}
+    out = tmp_path / "r"
+    build_report(tmp_path, out, formats=("png",), reps=100)
+    md = (out / "report.md").read_text()
+    assert re.findall(r"(?m)^## Permuted MNIST.*$", md) == [
+        "## Permuted MNIST · Adam · batch 1 · 960 steps a task",
+        "## Permuted MNIST · Adam · batch 32 · 30 steps a task"]
+    assert f"{TASKS} tasks × 30 steps, batch 32; 4 configuration(s)" in md
+    for stem in ("batch1-960steps", "batch32-30steps"):
+        assert (out / "figures" / f"permuted_mnist-adam-{stem}-sweep-lr.png").is_file()
+    # one stream: one section, named and filed as before
+    single = tmp_path / "single"
+    with ResultStore(single) as store:
+        for seed in SEEDS:
+            _finish(store, _config("baseline", {}), seed, CURVES[("baseline", ())])
+    assert [stream for stream, _ in load_results(single).streams("permuted_mnist", "adam")] == [{}]
+    build_report(single, single / "r", formats=("png",), reps=100)
+    assert "## Permuted MNIST · Adam\n" in (single / "r" / "report.md").read_text()
+    assert (single / "r" / "figures" / "permuted_mnist-adam-online_accuracy.png").is_file()
+
+
 def test_report_writes_runs_csv_without_pandas(results_dir, tmp_path, monkeypatch):
     import csv
     import sys

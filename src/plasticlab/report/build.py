@@ -88,8 +88,9 @@ def build_report(directory: str | Path, out: str | Path | None = None, *,
     fig_dir = out / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
     ctx = _Context(fig_dir, tuple(formats), max_bins, reps, seed)
-    sections = [_study_section(results, problem, optimizer, ctx)
-                for problem, optimizer in results.studies()]
+    sections = [_study_section(part, problem, optimizer, ctx, stream)
+                for problem, optimizer in results.studies()
+                for stream, part in results.streams(problem, optimizer)]
     aggregate = _aggregate_section(results, ctx)
     if aggregate is not None:
         sections.append(aggregate)
@@ -205,19 +206,29 @@ def _measure_note(measure: Measure) -> str:
             "shown as it is.")
 
 
-def _study_section(results: Results, problem: str, optimizer: str, ctx: _Context) -> Section:
-    """The section of one study (problem × optimizer): its parts 1–6 of the module docstring,
-    in that order."""
+STREAM_WORDS = {"batch_size": ("batch {}", "batch{}"), "steps_per_task": ("{} steps a task", "{}steps"),
+                "tasks": ("{} tasks", "{}tasks")}
+"""How a section's title and its figures' file names name a stream setting (:meth:`Results.streams`)."""
+
+
+def _study_section(results: Results, problem: str, optimizer: str, ctx: _Context,
+                   stream: dict | None = None) -> Section:
+    """The section of one study (problem × optimizer), or of one of its streams (``stream``:
+    the settings that set it apart, :meth:`Results.streams`): its parts 1–6 of the module
+    docstring, in that order."""
     study = results.studies()[(problem, optimizer)]
     headline, how = results.headline(problem, optimizer)
     headline.sort(key=lambda c: method_order(c.method))
-    stem = f"{problem}-{optimizer}"
+    stream = stream or {}
+    stem = "-".join([f"{problem}-{optimizer}", *(STREAM_WORDS[k][1].format(v) for k, v in stream.items())])
     cfg = headline[0].config
     text = (f"{cfg['tasks']} tasks × {cfg['steps_per_task']} steps, batch {cfg['batch_size']}; "
             f"{len(study)} configuration(s), {sum(c.n for c in study)} finished run(s). "
             f"Each method (each form of it) is shown by one configuration" + (f" ({how})." if how else ".")
             + _measure_note(results.measure(problem, optimizer)))
-    section = Section(_study_title(problem, optimizer), text)
+    title = " · ".join([_study_title(problem, optimizer), *(STREAM_WORDS[k][0].format(f"{v:,}")
+                                                            for k, v in stream.items())])
+    section = Section(title, text)
     _add_online_accuracy(section, headline, stem, ctx)
     _add_total_accuracy(section, headline, stem, ctx)
     _add_plasticity_gap(section, headline, stem, ctx)

@@ -22,7 +22,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -192,6 +192,39 @@ class Results:
                     seeds = self.selection.get("evaluation_seeds")
                     return c.only_seeds(seeds) if seeds else c
         return None
+
+
+    def streams(self, problem: str, optimizer: str) -> list[tuple[dict, Results]]:
+        """The study (problem × optimizer) split by its stream: one part per combination of
+        :data:`STREAM_SETTINGS` its configurations hold, in increasing order of them, each as
+        ``(its stream settings, the Results of its configurations alone)``.
+
+        Runs with another batch size or another task length learn other tasks, so no part of a
+        report picks a best configuration across them (the ``batch-size`` study: one part per
+        batch size, each with its own step-size sweep). Within a part, a configuration's label
+        names only the settings that tell it apart there. A study with one stream is one part:
+        ``({}, self)``.
+        """
+        configs = self.studies().get((problem, optimizer), [])
+        by_stream: dict[tuple, list[ConfigRuns]] = {}
+        for c in configs:
+            by_stream.setdefault(tuple(c.config.get(k) for k in STREAM_SETTINGS), []).append(c)
+        if len(by_stream) < 2:
+            return [({}, self)]
+        differ = [i for i, k in enumerate(STREAM_SETTINGS) if len({s[i] for s in by_stream}) > 1]
+        parts = []
+        for stream in sorted(by_stream, key=lambda s: tuple(s[i] for i in differ)):
+            members = by_stream[stream]
+            labels = _labels([c.config for c in members])
+            members = [replace(c, label=labels[config_key(c.config)]) for c in members]
+            parts.append(({STREAM_SETTINGS[i]: stream[i] for i in differ},
+                          Results(self.directory, members, self.status_counts, self.selection,
+                                  finished=self.finished)))
+        return parts
+
+
+STREAM_SETTINGS = ("batch_size", "steps_per_task", "tasks")
+"""The settings that make a problem's stream of tasks (:meth:`Results.streams`)."""
 
 
 def _which(measure: Measure) -> str:
