@@ -193,7 +193,6 @@ class Results:
                     return c.only_seeds(seeds) if seeds else c
         return None
 
-
     def streams(self, problem: str, optimizer: str) -> list[tuple[dict, Results]]:
         """The study (problem × optimizer) split by its stream: one part per combination of
         :data:`STREAM_SETTINGS` its configurations hold, in increasing order of them, each as
@@ -213,7 +212,7 @@ class Results:
             return [({}, self)]
         differ = [i for i, k in enumerate(STREAM_SETTINGS) if len({s[i] for s in by_stream}) > 1]
         parts = []
-        for stream in sorted(by_stream, key=lambda s: tuple(s[i] for i in differ)):
+        for stream in sorted(by_stream, key=lambda s: tuple((s[i] is None, s[i] or 0) for i in differ)):
             members = by_stream[stream]
             labels = _labels([c.config for c in members])
             members = [replace(c, label=labels[config_key(c.config)]) for c in members]
