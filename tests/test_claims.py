@@ -294,6 +294,25 @@ def _comparison_study() -> C.Study:
     return _study(configs)
 
 
+def test_a_study_of_several_streams_is_viewed_one_stream_at_a_time():
+    # runs at another batch size learn other tasks: each method's best is taken per stream,
+    # never across them (here batch 32's runs score higher, and would hide batch 16's)
+    flat = np.full((3, 40), 0.8)
+    configs = []
+    for batch, steps, lift in ((16, 625, 0.0), (32, 312, 0.05)):
+        for method, score in (("baseline", flat - 0.1), ("l2_init", flat)):
+            c = _runs(method, score + lift)
+            c.config.update(batch_size=batch, steps_per_task=steps)
+            configs.append(c)
+    views = _study(configs).views()
+    assert [v.label for v in views] == ["batch_size=16 steps_per_task=625",
+                                        "batch_size=32 steps_per_task=312"]
+    assert [{m: c.config["batch_size"] for m, c in v.runs.items()} for v in views] == [
+        {"baseline": 16, "l2_init": 16}, {"baseline": 32, "l2_init": 32}]
+    # one stream: one view, unlabelled, as before
+    assert [v.label for v in _comparison_study().views()] == [""]
+
+
 def test_a_claim_with_a_missing_study_is_not_judged():
     verdicts = C.judge_claims([])
     assert {v.summary.verdict for v in verdicts} == {C.NOT_JUDGED}

@@ -690,8 +690,8 @@ def find_studies(paths: Iterable[str | Path],
 
 @dataclass
 class View:
-    """One setting of a study (all of it, or one initialisation scheme): one configuration's
-    runs per method, and the study's windows."""
+    """One setting of a study (all of it, one of its streams, or one initialisation scheme): one
+    configuration's runs per method, and the study's windows."""
 
     study: Study
     label: str
@@ -752,8 +752,10 @@ def _one_per_method(configs: Iterable[ConfigRuns]) -> dict[str, ConfigRuns]:
 
 def study_views(study: Study) -> list[View]:
     """The settings a study's claims compare: the protocol's (or the best) configuration per
-    method (:meth:`~.data.Results.headline`); for ``init``, one per initialisation scheme; for
-    ``forgetting``, the methods in their default form (EWC as the authors' code runs it)."""
+    method (:meth:`~.data.Results.headline`), one view per stream where its runs learn several
+    (:meth:`~.data.Results.streams`: another batch size or task length is never ranked against
+    this one); for ``init``, one per initialisation scheme; for ``forgetting``, the methods in
+    their default form (EWC as the authors' code runs it)."""
     configs = study.results.studies().get((study.problem, study.optimizer), [])
     if study.kind == "init":
         schemes = sorted({c.config.get("init", "torch_default") for c in configs})
@@ -761,8 +763,9 @@ def study_views(study: Study) -> list[View]:
                 for s in schemes]
     if study.kind in ("forgetting", "lambda-sensitivity"):
         return [View(study, "", _one_per_method(c for c in configs if _default_form(c.config)))]
-    headline, _ = study.results.headline(study.problem, study.optimizer)
-    return [View(study, "", _one_per_method(headline))]
+    return [View(study, " ".join(f"{k}={v}" for k, v in stream.items()),
+                 _one_per_method(part.headline(study.problem, study.optimizer)[0]))
+            for stream, part in study.results.streams(study.problem, study.optimizer)]
 
 
 # ---------------------------------------------------------------------------------------------
