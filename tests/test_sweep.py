@@ -139,6 +139,11 @@ def test_calibration_measures_each_k_alone_and_with_every_worker_at_once(data_di
     assert cal["workers"] == 2 and "2 workers at once" in lines[0]
     assert cal["task_overhead_members"] == 2 and set(cal["task_overhead_seconds"]) == {"mlp", "cnn"}
     assert any("K=2   " in line and "per task end" in line for line in lines)
+    # a step timed at batch 1, the problem's 16 and 128, at the largest K calibrated
+    assert cal["batch_step_seconds_at"] == {"mlp": 16, "cnn": 16}
+    assert all(set(t) == {"1", "16", "128"} and min(t.values()) > 0
+               for t in cal["batch_step_seconds"].values())
+    assert any("K=2   a step at batch 1:" in line for line in lines)
     ensembles = group(expand({"problem": "permuted_mnist", "method": "baseline", "seeds": "0-3",
                               "tasks": 2, "steps_per_task": 50}), max_members=2)
     assert estimate_seconds(ensembles, cal, workers=2) > 0
@@ -336,6 +341,28 @@ def test_on_a_gpu_ensembles_are_not_halved_to_give_every_worker_one(tmp_path, ca
     assert "in 8 ensembles" in capsys.readouterr().out  # ... halved until 8 cores have one each
     assert main([*args, "--workers", "8", "--device", "cuda"]) == 0
     assert "in 6 ensembles" in capsys.readouterr().out  # ... on one GPU as they are
+
+
+def test_a_steps_time_is_interpolated_in_its_batch_size_not_taken_as_proportional_to_it():
+    from plasticlab.experiments.bench import batch_factor, estimate_seconds
+
+    # a step of 1 s at batch 1, 2 s at 16 (the rates' batch), 9 s at 128
+    cal = {"samples_per_second": {"mlp": {"4": 1000.0}}, "batch_step_seconds_at": {"mlp": 16},
+           "batch_step_seconds": {"mlp": {"1": 1.0, "16": 2.0, "128": 9.0}}}
+    assert batch_factor(cal, "mlp", 16) == 1.0
+    assert batch_factor(cal, "mlp", 1) == pytest.approx(8.0)  # half of batch 16's time, not a 16th
+    assert batch_factor(cal, "mlp", 32) == pytest.approx(3.0 / 2 * 16 / 32)  # 2 + 7·16/112 = 3 s
+    assert batch_factor(cal, "mlp", 256) == pytest.approx(17.0 / 2 * 16 / 256)  # beyond 128: extrapolated
+    assert batch_factor(cal, "cnn", 1) == 1.0  # not calibrated: proportional, as before
+    assert batch_factor({}, "mlp", 1) == 1.0
+    spec = {"problem": "permuted_mnist", "method": "baseline", "seeds": "0-3", "tasks": 1}
+    one = group(expand({**spec, "steps_per_task": 250, "batch_size": 1}), max_members=4)
+    sixteen = group(expand({**spec, "steps_per_task": 250, "batch_size": 16}), max_members=4)
+    # 250 steps of 4 members: 16 s at batch 16 by the rate; batch 1's steps cost half of those
+    # (the table), not a sixteenth: 8 s, not 1 s (without the table)
+    assert estimate_seconds(sixteen, cal) == pytest.approx(16.0)
+    assert estimate_seconds(one, cal) == pytest.approx(8.0)
+    assert estimate_seconds(one, {"samples_per_second": cal["samples_per_second"]}) == pytest.approx(1.0)
 
 
 def test_the_estimate_counts_the_optimizers_cost_as_well_as_the_methods():

@@ -3,8 +3,10 @@
 The calibration trains real (short) runs through the engine on real data — Permuted MNIST for
 the MLP, Random Label CIFAR for the CNN — at several ensemble sizes K, and each method, and
 each optimizer other than Adam, once at K = 8 on the MLP for its cost relative to the Baseline
-with Adam. It is saved as JSON (default: the user
-cache directory) and ``plasticlab sweep --dry-run`` turns a plan into an estimated wall time.
+with Adam; and a step's time at a few batch sizes (:data:`BATCH_SIZES`), since a step's cost is
+not proportional to its batch (the optimizer's update costs the same at any batch). It is saved
+as JSON (default: the user cache directory) and ``plasticlab sweep --dry-run`` turns a plan into
+an estimated wall time.
 """
 
 from __future__ import annotations
@@ -43,12 +45,13 @@ def default_path() -> Path:
     return Path(platformdirs.user_cache_dir("plasticlab")) / "bench.json"
 
 
-def _short_config(problem: str, method: str, tasks: int, steps: int, optimizer: str = "adam"):
+def _short_config(problem: str, method: str, tasks: int, steps: int, optimizer: str = "adam",
+                  batch_size: int | None = None):
     """A short run of ``method`` trained by ``optimizer`` on ``problem`` with a small per-task
-    data set."""
+    data set (at the problem's batch size unless ``batch_size`` is given)."""
     return resolve_config({
         "problem": problem, "method": method, "optimizer": optimizer, "tasks": tasks,
-        "steps_per_task": steps,
+        "steps_per_task": steps, **({"batch_size": batch_size} if batch_size else {}),
         "params": FAST_PARAMS.get(method, {}),
         "problem_params": ({"examples_per_task": 2000} if problem == "permuted_mnist"
                            else {"examples": 1200})})
@@ -82,6 +85,47 @@ def relative_costs(base: float, steps: int, data_dir, methods=tuple(METHODS),
                                                           data_dir, optimizer=name)
         log(f"  {name:<18} {optimizer_cost[name]:5.2f}× Adam's time per step (the Baseline, MLP, K=8)")
     return method_cost, optimizer_cost
+
+
+BATCH_SIZES = (1, 128)
+"""The batch sizes a step is timed at besides the calibration problem's own (16 for both
+networks), at the largest calibrated K up to :data:`BATCH_MEMBERS`: the ends of the range the
+paper's studies use (the ``batch-size`` study: 1, 32 and 128)."""
+BATCH_MEMBERS = 8
+
+
+def step_seconds(problem: str, batch_size: int, members: int, steps: int, data_dir) -> float:
+    """Seconds one step of an ensemble of ``members`` Baselines takes on ``problem`` at
+    ``batch_size`` (one torch thread, no task-end work)."""
+    config = _short_config(problem, "baseline", 1, steps, batch_size=batch_size)
+    return members * batch_size / samples_per_second(config, members, data_dir)
+
+
+def batch_factor(calibration: dict, arch: str, batch_size: int) -> float:
+    """A step's time at ``batch_size`` relative to its time at the batch the rates were measured
+    at: the calibration's step times (``batch_step_seconds``) interpolated linearly in the batch
+    size between the measured ones, extrapolated from the nearest two beyond them. 1 where the
+    calibration has none (one made before it timed batch sizes: then a step's time is taken as
+    proportional to its batch, which makes small batches look far cheaper than they are)."""
+    table = (calibration.get("batch_step_seconds") or {}).get(arch)
+    if not table:
+        return 1.0
+    points = sorted((int(b), float(t)) for b, t in table.items())
+    base = calibration["batch_step_seconds_at"][arch]
+    by_batch = dict(points)
+
+    def at(b: float) -> float:
+        if b in by_batch:
+            return by_batch[b]
+        i = 1
+        while i < len(points) - 1 and points[i][0] < b:
+            i += 1
+        (b0, t0), (b1, t1) = points[i - 1], points[i]
+        return t0 + (t1 - t0) * (b - b0) / (b1 - b0)
+
+    # the rates price a step at ``base`` samples per member: the factor turns that price into
+    # this batch's, against what proportional pricing (batch_size / base) would give
+    return at(batch_size) / at(base) * base / batch_size
 
 
 def _task_overhead(problem: str, members: int, data_dir, tasks: int = 3) -> float:
@@ -138,6 +182,20 @@ def calibrate(data_dir=None, members=(1, 4, 8, 16), steps: int = 200, methods: b
     finally:
         if pool is not None:
             pool.shutdown()
+    out["batch_step_seconds"], out["batch_step_seconds_at"] = {}, {}
+    k = max(m for m in members if m <= BATCH_MEMBERS) if min(members) <= BATCH_MEMBERS else min(members)
+    for arch, problem in CALIBRATION_PROBLEMS.items():
+        base = get_problem(problem).defaults["batch_size"]
+        arch_steps = steps if arch == "mlp" else max(1, steps // 4)
+        # at the problem's own batch, the step the rate at K gives (measured above)
+        table = {str(base): k * base / out["samples_per_second"][arch][str(k)]}
+        for b in BATCH_SIZES:
+            # as many samples a member as the calibration's steps at its own batch, at least 10 steps
+            table[str(b)] = step_seconds(problem, b, k, max(10, arch_steps * base // b), data_dir)
+        table = dict(sorted(table.items(), key=lambda kv: int(kv[0])))
+        out["batch_step_seconds"][arch], out["batch_step_seconds_at"][arch] = table, base
+        log(f"  {arch} K={k:<3d} a step at batch " + ", ".join(
+            f"{b}: {1e3 * t:.2f} ms" for b, t in table.items()))
     out["task_overhead_seconds"], out["task_overhead_members"] = {}, overhead_members
     for arch, problem in CALIBRATION_PROBLEMS.items():
         seconds = _task_overhead(problem, overhead_members, data_dir)
@@ -210,8 +268,9 @@ def estimate_seconds(ensembles, calibration: dict, workers: int = 1) -> float:
     """Estimated wall time of ``ensembles`` on ``workers`` processes of this machine.
 
     Each ensemble costs steps × K × batch member-samples at the calibrated rate of its
-    architecture and nearest calibrated K, times its method's and its optimizer's relative
-    costs, plus its tasks ×
+    architecture and nearest calibrated K, times its batch size's factor (:func:`batch_factor`:
+    a step at batch 1 costs far more than a sixteenth of one at 16), times its method's and its
+    optimizer's relative costs, plus its tasks ×
     the calibrated task-end cost (measurements, checkpoint). The ensembles are then scheduled as
     the executor runs them — longest first, each to the worker that frees first — and the
     estimate is the last worker's finish: three equal ensembles on two workers take two
@@ -234,7 +293,8 @@ def estimate_seconds(ensembles, calibration: dict, workers: int = 1) -> float:
         # task ends scale roughly with the members measured (calibrated at K = 8 unless it says)
         task_end = (calibration.get("task_overhead_seconds", {}).get(arch, 0.0) * len(e.seeds)
                     / calibration.get("task_overhead_members", 8))
-        times.append(samples / rates[k] * cost + e.config.tasks * task_end)
+        times.append(samples / rates[k] * batch_factor(calibration, arch, e.config.batch_size) * cost
+                     + e.config.tasks * task_end)
     finish = [0.0] * max(1, int(workers))
     for t in sorted(times, reverse=True):
         finish[finish.index(min(finish))] += t
