@@ -76,6 +76,36 @@ def test_rows_run_from_the_highest_total_and_an_optimizer_is_named_with_its_netw
     assert "TRAC (Baseline)" in [r.method for r in rows]
 
 
+def test_the_batch_size_study_is_judged_one_batch_size_at_a_time(tmp_path):
+    # no claim names batch size: the same tests read the study, the Baseline and L2 Init compared
+    # at each batch size apart (batch 32's runs score higher, and would hide batch 1's)
+    from plasticlab.report.claims import _scale
+
+    configs = []
+    for batch, steps, lift in ((1, 10_000, 0.0), (32, 312, 0.05)):
+        for method, level in (("baseline", np.linspace(0.80, 0.60, 40)), ("l2_init", 0.80)):
+            c = _runs(method, np.asarray(level) + lift)
+            c.config.update(batch_size=batch, steps_per_task=steps, tasks=500)
+            configs.append(c)
+    kind = F.field_kind("batch-size")
+    assert kind == ("robustness", "permuted_mnist", "adam", "the study's configurations")
+    study = Study("batch-size", tmp_path, *kind,
+                  Results(tmp_path, configs, Counter()), 1.0, "full length (synthetic)")
+    rows = {r.method: r for r in F.judge_field_study(study)}
+    assert list(rows) == ["L2 Init · batch 1", "Baseline · batch 1",
+                          "L2 Init · batch 32", "Baseline · batch 32"]
+    assert rows["Baseline · batch 1"].vs_l2_init == rows["Baseline · batch 32"].vs_l2_init
+    assert rows["L2 Init · batch 32"].rank == "1 of 2" and rows["L2 Init · batch 1"].plasticity == F.KEEPS
+    assert rows["Baseline · batch 32"].plasticity == F.LOSES and rows["L2 Init · batch 1"].mitigates == HOLDS
+    # each run against its own batch size's full length (a task: one pass over its images)
+    assert _scale("batch-size", tmp_path, configs, "permuted_mnist") == (
+        1.0, "full length (500 tasks × 312–10,000 steps)")
+    for c in configs:
+        c.config["tasks"] = 50
+    assert _scale("batch-size", tmp_path, configs, "permuted_mnist") == (
+        0.1, "shortened: 50 of 500 tasks × 312 of 312 steps")
+
+
 def test_the_section_names_the_criteria_and_a_table_per_study():
     study = _field_study([_runs("baseline", np.linspace(0.8, 0.6, 40)), _runs("l2_init", 0.8)])
     text = F.field_markdown(F.judge_field([study]))

@@ -628,15 +628,39 @@ def _scale(name: str, folder: Path, runs: Sequence[ConfigRuns], problem: str) ->
     defaults = PROBLEMS[problem].defaults
     full_tasks = preset.get("tasks") or defaults["tasks"]
     full_steps = preset.get("steps_per_task") or defaults["steps_per_task"]
+    record = read_record(folder / "run.json")
+    if any("steps_per_task" in v for v in preset.get("variants", [])):
+        return _scale_of_streams(preset, full_tasks, runs, record)
     tasks = max(int(c.config.get("tasks") or 0) for c in runs)
     steps = max(int(c.config.get("steps_per_task") or 0) for c in runs)
-    record = read_record(folder / "run.json")
     if tasks >= full_tasks and steps >= full_steps:
         return 1.0, f"full length ({tasks} tasks × {steps:,} steps)"
     how = (f"--tasks {record['tasks']}" if record.get("tasks") else
            f"--scale {record['scale']:g}" if record.get("scale") else "shortened")
     return (tasks * steps / (full_tasks * full_steps),
             f"{how}: {tasks} of {full_tasks} tasks × {steps:,} of {full_steps:,} steps")
+
+
+def _scale_of_streams(preset: dict, full_tasks: int, runs: Sequence[ConfigRuns], record: dict
+                      ) -> tuple[float, str]:
+    """:func:`_scale` of a study whose variants set their own task length (the ``batch-size``
+    study: one pass over a task's images at each batch size): each run against its variant's
+    full length (the variant of its batch size), the study's fraction the shortest's."""
+    lengths = []
+    for c in runs:
+        variant = next((v for v in preset["variants"]
+                        if all(c.config.get(k) == x for k, x in v.items() if k != "steps_per_task")), {})
+        full = variant.get("steps_per_task") or int(c.config["steps_per_task"])
+        lengths.append((int(c.config["tasks"]) * int(c.config["steps_per_task"]) / (full_tasks * full),
+                        int(c.config["tasks"]), int(c.config["steps_per_task"]), full))
+    fraction, tasks, steps, full = min(lengths)
+    span = sorted({s for _, _, s, _ in lengths})
+    steps_text = f"{span[0]:,}" if len(span) == 1 else f"{span[0]:,}–{span[-1]:,}"
+    if fraction >= 1:
+        return 1.0, f"full length ({tasks} tasks × {steps_text} steps)"
+    how = (f"--tasks {record['tasks']}" if record.get("tasks") else
+           f"--scale {record['scale']:g}" if record.get("scale") else "shortened")
+    return fraction, f"{how}: {tasks} of {full_tasks} tasks × {steps:,} of {full:,} steps"
 
 
 def partial_note(folder: Path) -> str:

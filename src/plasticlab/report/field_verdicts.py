@@ -14,6 +14,10 @@ methods, and the same fixed tests answer it, per method of a field study:
 Each row also gives the method's total with its interval and its rank in the study. A method
 that ran with another optimizer than Adam (UPGD, TRAC: optimizers, run on the Baseline's
 network) is a row of its own, paired seed by seed with Adam's L2 Init.
+
+The same tests read the paper's studies that no claim names (:data:`ROBUSTNESS_STUDIES`: SPEC
+§7's batch sizes), one setting at a time — the Baseline and L2 Init at each batch size, each
+compared with the other at its own batch size.
 """
 
 from __future__ import annotations
@@ -44,6 +48,10 @@ from .claims import (
     signed_points,
 )
 from .data import ConfigRuns
+
+ROBUSTNESS_STUDIES = {"batch-size": "permuted_mnist"}
+"""The paper's studies that no claim of SPEC §11 names, with their problem: judged here by the
+same tests, one stream (batch size) at a time (:meth:`~.data.Results.streams`)."""
 
 FIELD_STUDY = re.compile(r"field-(?:toolkit-)?(\w+)")
 """A field study's preset name: ``field-PROBLEM`` (SPEC §10's methods) or
@@ -105,9 +113,24 @@ def field_view(study: Study) -> View:
 
 
 def judge_field_study(study: Study) -> list[FieldRow]:
-    """Every method of a field study but L2 Init against the fixed tests (module docstring), in
-    the order of their mean total, highest first; L2 Init's own row first."""
-    view = field_view(study)
+    """Every method of a field study against the fixed tests (module docstring), in the order of
+    their mean total, highest first; for a study of :data:`ROBUSTNESS_STUDIES`, each of its
+    settings so (:meth:`~.claims.Study.views`: one per batch size), its rows named with it."""
+    if study.kind == "robustness":
+        return [row for view in study.views() for row in _judge_view(study, view, _setting(view))]
+    return _judge_view(study, field_view(study), "")
+
+
+def _setting(view: View) -> str:
+    """How a row names its view's setting: ``batch B`` where the study's streams differ in their
+    batch size (a task's steps follow it), else the view's own label."""
+    sizes = {c.config.get("batch_size") for c in view.runs.values()}
+    return f"batch {sizes.pop()}" if "batch_size=" in view.label and len(sizes) == 1 else view.label
+
+
+def _judge_view(study: Study, view: View, setting: str) -> list[FieldRow]:
+    """The rows of ``view``'s methods (:func:`judge_field_study`), each named with ``setting``
+    where there is one."""
     totals = {k: view.totals(k) for k in view.runs}
     order = sorted(view.runs, key=lambda k: -float(np.mean(totals[k])))
     rows = []
@@ -124,7 +147,8 @@ def judge_field_study(study: Study) -> list[FieldRow]:
             d = paired_difference(view.scores("l2_init", "total"), view.scores(key, "total"))
             vs = signed_points(d)
             as_good = as_good_as_or_better(view.scores("l2_init", "total"), view.scores(key, "total")).verdict
-        rows.append(FieldRow(study.name, study.scale, _entry_name(optimizer, method), float(c.config["lr"]),
+        name = _entry_name(optimizer, method) + (f" · {setting}" if setting else "")
+        rows.append(FieldRow(study.name, study.scale, name, float(c.config["lr"]),
                              in_points(interval(totals[key])), f"{rank} of {n}", in_points(interval(loss)),
                              KEEPS if keeps else LOSES if loses else NEITHER, mitigated, vs, as_good))
     return rows
@@ -132,7 +156,10 @@ def judge_field_study(study: Study) -> list[FieldRow]:
 
 def field_kind(name: str) -> tuple[str, str, str, str] | None:
     """A field study's kind, problem, optimizer and configurations (as
-    :func:`~.claims.study_kind` gives a claim's study), or None for any other study."""
+    :func:`~.claims.study_kind` gives a claim's study) — or a study of
+    :data:`ROBUSTNESS_STUDIES`'s —, or None for any other study."""
+    if name in ROBUSTNESS_STUDIES:
+        return "robustness", ROBUSTNESS_STUDIES[name], "adam", "the study's configurations"
     match = FIELD_STUDY.fullmatch(name)
     if not match or match[1] not in PAPER_PROBLEMS:
         return None
@@ -165,7 +192,7 @@ def field_table(rows: Sequence[FieldRow]) -> str:
     return "\n".join(lines) + "\n"
 
 
-FIELD_TITLE = "The field since the paper, by the same tests"
+FIELD_TITLE = "The field since the paper, and batch size, by the same tests"
 """The title of ``claims.md``'s field section."""
 FIELD_CRITERIA = (
     "Each method of a field study by SPEC §12's fixed tests (no claim of the paper is about "
@@ -174,7 +201,9 @@ FIELD_CRITERIA = (
     "(L ≤ ½ L_Baseline, claim 6's; where the Baseline loses < 2 points, unless it loses "
     "plasticity itself); **L2 Init as good or better** (mean paired difference in total ≥ −0.5 "
     "points, claim 3's). Means over seeds [95 % bootstrap interval], paired by seed; UPGD and "
-    "TRAC are optimizers, run on the Baseline's network.")
+    "TRAC are optimizers, run on the Baseline's network. The `batch-size` study (SPEC §7; no "
+    "claim names batch size) by the same tests, one batch size at a time: its Baseline and L2 "
+    "Init, each at its best step size there.")
 """The field section's criteria, in words."""
 
 
@@ -193,7 +222,8 @@ def field_text(judged: dict[str, list[FieldRow]]) -> str:
     """The field studies' rows for a terminal, a line per method."""
     out = []
     for key, rows in judged.items():
-        out.append(f"the field: {key}")
+        robustness = key.partition(" · ")[0] in ROBUSTNESS_STUDIES
+        out.append(f"{'by the same tests' if robustness else 'the field'}: {key}")
         for r in rows:
             versus = (f"L2 Init − it {r.vs_l2_init} ({r.l2_init_as_good})" if r.vs_l2_init != "—"
                       else "the reference")
