@@ -226,8 +226,8 @@ def _study_section(results: Results, problem: str, optimizer: str, ctx: _Context
             f"{len(study)} configuration(s), {sum(c.n for c in study)} finished run(s). "
             f"Each method (each form of it) is shown by one configuration" + (f" ({how})." if how else ".")
             + _measure_note(results.measure(problem, optimizer)))
-    title = " · ".join([_study_title(problem, optimizer), *(STREAM_WORDS[k][0].format(f"{v:,}")
-                                                            for k, v in stream.items())])
+    title = " · ".join([_study_title(problem, optimizer), *(
+        STREAM_WORDS[k][0].format(f"{v:,}" if isinstance(v, int) else v) for k, v in stream.items())])
     section = Section(title, text)
     _add_online_accuracy(section, headline, stem, ctx)
     _add_total_accuracy(section, headline, stem, ctx)

@@ -648,13 +648,14 @@ def _scale_of_streams(preset: dict, full_tasks: int, runs: Sequence[ConfigRuns],
     full length (the variant of its batch size), the study's fraction the shortest's."""
     lengths = []
     for c in runs:
-        variant = next((v for v in preset["variants"]
-                        if all(c.config.get(k) == x for k, x in v.items() if k != "steps_per_task")), {})
+        variant = next((v for v in preset["variants"] if all(
+            c.config.get(k) == x for k, x in v.items() if k not in ("steps_per_task", "tasks"))), {})
         full = variant.get("steps_per_task") or int(c.config["steps_per_task"])
-        lengths.append((int(c.config["tasks"]) * int(c.config["steps_per_task"]) / (full_tasks * full),
-                        int(c.config["tasks"]), int(c.config["steps_per_task"]), full))
-    fraction, tasks, steps, full = min(lengths)
-    span = sorted({s for _, _, s, _ in lengths})
+        tasks_full = variant.get("tasks") or full_tasks
+        lengths.append((int(c.config["tasks"]) * int(c.config["steps_per_task"]) / (tasks_full * full),
+                        int(c.config["tasks"]), int(c.config["steps_per_task"]), full, tasks_full))
+    fraction, tasks, steps, full, full_tasks = min(lengths)
+    span = sorted({s for _, _, s, _, _ in lengths})
     steps_text = f"{span[0]:,}" if len(span) == 1 else f"{span[0]:,}–{span[-1]:,}"
     if fraction >= 1:
         return 1.0, f"full length ({tasks} tasks × {steps_text} steps)"
