@@ -352,6 +352,25 @@ def test_report_writes_runs_csv_without_pandas(results_dir, tmp_path, monkeypatc
     assert "runs.csv not written" not in (tmp_path / "r" / "report.md").read_text()
 
 
+def test_streams_come_in_increasing_order_of_the_settings_that_differ_and_one_without_it_last():
+    from collections import Counter
+    from pathlib import Path
+
+    from plasticlab.report.data import ConfigRuns, Results
+
+    def runs(batch, steps):
+        cfg = {"problem": "permuted_mnist", "optimizer": "adam", "method": "baseline", "params": {},
+               "tasks": 5, "steps_per_task": steps, "lr": 1e-3}
+        if batch is not None:
+            cfg["batch_size"] = batch
+        return ConfigRuns(cfg, "baseline", [0], np.zeros((1, 5)), np.zeros(1), list(range(5)))
+
+    results = Results(Path("."), [runs(128, 78), runs(None, 625), runs(1, 10_000), runs(32, 312)], Counter())
+    assert [stream for stream, _ in results.streams("permuted_mnist", "adam")] == [
+        {"batch_size": 1, "steps_per_task": 10_000}, {"batch_size": 32, "steps_per_task": 312},
+        {"batch_size": 128, "steps_per_task": 78}, {"batch_size": None, "steps_per_task": 625}]
+
+
 def test_each_form_of_a_method_is_shown_apart_and_the_best_of_a_numeric_grid_once():
     from collections import Counter
     from pathlib import Path
