@@ -635,10 +635,8 @@ def _scale(name: str, folder: Path, runs: Sequence[ConfigRuns], problem: str) ->
     steps = max(int(c.config.get("steps_per_task") or 0) for c in runs)
     if tasks >= full_tasks and steps >= full_steps:
         return 1.0, f"full length ({tasks} tasks × {steps:,} steps)"
-    how = (f"--tasks {record['tasks']}" if record.get("tasks") else
-           f"--scale {record['scale']:g}" if record.get("scale") else "shortened")
-    return (tasks * steps / (full_tasks * full_steps),
-            f"{how}: {tasks} of {full_tasks} tasks × {steps:,} of {full_steps:,} steps")
+    return _shortened_scale(record, tasks * steps / (full_tasks * full_steps), tasks, full_tasks, steps,
+                            full_steps)
 
 
 def _scale_of_streams(preset: dict, full_tasks: int, runs: Sequence[ConfigRuns], record: dict
@@ -659,9 +657,16 @@ def _scale_of_streams(preset: dict, full_tasks: int, runs: Sequence[ConfigRuns],
     steps_text = f"{span[0]:,}" if len(span) == 1 else f"{span[0]:,}–{span[-1]:,}"
     if fraction >= 1:
         return 1.0, f"full length ({tasks} tasks × {steps_text} steps)"
+    return _shortened_scale(record, fraction, tasks, full_tasks, steps, full)
+
+
+def _shortened_scale(record: dict, fraction: float, tasks: int, full_tasks: int, steps: int,
+                     full_steps: int) -> tuple[float, str]:
+    """A shortened study's fraction and scale text, naming the ``--tasks`` or ``--scale`` of its
+    ``run.json``."""
     how = (f"--tasks {record['tasks']}" if record.get("tasks") else
            f"--scale {record['scale']:g}" if record.get("scale") else "shortened")
-    return fraction, f"{how}: {tasks} of {full_tasks} tasks × {steps:,} of {full:,} steps"
+    return fraction, f"{how}: {tasks} of {full_tasks} tasks × {steps:,} of {full_steps:,} steps"
 
 
 def partial_note(folder: Path) -> str:
