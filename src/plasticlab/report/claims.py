@@ -726,6 +726,8 @@ class View:
     study: Study
     label: str
     runs: dict[str, ConfigRuns]
+    #: the stream settings that set this view apart (:meth:`~.data.Results.streams`), if any
+    stream: dict = field(default_factory=dict)
 
     def losses(self, method: str) -> np.ndarray:
         """Each seed's plasticity loss L in points (:func:`~.stats.plasticity_loss`)."""
@@ -794,7 +796,7 @@ def study_views(study: Study) -> list[View]:
     if study.kind in ("forgetting", "lambda-sensitivity"):
         return [View(study, "", _one_per_method(c for c in configs if _default_form(c.config)))]
     return [View(study, " ".join(f"{k}={v}" for k, v in stream.items()),
-                 _one_per_method(part.headline(study.problem, study.optimizer)[0]))
+                 _one_per_method(part.headline(study.problem, study.optimizer)[0]), stream)
             for stream, part in study.results.streams(study.problem, study.optimizer)]
 
 

@@ -124,8 +124,7 @@ def judge_field_study(study: Study) -> list[FieldRow]:
 def _setting(view: View) -> str:
     """How a row names its view's setting: ``batch B`` where the study's streams differ in their
     batch size (a task's steps follow it), else the view's own label."""
-    sizes = {c.config.get("batch_size") for c in view.runs.values()}
-    return f"batch {sizes.pop()}" if "batch_size=" in view.label and len(sizes) == 1 else view.label
+    return f"batch {view.stream['batch_size']}" if "batch_size" in view.stream else view.label
 
 
 def _judge_view(study: Study, view: View, setting: str) -> list[FieldRow]:
