@@ -163,6 +163,18 @@ def test_the_estimate_schedules_ensembles_longest_first_onto_the_worker_that_fre
     assert estimate_seconds([], cal, workers=2) == 0.0
 
 
+def test_the_executor_orders_by_the_calibrations_seconds_only_on_a_calibrated_cpu():
+    from plasticlab.experiments.bench import ensemble_seconds, job_seconds
+
+    cal = {"samples_per_second": {"mlp": {"4": 1000.0}}}
+    runs = expand({"problem": "permuted_mnist", "method": "baseline", "seeds": "0-3",
+                   "tasks": 1, "steps_per_task": 10, "batch_size": 25})
+    (ensemble,) = group(runs, max_members=4)
+    assert job_seconds("cpu", cal)(ensemble) == ensemble_seconds(ensemble, cal) == pytest.approx(1.0)
+    assert job_seconds("cpu", None) is None  # the executor's member-samples then
+    assert job_seconds("cuda", cal) is None  # a CPU's calibration does not price a GPU's steps
+
+
 def test_scale_shortens_tasks_and_steps():
     runs = expand(SWEEP, scale=0.1)
     assert {(r.config.tasks, r.config.steps_per_task) for r in runs} == {(2, 62)}

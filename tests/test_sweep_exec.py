@@ -267,6 +267,40 @@ def test_status_estimates_the_ensembles_not_started_by_the_machines_calibration(
                                     f"lr={plan['runs'][0]['config']['lr']:g}", "K=2"]
 
 
+BATCH_SIZES = """
+name = "batches"
+problem = "permuted_mnist"
+method = "baseline"
+seeds = "0-1"
+tasks = 2
+variants = [{batch_size = 1, steps_per_task = 40}, {batch_size = 32, steps_per_task = 2}]
+[problem_params]
+examples_per_task = 160
+"""
+
+
+def test_a_calibrated_sweep_trains_the_ensemble_its_calibration_prices_longest_first(
+        data_dir, tmp_path):
+    from plasticlab.experiments import bench
+
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text(BATCH_SIZES)
+
+    def first_batch_size(out) -> int:
+        assert main(["sweep", str(sweep), "--out", str(out), "--data-dir", str(data_dir),
+                     "--workers", "1", "--no-progress", *INLINE]) == 0
+        with ResultStore(out) as store:
+            return store.runs()[0]["config"]["batch_size"]  # the runs in the order they started
+
+    # batch 32's 2 × 2 × 32 member-samples a member outnumber batch 1's 2 × 40 × 1
+    assert first_batch_size(tmp_path / "uncalibrated") == 32
+    # but a step at batch 1 takes half of one at 16 here, so batch 1's 80 steps are the longer
+    bench.save({"samples_per_second": {"mlp": {"2": 1000.0}},
+                "batch_step_seconds": {"mlp": {"1": 0.5, "16": 1.0, "128": 5.0}},
+                "batch_step_seconds_at": {"mlp": 16}})
+    assert first_batch_size(tmp_path / "calibrated") == 1
+
+
 def test_status_names_an_ensemble_a_worker_has_taken_before_its_first_checkpoint(data_dir, tmp_path, capsys):
     from plasticlab.experiments.store import ResultStore
 

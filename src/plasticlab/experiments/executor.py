@@ -145,7 +145,9 @@ def this_sitting(device) -> dict:
 
 
 def job_cost(job: Job) -> float:
-    """Relative cost of a job (member-samples), for longest-first scheduling."""
+    """A job's cost in member-samples (tasks × steps × batch × K), the order of longest-first
+    scheduling where no calibration prices the jobs in seconds
+    (:func:`~plasticlab.experiments.bench.job_seconds`)."""
     c = job.config
     return c.tasks * c.steps_per_task * c.batch_size * len(job.seeds)
 
@@ -153,8 +155,10 @@ def job_cost(job: Job) -> float:
 def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str = "cpu",
              workers: int | None = None, progress: bool = True, executor: str = "local",
              ray_address: str | None = None, on_done: Callable[[Job], None] | None = None,
-             loggers: Sequence = (), grace_s: float = 60.0) -> list[Job]:
-    """Train ``jobs`` with ``executor`` and record every run in ``out``'s store.
+             loggers: Sequence = (), grace_s: float = 60.0,
+             cost: Callable[[Job], float] | None = None) -> list[Job]:
+    """Train ``jobs`` with ``executor`` and record every run in ``out``'s store, the costliest
+    first by ``cost`` (default :func:`job_cost`) so that the last to finish is a short one.
 
     Returns the jobs with their ``records`` (or ``error``) filled in. On SIGINT/SIGTERM (see
     the module docstring) the interrupt propagates once every job is recorded. ``out`` is held
@@ -168,7 +172,8 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
     jobs = list(jobs)
     if not jobs:
         return jobs
-    order = sorted(range(len(jobs)), key=lambda i: -job_cost(jobs[i]))
+    cost = cost or job_cost
+    order = sorted(range(len(jobs)), key=lambda i: -cost(jobs[i]))
     for job in jobs:
         # Checkpoints at every task end and, every CHECKPOINT_EVERY_S, between two steps: a
         # killed sweep loses at most that much of each ensemble.

@@ -175,14 +175,15 @@ def resumed_by_other_code(out, p: Plan) -> list[str]:
 
 def run_plan(p: Plan, *, out, data_dir=None, device="cpu", workers=None, executor="local",
              ray_address=None, progress=True, options: dict | None = None, loggers=(),
-             on_done=None) -> list[Job]:
+             on_done=None, cost=None) -> list[Job]:
     """Train every ensemble of ``p``; returns the jobs (failures recorded, not raised).
-    ``on_done(job)`` is called as each ensemble ends, once its runs are recorded."""
+    ``on_done(job)`` is called as each ensemble ends, once its runs are recorded; ``cost``
+    orders them, the costliest first (:func:`~plasticlab.experiments.executor.run_jobs`)."""
     jobs = [Job(e.members, label=ensemble_label(e), options=dict(options or {}), record=e.record)
             for e in p.ensembles]
     return run_jobs(jobs, out=out, data_dir=data_dir, device=device, workers=workers,
                     executor=executor, ray_address=ray_address, progress=progress, loggers=loggers,
-                    on_done=on_done)
+                    on_done=on_done, cost=cost)
 
 
 def ensemble_label(e: Ensemble) -> str:

@@ -187,7 +187,8 @@ def train(sp: SweepPlan, p: Plan, loggers: Sequence = ()) -> list[Job]:
     workers = r.workers if r.executor == "interleaved" else sp.workers
     return run_plan(p, out=sp.out, data_dir=r.data_dir, device=r.device, workers=workers,
                     executor=r.executor, ray_address=r.ray_address, progress=r.progress,
-                    options=sp.options, loggers=loggers, on_done=r.on_ensemble_done)
+                    options=sp.options, loggers=loggers, on_done=r.on_ensemble_done,
+                    cost=bench.job_seconds(r.device, sp.calibration, workers))
 
 
 def select(sp: SweepPlan) -> tuple[dict, Path]:
