@@ -246,6 +246,28 @@ def test_several_problems_get_an_iqm_across_problems(tmp_path):
     assert re.search(rf"\| baseline \| 3 \| {100 * iqm:.2f} \[", md)
 
 
+def test_a_problem_of_several_batch_sizes_is_left_out_of_the_iqm_across_problems(tmp_path):
+    # Permuted MNIST at two batch sizes has a headline per batch size and no one score: the
+    # IQM across problems is over the two problems of one stream each, and says so
+    with ResultStore(tmp_path) as store:
+        for problem in ("permuted_mnist", "random_label_mnist", "random_label_cifar"):
+            for method in ("baseline", "l2_init"):
+                for batch in ((16, 32) if problem == "permuted_mnist" else (16,)):
+                    config = resolve_config({"problem": problem, "method": method,
+                                             "tasks": TASKS, "steps_per_task": 10,
+                                             "batch_size": batch}).to_dict()
+                    for seed in SEEDS:
+                        _finish(store, config, seed, CURVES[("baseline", ())])
+    build_report(tmp_path, tmp_path / "r", formats=("png",), reps=100)
+    md = (tmp_path / "r" / "report.md").read_text()
+    across = md[md.index("## Across problems"):]
+    assert ("Left out: permuted_mnist, trained on several streams (batch sizes or task lengths), "
+            "each with a headline of its own.") in across
+    # 3 seeds × 2 problems = 6 scores per method, as with two problems alone
+    base = sorted(np.mean([CURVES[("baseline", ())](s, t) for t in range(TASKS)]) for s in SEEDS) * 2
+    assert re.search(rf"\| baseline \| 3 \| {100 * np.mean(sorted(base)[1:5]):.2f} \[", across)
+
+
 def test_every_n_steps_measurements_are_drawn_against_the_step(tmp_path):
     config = _config("l2_init", {"strength": 1e-2})
     with ResultStore(tmp_path) as store:

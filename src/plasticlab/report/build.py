@@ -686,17 +686,22 @@ def _aggregate_section(results: Results, ctx: _Context) -> Section | None:
     """IQM of the total online accuracy across the classification problems per optimizer ×
     method (stratified bootstrap over seeds per problem). A regression's online squared error
     is another measure, on another scale and the other way round: its studies are left out, and
-    the section says so."""
+    the section says so. So is a study of several streams (:meth:`Results.streams`: batch
+    sizes, task lengths): it has a headline per stream and no one score for the problem."""
     problems_by_opt: dict[str, list[str]] = {}
-    apart: dict[str, set[str]] = {}  # measure name → problems left out
+    apart: dict[str, set[str]] = {}  # why → problems left out
     for problem, optimizer in results.studies():
         measure = results.measure(problem, optimizer)
-        if measure == ONLINE_ACCURACY:
-            problems_by_opt.setdefault(optimizer, []).append(problem)
+        if measure != ONLINE_ACCURACY:
+            apart.setdefault(f"judged on the {measure.name}, which is not averaged with "
+                             "accuracies", set()).add(problem)
+        elif len(results.streams(problem, optimizer)) > 1:
+            apart.setdefault("trained on several streams (batch sizes or task lengths), each "
+                             "with a headline of its own", set()).add(problem)
         else:
-            apart.setdefault(measure.name, set()).add(problem)
-    left_out = "".join(f" Left out: {', '.join(sorted(problems))}, judged on the {name}, which is "
-                       "not averaged with accuracies." for name, problems in sorted(apart.items()))
+            problems_by_opt.setdefault(optimizer, []).append(problem)
+    left_out = "".join(f" Left out: {', '.join(sorted(problems))}, {why}."
+                       for why, problems in sorted(apart.items()))
     section = Section("Across problems", "Interquartile mean of total online accuracy over all "
                       "runs of all problems, with a stratified-bootstrap interval (seeds resampled "
                       "within each problem), per method shown by its headline configuration."
