@@ -175,6 +175,25 @@ def test_the_executor_orders_by_the_calibrations_seconds_only_on_a_calibrated_cp
     assert job_seconds("cuda", cal) is None  # a CPU's calibration does not price a GPU's steps
 
 
+def test_an_ensemble_resumed_from_its_checkpoint_is_priced_by_its_tasks_left():
+    from plasticlab.experiments.bench import ensemble_seconds, estimate_seconds, job_seconds
+
+    # 1,000 member-samples/s; 0.5 s a task end at K = 4
+    cal = {"samples_per_second": {"mlp": {"4": 1000.0}}, "task_overhead_seconds": {"mlp": 0.5},
+           "task_overhead_members": 4}
+    runs = expand({"problem": "permuted_mnist", "method": "baseline", "seeds": "0-7",
+                   "tasks": 4, "steps_per_task": 10, "batch_size": 25})
+    first, second = group(runs, max_members=4)  # a task: 4 × 10 × 25 samples, 1 s, and its end
+    assert ensemble_seconds(first, cal) == pytest.approx(6.0)
+    assert ensemble_seconds(first, cal, tasks_done=3) == pytest.approx(1.5)
+    assert ensemble_seconds(first, cal, tasks_done=4) == 0.0
+    done = {id(first): 3, id(second): 0}
+    assert estimate_seconds([first, second], cal, workers=1,
+                            tasks_done=lambda e: done[id(e)]) == pytest.approx(7.5)
+    order = job_seconds("cpu", cal, tasks_done=lambda e: done[id(e)])
+    assert order(second) > order(first)  # the one that starts afresh is the longer now
+
+
 def test_scale_shortens_tasks_and_steps():
     runs = expand(SWEEP, scale=0.1)
     assert {(r.config.tasks, r.config.steps_per_task) for r in runs} == {(2, 62)}

@@ -267,6 +267,30 @@ def test_status_estimates_the_ensembles_not_started_by_the_machines_calibration(
                                     f"lr={plan['runs'][0]['config']['lr']:g}", "K=2"]
 
 
+def test_a_resumed_sweep_says_how_far_its_ensembles_are_and_estimates_the_tasks_left(
+        data_dir, tmp_path, capsys):
+    from plasticlab import checkpoint
+    from plasticlab.experiments import bench
+
+    out = tmp_path / "out"
+    args = ["sweep", str(write_sweep(tmp_path, methods=("l2_init",), steps=10)), "--out", str(out),
+            "--data-dir", str(data_dir), "--workers", "1", "--no-progress", *INLINE]
+    assert main(args) == 0
+    # 64 member-samples/s: the ensemble's 2 members × 10 steps × 16 examples take 5 s a task
+    bench.save({"samples_per_second": {"mlp": {"2": 64.0}}})
+    capsys.readouterr()
+    assert main([*args, "--rerun", "--dry-run"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].endswith(
+        "in 1 ensembles, 20 ensemble steps; estimated 0h00m10s on 1 worker(s)")
+    # its checkpoint after the first of its two tasks: the sweep resumes there
+    (ensemble,) = json.loads((out / "plan.json").read_text())["ensembles"]
+    checkpoint.save(out / "checkpoints" / ensemble["checkpoint"], "x", {"next_task": 1, "wall": 1.0})
+    assert main([*args, "--rerun", "--dry-run"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].endswith(
+        "in 1 ensembles, 20 ensemble steps; 1 ensemble(s) resume from a checkpoint, 1 of their 2 "
+        "tasks done; estimated 0h00m05s on 1 worker(s) for the tasks left")
+
+
 BATCH_SIZES = """
 name = "batches"
 problem = "permuted_mnist"

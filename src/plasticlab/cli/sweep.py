@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..experiments import bench
 from ..experiments.executor import EXECUTORS
-from ..experiments.orchestrate import resumed_by_other_code
+from ..experiments.orchestrate import resumed_by_other_code, tasks_done
 from ..experiments.presets import PRESETS, get_preset
 from ..experiments.progress import hms
 from ..experiments.store import ResultStore
@@ -37,12 +37,21 @@ from .common import (
 )
 
 
-def _describe(p, workers: int, calibration: dict | None) -> str:
+def _describe(p, workers: int, calibration: dict | None, out) -> str:
+    """A plan in one line: its runs, ensembles and steps, the ensembles that resume from a
+    checkpoint in ``out`` and how far they are, and the estimated time of what is left."""
     text = (f"{p.phase}: {p.total_runs} runs ({p.finished_runs} finished, {p.runs} to run) in "
             f"{len(p.ensembles)} ensembles, {p.steps:,} ensemble steps")
+    done = [tasks_done(out, e) for e in p.ensembles]
+    resumed = [(n, e.config.tasks) for n, e in zip(done, p.ensembles, strict=True) if n]
+    if resumed:
+        text += (f"; {len(resumed)} ensemble(s) resume from a checkpoint, "
+                 f"{sum(n for n, _ in resumed):,} of their {sum(t for _, t in resumed):,} tasks done")
     if calibration is not None:
-        text += f"; estimated {hms(bench.estimate_seconds(p.ensembles, calibration, workers))} " \
-                f"on {workers} worker(s)"
+        seconds = bench.estimate_seconds(p.ensembles, calibration, workers,
+                                         lambda e: tasks_done(out, e))
+        text += (f"; estimated {hms(seconds)} on {workers} worker(s)"
+                 + (" for the tasks left" if resumed else ""))
     return text
 
 
@@ -127,7 +136,7 @@ def _print_plan(sp: SweepPlan) -> None:
     if sp.wanted:
         print(f"  --only {' '.join(r.only)}: {len(sp.grid_runs)} of the grid's {len(sp.runs)} runs"
               + (", and the evaluation's runs that match" if sp.eval_seeds is not None else ""))
-    print("  " + _describe(sp.grid_plan, sp.workers, sp.calibration))
+    print("  " + _describe(sp.grid_plan, sp.workers, sp.calibration, sp.out))
     if sp.eval_seeds is not None:
         print(f"  then the protocol: the best configuration per method on seeds {sp.eval_seeds}")
     if sp.options.get("forgetting") and sp.calibration is not None:
@@ -145,7 +154,7 @@ def _evaluate(sp: SweepPlan, loggers) -> list:
         print(f"  {problem} {optimizer} {method:<16} lr={cfg['lr']:g} {cfg['params']} "
               f"score {measure.format(entry['score'])}{measure.unit} (of {entry['candidates']} configs)")
     eval_plan = plan_evaluation(sp, selection)
-    print("  " + _describe(eval_plan, sp.workers, sp.calibration))
+    print("  " + _describe(eval_plan, sp.workers, sp.calibration, sp.out))
     for message in resumed_by_other_code(sp.out, eval_plan):
         print("  " + message)
     failed = [j for j in train(sp, eval_plan, loggers) if j.error]

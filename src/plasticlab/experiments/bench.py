@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import platform
 import time
-from functools import partial
+from collections.abc import Callable
 from pathlib import Path
 
 import platformdirs
@@ -265,16 +265,16 @@ def members_for(device: str, calibration: dict | None, workers: int = 1):
     return choose
 
 
-def ensemble_seconds(ensemble, calibration: dict, workers: int = 1) -> float:
+def ensemble_seconds(ensemble, calibration: dict, workers: int = 1, tasks_done: int = 0) -> float:
     """Estimated seconds to train ``ensemble`` (anything with ``config`` and ``seeds``: a
-    sweep's ensemble, an executor's job) on one of ``workers`` processes of this machine.
+    sweep's ensemble, an executor's job) on one of ``workers`` processes of this machine, from
+    task ``tasks_done`` (its checkpoint's, when it resumes) to its last.
 
-    It costs tasks × steps × K × batch member-samples at the calibrated rate of its architecture
+    A task costs steps × K × batch member-samples at the calibrated rate of its architecture
     and nearest calibrated K (each worker's share of the all-workers rate when several train at
     once and the calibration has it), times its batch size's factor (:func:`batch_factor`: a
     step at batch 1 costs far more than a sixteenth of one at 16), times its method's and its
-    optimizer's relative costs, plus its tasks × the calibrated task-end cost (measurements,
-    checkpoint)."""
+    optimizer's relative costs, plus the calibrated task-end cost (measurements, checkpoint)."""
     config, members = ensemble.config, len(ensemble.seeds)
     arch = arch_of(config.problem)
     if workers > 1 and calibration.get("samples_per_second_all_workers"):
@@ -285,33 +285,39 @@ def ensemble_seconds(ensemble, calibration: dict, workers: int = 1) -> float:
     k = min(rates, key=lambda c: abs(c - members))
     cost = (calibration.get("method_cost", {}).get(config.method, 1.0)
             * calibration.get("optimizer_cost", {}).get(config.optimizer, 1.0))
-    samples = config.tasks * config.steps_per_task * members * config.batch_size
+    samples = config.steps_per_task * members * config.batch_size
     # task ends scale roughly with the members measured (calibrated at K = 8 unless it says)
     task_end = (calibration.get("task_overhead_seconds", {}).get(arch, 0.0) * members
                 / calibration.get("task_overhead_members", 8))
-    return (samples / rates[k] * batch_factor(calibration, arch, config.batch_size) * cost
-            + config.tasks * task_end)
+    task = samples / rates[k] * batch_factor(calibration, arch, config.batch_size) * cost + task_end
+    return max(config.tasks - tasks_done, 0) * task
 
 
-def estimate_seconds(ensembles, calibration: dict, workers: int = 1) -> float:
+def estimate_seconds(ensembles, calibration: dict, workers: int = 1,
+                     tasks_done: Callable[[object], int] | None = None) -> float:
     """Estimated wall time of ``ensembles`` on ``workers`` processes of this machine: each
-    ensemble's :func:`ensemble_seconds`, scheduled as the executor runs them when it has this
+    ensemble's :func:`ensemble_seconds` for its tasks left (``tasks_done(ensemble)``: the tasks
+    its checkpoint holds, none without it), scheduled as the executor runs them when it has this
     calibration (:func:`job_seconds`) — longest first, each to the worker that frees first —,
     and the estimate is the last worker's finish: three equal ensembles on two workers take two
     ensembles' time, not one and a half.
     """
+    times = [ensemble_seconds(e, calibration, workers, tasks_done(e) if tasks_done else 0)
+             for e in ensembles]
     finish = [0.0] * max(1, int(workers))
-    for t in sorted((ensemble_seconds(e, calibration, workers) for e in ensembles), reverse=True):
+    for t in sorted(times, reverse=True):
         finish[finish.index(min(finish))] += t
     return max(finish)
 
 
-def job_seconds(device: str, calibration: dict | None, workers: int = 1):
+def job_seconds(device: str, calibration: dict | None, workers: int = 1,
+                tasks_done: Callable[[object], int] | None = None):
     """What the executor orders a sweep's ensembles by, longest first: ``ensemble → seconds``
-    by :func:`ensemble_seconds` where this machine's calibration prices them (a CPU sweep on a
+    of its tasks left (:func:`ensemble_seconds`; ``tasks_done`` as for
+    :func:`estimate_seconds`) where this machine's calibration prices them (a CPU sweep on a
     calibrated machine), else None (the executor's own member-samples,
     :func:`~plasticlab.experiments.executor.job_cost`: the calibration is CPU-only, and
     without it the batch size's factor and the methods' costs are unknown)."""
     if calibration is None or not str(device).startswith("cpu"):
         return None
-    return partial(ensemble_seconds, calibration=calibration, workers=workers)
+    return lambda e: ensemble_seconds(e, calibration, workers, tasks_done(e) if tasks_done else 0)

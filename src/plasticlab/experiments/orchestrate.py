@@ -173,6 +173,21 @@ def resumed_by_other_code(out, p: Plan) -> list[str]:
     return notes
 
 
+def tasks_done(out, ensemble) -> int:
+    """The tasks ``ensemble`` (anything with ``members``: a plan's ensemble, a job) has done
+    by its checkpoint in ``out``: what a resumed sweep does not train again. 0 without a
+    checkpoint, or with one that cannot be read (the sweep then says so, and trains it from the
+    start)."""
+    from .. import checkpoint as ckpt
+    from .recording import checkpoint_path
+
+    path = checkpoint_path(out, ensemble.members, "ensemble")
+    try:
+        return int(ckpt.read_header(path).get("next_task") or 0) if path.is_file() else 0
+    except (ckpt.CheckpointError, OSError):
+        return 0
+
+
 def run_plan(p: Plan, *, out, data_dir=None, device="cpu", workers=None, executor="local",
              ray_address=None, progress=True, options: dict | None = None, loggers=(),
              on_done=None, cost=None) -> list[Job]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from ..measure.optional import parse_measurements
@@ -24,6 +25,7 @@ from .orchestrate import (
     protocol_seeds,
     resumed_by_other_code,
     run_plan,
+    tasks_done,
     tidy_checkpoints,
     write_plan,
     write_selection,
@@ -188,7 +190,8 @@ def train(sp: SweepPlan, p: Plan, loggers: Sequence = ()) -> list[Job]:
     return run_plan(p, out=sp.out, data_dir=r.data_dir, device=r.device, workers=workers,
                     executor=r.executor, ray_address=r.ray_address, progress=r.progress,
                     options=sp.options, loggers=loggers, on_done=r.on_ensemble_done,
-                    cost=bench.job_seconds(r.device, sp.calibration, workers))
+                    cost=bench.job_seconds(r.device, sp.calibration, workers,
+                                           partial(tasks_done, sp.out)))
 
 
 def select(sp: SweepPlan) -> tuple[dict, Path]:
