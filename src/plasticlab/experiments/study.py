@@ -22,6 +22,7 @@ STUDY_SCALES = {
     "best-random_label_mnist-adam": 0.5,
     "best-random_label_mnist-sgd": 0.5,
     "best-random_label_cifar-adam": 0.2,
+    "best-random_label_cifar-sgd": 0.2,
     "field-random_label_mnist": 0.5,
     "field-toolkit-permuted_mnist": 0.2,
     "field-toolkit-random_label_mnist": 0.2,
