@@ -32,6 +32,11 @@ def crash_after_first_task(task, accuracies):
         raise Crash
 
 
+def crash_after_second_task(task, accuracies):
+    if task == 1:
+        raise Crash
+
+
 @pytest.fixture
 def interrupted(data_dir, tmp_path):
     """A checkpoint of a 3-task ensemble stopped after its first task by code OLD."""
@@ -138,6 +143,19 @@ def test_a_run_resumed_by_this_code_after_other_code_counts_as_other_code():
 def test_a_checkpoint_header_lists_its_sittings_so_a_resume_can_tell_whose_tasks_it_holds(interrupted):
     _, path = interrupted
     assert ckpt.read_header(path)["sittings"] == [{"from_task": 0, "code": OLD}]
+
+
+def test_a_checkpoint_header_says_where_its_sitting_began_for_that_sittings_pace(data_dir, interrupted):
+    cfg, path = interrupted
+    first = ckpt.read_header(path)
+    assert first["sitting_start"] == {"task": 0.0, "wall": 0.0} and first["wall"] > 0
+    # the next sitting begins at the first one's task end, with its training time so far
+    with pytest.raises(Crash):
+        train_ensemble(Members.from_config(cfg, [0, 1]), data_dir=data_dir, checkpoint=path,
+                       measure=False, sitting={"code": NEW},
+                       on_task_end=crash_after_second_task)
+    second = ckpt.read_header(path)
+    assert second["next_task"] == 2 and second["sitting_start"] == {"task": 1.0, "wall": first["wall"]}
 
 
 def test_resuming_tasks_that_other_code_trained_is_noted_and_this_codes_own_are_not(interrupted):

@@ -236,6 +236,34 @@ def test_status_shows_how_far_each_unfinished_ensemble_has_come(data_dir, tmp_pa
     assert "`plasticlab bench` calibrates this machine for an estimate of their time" in text
 
 
+def test_status_gives_the_pace_of_the_sitting_that_wrote_the_checkpoint(data_dir, tmp_path, capsys):
+    from plasticlab import checkpoint
+
+    out = tmp_path / "out"
+    assert main(["sweep", str(write_sweep(tmp_path, methods=("l2_init",), steps=10)), "--out", str(out),
+                 "--data-dir", str(data_dir), "--workers", "1", "--no-progress", *INLINE]) == 0
+    (entry,) = json.loads((out / "plan.json").read_text())["ensembles"]
+
+    def status_line(state: dict) -> str:
+        checkpoint.save(out / "checkpoints" / entry["checkpoint"], "x", state)
+        capsys.readouterr()
+        assert main(["status", str(out)]) == 0
+        return next(line for line in capsys.readouterr().out.splitlines()
+                    if entry["checkpoint"].removesuffix(".ckpt") in line)
+
+    # saved 5 steps into the second task (of 10 a task): 1.5 tasks' work in 30 s, 10 s of it by an
+    # earlier, slower sitting that stopped a quarter into the first task; this one's 20 s gave
+    # 1.25 tasks: 16 s a task, and the half task left takes 8 s
+    line = status_line({"next_task": 1, "wall": 30.0, "in_flight": {"step": 5},
+                        "sitting_start": {"task": 0.25, "wall": 10.0}})
+    assert "1 of 2 tasks done and 5 steps of the next, saved " in line
+    assert line.endswith("UTC; 16.0 s a task this sitting, 0h00m08s of training left at that pace")
+    # under a task's worth in this sitting: the pace over every sitting, 30 s for 1.5 tasks
+    line = status_line({"next_task": 1, "wall": 30.0, "in_flight": {"step": 5},
+                        "sitting_start": {"task": 0.75, "wall": 25.0}})
+    assert line.endswith("UTC; 20.0 s a task, 0h00m10s of training left at that pace")
+
+
 def test_status_estimates_the_ensembles_not_started_by_the_machines_calibration(data_dir, tmp_path, capsys):
     from plasticlab import checkpoint
     from plasticlab.experiments import bench

@@ -81,7 +81,7 @@ def write(path: str | os.PathLike, fingerprint: str, state: dict, payload: bytes
               # readable without loading the payload (plasticlab status; a resume's note on
               # tasks that other code trained)
               "next_task": state.get("next_task"), "wall": state.get("wall"),
-              "sittings": state.get("sittings"),
+              "sittings": state.get("sittings"), "sitting_start": state.get("sitting_start"),
               "steps_in_task": flight["step"] if flight else 0}
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:

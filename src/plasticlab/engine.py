@@ -425,6 +425,9 @@ class EnsembleTraining:
         self.measure_time = 0.0
         self.global_step, self.next_task, self.wall = 0, 0, 0.0
         self.sittings: list[dict] = []  # what trained which tasks: train_ensemble's ``sitting``
+        # where this sitting began, in tasks (a fraction for a task in flight) and training wall
+        # time, so that `plasticlab status` can give this sitting's pace apart from earlier ones
+        self.sitting_start: dict | None = None
         self.in_flight: TaskInFlight | None = None  # the task being trained, between two steps
         self.writer = ckpt.CheckpointWriter()
         self.fingerprint = members.fingerprint()
@@ -458,6 +461,8 @@ class EnsembleTraining:
         the step of it when a task is in flight."""
         self.sittings.append({"from_task": self.next_task, **(
             {"from_step": self.steps_in_flight} if self.steps_in_flight else {}), **(sitting or {})})
+        self.sitting_start = {"task": self.next_task + self.steps_in_flight / self.problem.steps_per_task,
+                              "wall": self.wall}
 
     def save(self, checkpoint: str | Path) -> None:
         """Save the whole training state, to resume at :attr:`next_task` — at the step of it
@@ -469,7 +474,7 @@ class EnsembleTraining:
             "next_task": self.next_task, "global_step": self.global_step,
             "accuracies": self.accuracies, "task_measures": self.task_measures,
             "step_measures": self.step_measures, "measure_time": self.measure_time,
-            "wall": self.wall, "sittings": self.sittings,
+            "wall": self.wall, "sittings": self.sittings, "sitting_start": self.sitting_start,
             "in_flight": None if flight is None else flight.to_state()})
 
     # --- one task --------------------------------------------------------------------------------

@@ -62,12 +62,12 @@ def ensemble_progress(out: Path, runs: dict[str, dict], stored_plan: dict | None
         methods = "+".join(dict.fromkeys(r["config"]["method"] for r in members)) or "?"
         tasks = members[0]["config"]["tasks"] if members else "?"
         saved = time.strftime("%H:%M UTC", time.gmtime(path.stat().st_mtime))
+        in_task = header.get("steps_in_task") or 0
         line = (f"{path.stem} ({entry.get('phase', '?')}, {methods}, K={len(members) or '?'}): "
-                f"{done} of {tasks} tasks done, saved {saved}")
-        wall = header.get("wall")
-        if wall and done and isinstance(tasks, int):
-            line += (f"; {wall / done:.1f} s a task, {hms((tasks - done) * wall / done)} of "
-                     "training left at that pace")
+                f"{done} of {tasks} tasks done" + (f" and {in_task:,} steps of the next" if in_task else "")
+                + f", saved {saved}")
+        if members and isinstance(done, int):
+            line += _pace(header, done + in_task / members[0]["config"]["steps_per_task"], tasks)
         if note := resumed_code_note(header):
             line += f"; note: {note}"
         lines.append(line)
@@ -87,6 +87,22 @@ def ensemble_progress(out: Path, runs: dict[str, dict], stored_plan: dict | None
                      f"({sum(len(e['run_ids']) for e in waiting)} runs){_waiting_time(ensembles)}")
         lines += [f"  {ensemble_label(e)}" for e in ensembles if e is not None]
     return lines
+
+
+def _pace(header: dict, progress: float, tasks: int) -> str:
+    """'; 12.3 s a task this sitting, 1h02m03s of training left at that pace': the pace of the
+    sitting that wrote the checkpoint once it has trained a task's worth (the machine's load
+    can differ between sittings), else over every sitting so far; ``progress``: the tasks
+    done, with the fraction of a task in flight. Nothing without a pace to give."""
+    wall, start = header.get("wall"), header.get("sitting_start")
+    if start and progress - start["task"] >= 1:
+        pace, which = (wall - start["wall"]) / (progress - start["task"]), " this sitting"
+    elif wall and progress > 0:
+        pace, which = wall / progress, ""
+    else:
+        return ""
+    return (f"; {pace:.1f} s a task{which}, {hms((tasks - progress) * pace)} of training left "
+            "at that pace")
 
 
 def _waiting_time(ensembles: list) -> str:
