@@ -98,6 +98,20 @@ def test_the_costliest_ensemble_is_halved_not_the_one_with_most_members():
         ("baseline", 8), ("l2", 2), ("l2", 2)]
 
 
+def test_a_calibration_that_prices_a_method_higher_has_its_ensemble_halved():
+    from plasticlab.experiments.bench import job_seconds
+
+    # three ensembles of 4 with the same steps on two workers: one must be halved
+    runs = expand({**SWEEP, "methods": ["baseline", "concat_relu", "cbp"], "seeds": "0-3", "grid": {}})
+    by_steps = group(runs, max_members=4, workers=2)
+    assert sorted(len(e.seeds) for e in by_steps if e.config.method == "cbp") == [4]
+    # CBP's step costs three times the others' here: its ensemble is the costliest
+    cal = {"samples_per_second": {"mlp": {"4": 1000.0}}, "method_cost": {"cbp": 3.0}}
+    priced = group(runs, max_members=4, workers=2, cost=job_seconds("cpu", cal, workers=2))
+    assert sorted((e.config.method, len(e.seeds)) for e in priced) == [
+        ("baseline", 4), ("cbp", 2), ("cbp", 2), ("concat_relu", 4)]
+
+
 def test_max_members_can_depend_on_the_configuration():
     runs = expand({**SWEEP, "seeds": "0-9"})
     ensembles = group(runs, max_members=lambda c: 2 if c.method == "redo" else 16)

@@ -58,11 +58,12 @@ def pending_runs(runs: Sequence[Run], out: str | Path) -> tuple[list[Run], int]:
 
 
 def plan(runs: Sequence[Run], out, max_members, phase: str = "grid", workers: int = 1,
-         rerun: bool = False) -> Plan:
+         rerun: bool = False, cost=None) -> Plan:
     """Group the unfinished runs of ``runs`` into ensembles: the ensembles stored in
     ``plan.json`` that still have an unfinished member are reused as they are (every member,
     in its order; the members that finished train again but are not recorded again); the
-    other runs are grouped anew (see :func:`sweep.group`). ``rerun``: finished runs too."""
+    other runs are grouped anew (see :func:`sweep.group`, which ``cost`` is given to).
+    ``rerun``: finished runs too."""
     todo, finished = (list(runs), 0) if rerun else pending_runs(runs, out)
     by_id = {ResultStore.run_id(r.config.to_dict(), r.seed): r for r in runs}
     unfinished = {ResultStore.run_id(r.config.to_dict(), r.seed) for r in todo}
@@ -79,7 +80,7 @@ def plan(runs: Sequence[Run], out, max_members, phase: str = "grid", workers: in
         ensembles.extend(ensemble)
         claimed.update(members)
     rest = [r for r in todo if ResultStore.run_id(r.config.to_dict(), r.seed) not in claimed]
-    return Plan(ensembles + group(rest, max_members, workers), len(runs), finished, phase)
+    return Plan(ensembles + group(rest, max_members, workers, cost), len(runs), finished, phase)
 
 
 def stored_ensembles(out) -> list[dict]:

@@ -231,16 +231,18 @@ def shares_step_sizes(config: RunConfig) -> bool:
 
 
 def group(runs: list[Run], max_members: int | Callable[[RunConfig], int] = 16,
-          workers: int = 1) -> list[Ensemble]:
+          workers: int = 1, cost: Callable[[Ensemble], float] | None = None) -> list[Ensemble]:
     """Group runs into ensembles of at most ``max_members`` (see the module docstring).
 
     ``max_members`` may depend on the configuration (the best K differs between the MLP and
     the CNN). A group larger than that is split into equal parts, not into full ones and a
     remainder. Then, while the ensembles do not fill every worker in every round — their number
-    is not a multiple of ``workers`` — the costliest (members × steps) is halved, until it is
-    (or nothing is left to halve): a lone 10-seed evaluation runs as two ensembles of 5 on two
-    cores instead of one of 10 on one, and 36 runs of at most 12 as 12, 12, 6 and 6 — two
-    rounds of 18 members on two cores instead of 12, 12 and then 12 alone.
+    is not a multiple of ``workers`` — the costliest is halved, until it is (or nothing is left
+    to halve): a lone 10-seed evaluation runs as two ensembles of 5 on two cores instead of one
+    of 10 on one, and 36 runs of at most 12 as 12, 12, 6 and 6 — two rounds of 18 members on two
+    cores instead of 12, 12 and then 12 alone. ``cost`` prices an ensemble (this machine's
+    calibrated seconds, :func:`~plasticlab.experiments.bench.job_seconds`: a method's cost and
+    a batch size's); without it, members × steps.
     """
     limit = max_members if callable(max_members) else (lambda _config: max_members)
     groups: dict[str, list[Run]] = {}
@@ -252,19 +254,23 @@ def group(runs: list[Run], max_members: int | Callable[[RunConfig], int] = 16,
         if k < 1:
             raise ValueError(f"max_members must be >= 1, got {k}")
         chunks.extend(consecutive_pieces(members, -(-len(members) // k)))
+    weigh = cost or _member_steps
     while len(chunks) % max(int(workers), 1):
-        costliest = max(chunks, key=_member_steps, default=[])
+        costliest = max(chunks, key=lambda c: weigh(_ensemble(c)), default=[])
         if len(costliest) < 2:
             break
         chunks.remove(costliest)
         chunks.extend(consecutive_pieces(costliest, 2))
-    return [Ensemble(Members.from_runs([r.config for r in c], [r.seed for r in c])) for c in chunks]
+    return [_ensemble(c) for c in chunks]
 
 
-def _member_steps(members: list[Run]) -> int:
+def _ensemble(runs: list[Run]) -> Ensemble:
+    return Ensemble(Members.from_runs([r.config for r in runs], [r.seed for r in runs]))
+
+
+def _member_steps(ensemble: Ensemble) -> int:
     """An ensemble's work: members × steps (its members share the stream lengths)."""
-    config = members[0].config
-    return len(members) * config.tasks * config.steps_per_task
+    return len(ensemble.seeds) * ensemble.steps
 
 
 def consecutive_pieces(items: list, parts: int) -> list[list]:

@@ -161,7 +161,8 @@ def plan_sweep(sweep: dict, name: str, out: Path, request: SweepRequest) -> Swee
     # Halving ensembles until every round fills every worker feeds each CPU core; on a GPU,
     # one device for all workers, it would only shrink K below the device's best.
     split_for = workers if str(request.device).startswith("cpu") else 1
-    grid_plan = plan(grid_runs, out, max_members, workers=split_for, rerun=request.rerun)
+    grid_plan = plan(grid_runs, out, max_members, workers=split_for, rerun=request.rerun,
+                     cost=bench.job_seconds(request.device, calibration, workers))
     options = {"forgetting": True} if sweep.get("forgetting") else {}
     if measurements := parse_measurements(sweep.get("measure")):
         options["measurements"] = measurements
@@ -206,7 +207,8 @@ def plan_evaluation(sp: SweepPlan, selection: dict) -> Plan:
     seeds, as ``--only`` filters them), recorded in ``out/plan.json``."""
     eval_runs = evaluation_runs(selection, sp.eval_seeds)
     eval_plan = plan(only_runs(eval_runs, sp.wanted), sp.out, sp.max_members, phase="evaluation",
-                     workers=sp.split_for, rerun=sp.request.rerun)
+                     workers=sp.split_for, rerun=sp.request.rerun,
+                     cost=bench.job_seconds(sp.request.device, sp.calibration, sp.workers))
     write_plan(sp.out, eval_runs, sp.name, "evaluation", eval_plan.ensembles)
     return eval_plan
 
