@@ -423,6 +423,25 @@ def test_the_estimate_counts_the_optimizers_cost_as_well_as_the_methods():
                                      ("baseline", "upgd"): 4.0, ("l2_init", "upgd"): 6.0})
 
 
+def test_the_estimate_prices_a_cnn_ensemble_by_the_costs_timed_on_the_cnn():
+    from plasticlab.experiments.bench import estimate_seconds
+
+    # CBP and SGD timed on both networks; L2 Init on the MLP only
+    cal = {"samples_per_second": {"mlp": {"4": 1000.0}, "cnn": {"4": 1000.0}},
+           "method_cost": {"cbp": 2.0, "l2_init": 1.5}, "optimizer_cost": {"sgd": 0.5},
+           "method_cost_by_arch": {"cnn": {"cbp": 4.0}}, "optimizer_cost_by_arch": {"cnn": {"sgd": 0.75}}}
+    spec = {"seeds": "0-3", "tasks": 1, "steps_per_task": 10, "batch_size": 25}
+
+    def seconds(problem, method, optimizer="adam"):
+        return estimate_seconds(group(expand({**spec, "problem": problem, "method": method,
+                                              "optimizer": optimizer}), max_members=4), cal)
+
+    assert seconds("permuted_mnist", "cbp") == pytest.approx(2.0)
+    assert seconds("random_label_cifar", "cbp") == pytest.approx(4.0)
+    assert seconds("random_label_cifar", "cbp", "sgd") == pytest.approx(3.0)
+    assert seconds("random_label_cifar", "l2_init") == pytest.approx(1.5)  # the MLP's, untimed on the CNN
+
+
 def test_relative_costs_time_each_method_and_each_optimizer_against_the_baseline_with_adam(data_dir):
     from plasticlab.experiments.bench import relative_costs
 
@@ -433,6 +452,10 @@ def test_relative_costs_time_each_method_and_each_optimizer_against_the_baseline
     assert set(methods) == {"l2_init"} and set(optimizers) == {"upgd"}
     assert methods["l2_init"] > 1 and optimizers["upgd"] > 1
     assert "upgd" in lines[1] and "Adam's time per step" in lines[1]
+    # and on the CNN, as the calibration times the paper's methods and SGD there
+    methods, optimizers = relative_costs(1e9, 2, data_dir, methods=("cbp",), optimizers=("sgd",),
+                                         log=lines.append, arch="cnn")
+    assert methods["cbp"] > 1 and optimizers["sgd"] > 1 and "CNN, K=8)" in lines[-1]
 
 
 def test_only_keeps_the_runs_whose_every_filtered_setting_is_one_of_its_values():

@@ -3,7 +3,7 @@
 The calibration trains real (short) runs through the engine on real data — Permuted MNIST for
 the MLP, Random Label CIFAR for the CNN — at several ensemble sizes K, and each method, and
 each optimizer other than Adam, once at K = 8 on the MLP for its cost relative to the Baseline
-with Adam; and a step's time at a few batch sizes (:data:`BATCH_SIZES`), since a step's cost is
+with Adam (the paper's methods and SGD on the CNN too); and a step's time at a few batch sizes (:data:`BATCH_SIZES`), since a step's cost is
 not proportional to its batch (the optimizer's update costs the same at any batch). It is saved
 as JSON (default: the user cache directory) and ``plasticlab sweep --dry-run`` turns a plan into
 an estimated wall time.
@@ -74,18 +74,29 @@ def _samples_per_second(problem: str, method: str, members: int, steps: int, dat
 
 
 def relative_costs(base: float, steps: int, data_dir, methods=tuple(METHODS),
-                   optimizers=tuple(o for o in OPTIMIZERS if o != "adam"), log=print) -> tuple[dict, dict]:
+                   optimizers=tuple(o for o in OPTIMIZERS if o != "adam"), log=print,
+                   arch: str = "mlp") -> tuple[dict, dict]:
     """Each method's (with Adam) and each optimizer's (training the Baseline) time per step
-    relative to the Baseline with Adam, whose member-samples/s is ``base`` (MLP, K = 8)."""
+    relative to the Baseline with Adam, whose member-samples/s is ``base`` (K = 8), on
+    ``arch``'s calibration problem (:data:`CALIBRATION_PROBLEMS`)."""
+    problem, where = CALIBRATION_PROBLEMS[arch], f"{arch.upper()}, K=8"
     method_cost, optimizer_cost = {}, {}
     for name in methods:
-        method_cost[name] = base / _samples_per_second("permuted_mnist", name, 8, steps, data_dir)
-        log(f"  {name:<18} {method_cost[name]:5.2f}× the Baseline's time per step (MLP, K=8)")
+        method_cost[name] = base / _samples_per_second(problem, name, 8, steps, data_dir)
+        log(f"  {name:<18} {method_cost[name]:5.2f}× the Baseline's time per step ({where})")
     for name in optimizers:
-        optimizer_cost[name] = base / _samples_per_second("permuted_mnist", "baseline", 8, steps,
+        optimizer_cost[name] = base / _samples_per_second(problem, "baseline", 8, steps,
                                                           data_dir, optimizer=name)
-        log(f"  {name:<18} {optimizer_cost[name]:5.2f}× Adam's time per step (the Baseline, MLP, K=8)")
+        log(f"  {name:<18} {optimizer_cost[name]:5.2f}× Adam's time per step (the Baseline, {where})")
     return method_cost, optimizer_cost
+
+
+CNN_METHODS = ("baseline", "l2", "l2_init", "shrink_perturb", "cbp", "concat_relu", "layer_norm", "redo")
+"""The methods timed on the CNN as well (the paper's, which its CNN problems' studies run): a
+method's cost relative to the Baseline differs between the networks (the CNN's convolutions
+weigh more against a per-parameter update than the MLP's matmuls do). Other methods on the CNN
+are priced by their MLP cost."""
+CNN_OPTIMIZERS = ("sgd",)
 
 
 BATCH_SIZES = (1, 128)
@@ -146,8 +157,9 @@ def _task_overhead(problem: str, members: int, data_dir, tasks: int = 3) -> floa
 def calibrate(data_dir=None, members=(1, 4, 8, 16), steps: int = 200, methods: bool = True,
               log=print, workers: int | None = None, overhead_members: int = 8) -> dict:
     """Measure member-samples/s per architecture and K (Baseline), and each method's and each
-    optimizer's cost relative to the Baseline with Adam (MLP, K = 8; :func:`relative_costs`).
-    One torch thread, as the engine uses.
+    optimizer's cost relative to the Baseline with Adam (MLP, K = 8; :func:`relative_costs`),
+    and the paper's methods' and SGD's on the CNN too (:data:`CNN_METHODS`). One torch thread,
+    as the engine uses.
 
     With ``workers`` > 1 (default: one per core, as sweeps run), each K is also measured with
     that many processes training at once — the whole machine's rate, which is what a sweep
@@ -206,6 +218,13 @@ def calibrate(data_dir=None, members=(1, 4, 8, 16), steps: int = 200, methods: b
         base = out["samples_per_second"]["mlp"].get("8") or _samples_per_second(
             "permuted_mnist", "baseline", 8, steps, data_dir)
         out["method_cost"], out["optimizer_cost"] = relative_costs(base, steps, data_dir, log=log)
+        cnn_steps = max(10, steps // 4)
+        base = out["samples_per_second"]["cnn"].get("8") or _samples_per_second(
+            "random_label_cifar", "baseline", 8, cnn_steps, data_dir)
+        cnn_methods, cnn_optimizers = relative_costs(base, cnn_steps, data_dir, CNN_METHODS,
+                                                     CNN_OPTIMIZERS, log=log, arch="cnn")
+        out["method_cost_by_arch"] = {"cnn": cnn_methods}
+        out["optimizer_cost_by_arch"] = {"cnn": cnn_optimizers}
     out["seconds"] = time.perf_counter() - start
     return out
 
@@ -283,14 +302,22 @@ def ensemble_seconds(ensemble, calibration: dict, workers: int = 1, tasks_done: 
     else:
         rates = {int(k): v for k, v in calibration["samples_per_second"][arch].items()}
     k = min(rates, key=lambda c: abs(c - members))
-    cost = (calibration.get("method_cost", {}).get(config.method, 1.0)
-            * calibration.get("optimizer_cost", {}).get(config.optimizer, 1.0))
+    cost = (_relative_cost(calibration, "method_cost", arch, config.method)
+            * _relative_cost(calibration, "optimizer_cost", arch, config.optimizer))
     samples = config.steps_per_task * members * config.batch_size
     # task ends scale roughly with the members measured (calibrated at K = 8 unless it says)
     task_end = (calibration.get("task_overhead_seconds", {}).get(arch, 0.0) * members
                 / calibration.get("task_overhead_members", 8))
     task = samples / rates[k] * batch_factor(calibration, arch, config.batch_size) * cost + task_end
     return max(config.tasks - tasks_done, 0) * task
+
+
+def _relative_cost(calibration: dict, table: str, arch: str, name: str) -> float:
+    """A method's or an optimizer's cost relative to the Baseline with Adam (``table``:
+    ``method_cost`` or ``optimizer_cost``), as timed on ``arch`` where the calibration timed it
+    there (``<table>_by_arch``), else on the MLP, else 1."""
+    by_arch = calibration.get(f"{table}_by_arch", {}).get(arch, {})
+    return by_arch[name] if name in by_arch else calibration.get(table, {}).get(name, 1.0)
 
 
 def estimate_seconds(ensembles, calibration: dict, workers: int = 1,
