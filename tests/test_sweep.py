@@ -446,15 +446,15 @@ def test_relative_costs_time_each_method_and_each_optimizer_against_the_baseline
     from plasticlab.experiments.bench import relative_costs
 
     lines = []
-    methods, optimizers = relative_costs(1e9, 4, data_dir, methods=("l2_init",), optimizers=("upgd",),
-                                         log=lines.append)
+    methods, optimizers = relative_costs(4, data_dir, methods=("l2_init",), optimizers=("upgd",),
+                                         log=lines.append, base=1e9)
     # a billion member-samples/s is faster than anything trains here: every cost is above 1
     assert set(methods) == {"l2_init"} and set(optimizers) == {"upgd"}
     assert methods["l2_init"] > 1 and optimizers["upgd"] > 1
     assert "upgd" in lines[1] and "Adam's time per step" in lines[1]
     # and on the CNN, as the calibration times the paper's methods and SGD there
-    methods, optimizers = relative_costs(1e9, 2, data_dir, methods=("cbp",), optimizers=("sgd",),
-                                         log=lines.append, arch="cnn")
+    methods, optimizers = relative_costs(2, data_dir, methods=("cbp",), optimizers=("sgd",),
+                                         log=lines.append, arch="cnn", base=1e9)
     assert methods["cbp"] > 1 and optimizers["sgd"] > 1 and "CNN, K=8)" in lines[-1]
 
 

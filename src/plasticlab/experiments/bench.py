@@ -3,10 +3,10 @@
 The calibration trains real (short) runs through the engine on real data — Permuted MNIST for
 the MLP, Random Label CIFAR for the CNN — at several ensemble sizes K, and each method, and
 each optimizer other than Adam, once at K = 8 on the MLP for its cost relative to the Baseline
-with Adam (the paper's methods and SGD on the CNN too); and a step's time at a few batch sizes (:data:`BATCH_SIZES`), since a step's cost is
-not proportional to its batch (the optimizer's update costs the same at any batch). It is saved
-as JSON (default: the user cache directory) and ``plasticlab sweep --dry-run`` turns a plan into
-an estimated wall time.
+with Adam (the paper's methods and SGD on the CNN too); and a step's time at a few batch sizes
+(:data:`BATCH_SIZES`), since a step's cost is not proportional to its batch (the optimizer's
+update costs the same at any batch). It is saved as JSON (default: the user cache directory)
+and ``plasticlab sweep --dry-run`` turns a plan into an estimated wall time.
 """
 
 from __future__ import annotations
@@ -73,13 +73,17 @@ def _samples_per_second(problem: str, method: str, members: int, steps: int, dat
     return samples_per_second(_short_config(problem, method, 1, steps, optimizer), members, data_dir)
 
 
-def relative_costs(base: float, steps: int, data_dir, methods=tuple(METHODS),
+def relative_costs(steps: int, data_dir, methods=tuple(METHODS),
                    optimizers=tuple(o for o in OPTIMIZERS if o != "adam"), log=print,
-                   arch: str = "mlp") -> tuple[dict, dict]:
+                   arch: str = "mlp", base: float | None = None) -> tuple[dict, dict]:
     """Each method's (with Adam) and each optimizer's (training the Baseline) time per step
-    relative to the Baseline with Adam, whose member-samples/s is ``base`` (K = 8), on
-    ``arch``'s calibration problem (:data:`CALIBRATION_PROBLEMS`)."""
+    relative to the Baseline with Adam at K = 8 on ``arch``'s calibration problem
+    (:data:`CALIBRATION_PROBLEMS`), whose member-samples/s is ``base`` — by default measured
+    here, first, so that every cost is a ratio of two runs made the same way moments apart (a
+    rate from earlier in the calibration drifts with the machine's load by 10–20 %)."""
     problem, where = CALIBRATION_PROBLEMS[arch], f"{arch.upper()}, K=8"
+    if base is None:
+        base = _samples_per_second(problem, "baseline", 8, steps, data_dir)
     method_cost, optimizer_cost = {}, {}
     for name in methods:
         method_cost[name] = base / _samples_per_second(problem, name, 8, steps, data_dir)
@@ -215,13 +219,8 @@ def calibrate(data_dir=None, members=(1, 4, 8, 16), steps: int = 200, methods: b
         out["task_overhead_seconds"][arch] = seconds
         log(f"  {arch} K={overhead_members:<3d} {seconds:8.3f} s per task end (measurements + checkpoint)")
     if methods:
-        base = out["samples_per_second"]["mlp"].get("8") or _samples_per_second(
-            "permuted_mnist", "baseline", 8, steps, data_dir)
-        out["method_cost"], out["optimizer_cost"] = relative_costs(base, steps, data_dir, log=log)
-        cnn_steps = max(10, steps // 4)
-        base = out["samples_per_second"]["cnn"].get("8") or _samples_per_second(
-            "random_label_cifar", "baseline", 8, cnn_steps, data_dir)
-        cnn_methods, cnn_optimizers = relative_costs(base, cnn_steps, data_dir, CNN_METHODS,
+        out["method_cost"], out["optimizer_cost"] = relative_costs(steps, data_dir, log=log)
+        cnn_methods, cnn_optimizers = relative_costs(max(10, steps // 4), data_dir, CNN_METHODS,
                                                      CNN_OPTIMIZERS, log=log, arch="cnn")
         out["method_cost_by_arch"] = {"cnn": cnn_methods}
         out["optimizer_cost_by_arch"] = {"cnn": cnn_optimizers}
