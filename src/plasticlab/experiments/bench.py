@@ -38,7 +38,11 @@ def arch_of(problem: str) -> str:
     return "mlp" if arch == "shallow_mlp" else arch
 
 FAST_PARAMS = {"ewc": {"fisher_samples": 20}, "l2_init_ewc": {"fisher_samples": 20},
-               "cbp": {"replacement_rate": 1e-3}, "redo": {"period": 100}}
+               "cbp": {"replacement_rate": 1e-3, "maturity": 10}, "redo": {"period": 100}}
+"""Settings that make a short timing run cost what a long run's step costs: CBP's units mature
+after 10 steps, not 100, so that nearly all of a timing run's steps select and replace units as
+every step of a full-length task does; ReDo recycles every 100 steps; EWC's Fisher from 20
+samples."""
 
 
 def default_path() -> Path:
@@ -102,8 +106,8 @@ weigh more against a per-parameter update than the MLP's matmuls do). Other meth
 are priced by their MLP cost."""
 CNN_OPTIMIZERS = ("sgd",)
 METHOD_STEPS = 120
-"""The fewest steps a method is timed over on the CNN: past CBP's maturity and ReDo's period
-(100 steps each in :data:`FAST_PARAMS` and the defaults), so their periodic work is counted."""
+"""The fewest steps a method is timed over on the CNN: past ReDo's period (100 steps in
+:data:`FAST_PARAMS`), so its recycling is counted."""
 
 
 BATCH_SIZES = (1, 128)
@@ -223,8 +227,8 @@ def calibrate(data_dir=None, members=(1, 4, 8, 16), steps: int = 200, methods: b
         log(f"  {arch} K={overhead_members:<3d} {seconds:8.3f} s per task end (measurements + checkpoint)")
     if methods:
         out["method_cost"], out["optimizer_cost"] = relative_costs(steps, data_dir, log=log)
-        # a quarter of the MLP's steps, as for the CNN's rates, but enough for CBP's first
-        # replacements and ReDo's first recycle to come round (both at step 100)
+        # a quarter of the MLP's steps, as for the CNN's rates, but enough for ReDo's first
+        # recycle to come round (at step 100)
         cnn_methods, cnn_optimizers = relative_costs(max(METHOD_STEPS, steps // 4), data_dir,
                                                      CNN_METHODS, CNN_OPTIMIZERS, log=log, arch="cnn")
         out["method_cost_by_arch"] = {"cnn": cnn_methods}
