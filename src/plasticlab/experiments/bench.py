@@ -40,9 +40,9 @@ def arch_of(problem: str) -> str:
 FAST_PARAMS = {"ewc": {"fisher_samples": 20}, "l2_init_ewc": {"fisher_samples": 20},
                "cbp": {"replacement_rate": 1e-3, "maturity": 10}, "redo": {"period": 100}}
 """Settings that make a short timing run cost what a long run's step costs: CBP's units mature
-after 10 steps, not 100, so that nearly all of a timing run's steps select and replace units as
-every step of a full-length task does; ReDo recycles every 100 steps; EWC's Fisher from 20
-samples."""
+after 10 steps, not 100, so that in nearly all of a timing run's steps every unit is eligible
+for replacement, as in a full-length task's; ReDo recycles every 100 steps; EWC's Fisher from
+20 samples."""
 
 
 def default_path() -> Path:
