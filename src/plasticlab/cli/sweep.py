@@ -42,14 +42,14 @@ def _describe(p, workers: int, calibration: dict | None, out) -> str:
     checkpoint in ``out`` and how far they are, and the estimated time of what is left."""
     text = (f"{p.phase}: {p.total_runs} runs ({p.finished_runs} finished, {p.runs} to run) in "
             f"{len(p.ensembles)} ensembles, {p.steps:,} ensemble steps")
-    done = [tasks_done(out, e) for e in p.ensembles]
-    resumed = [(n, e.config.tasks) for n, e in zip(done, p.ensembles, strict=True) if n]
+    # each checkpoint's header read once, for both the count and the estimate
+    done = {id(e): tasks_done(out, e) for e in p.ensembles}
+    resumed = [(done[id(e)], e.config.tasks) for e in p.ensembles if done[id(e)]]
     if resumed:
         text += (f"; {len(resumed)} ensemble(s) resume from a checkpoint, "
                  f"{sum(n for n, _ in resumed):,} of their {sum(t for _, t in resumed):,} tasks done")
     if calibration is not None:
-        seconds = bench.estimate_seconds(p.ensembles, calibration, workers,
-                                         lambda e: tasks_done(out, e))
+        seconds = bench.estimate_seconds(p.ensembles, calibration, workers, lambda e: done[id(e)])
         text += (f"; estimated {hms(seconds)} on {workers} worker(s)"
                  + (" for the tasks left" if resumed else ""))
     return text
