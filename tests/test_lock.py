@@ -156,7 +156,7 @@ def test_read_only_commands_work_while_a_writer_holds_the_folder(data_dir, tmp_p
         assert main(["status", str(out)]) == 0
         assert main(["export", str(out), "--to", str(tmp_path / "export")]) == 0
         assert main(["compare", str(out), str(out)]) == 0
-        assert main(["verify", str(out), "--data-dir", str(data_dir)]) == 0
+        assert main(["verify", "--workers", "1", str(out), "--data-dir", str(data_dir)]) == 0
         assert main(["report", str(out), "--out", str(tmp_path / "report"), "--formats", "png",
                      "--reps", "10"]) == 0
         sweep = tmp_path / "s.toml"

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import change_recorded_accuracy, change_recorded_measurement
 from plasticlab.cli import main
@@ -37,6 +38,12 @@ examples_per_task = 160
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "reproduction"
 
 
+def verify(args: list[str]) -> int:
+    """``plasticlab verify ARGS`` in this process (``--workers 1`` unless ARGS say: a spawned
+    worker takes ~2 s of a core to start)."""
+    return main(["verify", *([] if "--workers" in args else ["--workers", "1"]), *args])
+
+
 @pytest.fixture(scope="module")
 def swept(data_dir, tmp_path_factory) -> Path:
     """A finished sweep of three methods, two of them (the penalties) in one ensemble."""
@@ -54,7 +61,7 @@ def test_verify_trains_each_kind_of_ensemble_again_and_finds_its_recorded_accura
     export_results(swept, tmp_path / "export")
     for directory in (swept, tmp_path / "export"):  # the store, and the export made of it
         capsys.readouterr()
-        assert main(["verify", str(directory), "--tasks", "2", "--data-dir", str(data_dir)]) == 0
+        assert verify([str(directory), "--tasks", "2", "--data-dir", str(data_dir)]) == 0
         out = capsys.readouterr().out
         assert "2 ensemble(s) of 6 finished runs trained again for 2 task(s)" in out
         assert "same       l2_init+l2, adam, K=4: 4 run(s), 2 task(s)" in out
@@ -72,14 +79,14 @@ def test_a_recorded_accuracy_this_code_does_not_give_is_named_with_its_task(swep
     export_results(swept, tmp_path / "export")
     run, now = change_recorded_accuracy(tmp_path / "export", "shrink_perturb", task=1, by=0.5)
     capsys.readouterr()
-    assert main(["verify", str(tmp_path / "export"), "--tasks", "2", "--data-dir", str(data_dir)]) == 1
+    assert verify([str(tmp_path / "export"), "--tasks", "2", "--data-dir", str(data_dir)]) == 1
     out = capsys.readouterr().out
     assert "DIFFERENT  shrink_perturb, adam, K=2: 1 of 2 run(s)" in out
     assert (f"run {run['run_id']} (shrink_perturb, seed {run['seed']}): task 1, online accuracy: "
             f"recorded {now + 0.5!r}, now {now!r}") in out
     assert "1 run(s) differ" in out
     # a check of the first task alone does not reach the change
-    assert main(["verify", str(tmp_path / "export"), "--tasks", "1", "--data-dir", str(data_dir)]) == 0
+    assert verify([str(tmp_path / "export"), "--tasks", "1", "--data-dir", str(data_dir)]) == 0
 
 
 def test_a_task_end_measurement_this_code_does_not_give_is_named_with_its_task_and_metric(
@@ -87,13 +94,13 @@ def test_a_task_end_measurement_this_code_does_not_give_is_named_with_its_task_a
     export_results(swept, tmp_path / "export")
     run, was = change_recorded_measurement(tmp_path / "export", "shrink_perturb", "grad_norm", task=0)
     capsys.readouterr()
-    assert main(["verify", str(tmp_path / "export"), "--tasks", "1", "--data-dir", str(data_dir)]) == 1
+    assert verify([str(tmp_path / "export"), "--tasks", "1", "--data-dir", str(data_dir)]) == 1
     out = capsys.readouterr().out
     assert "DIFFERENT  shrink_perturb, adam, K=2: 1 of 2 run(s)" in out
     assert f"run {run['run_id']} (shrink_perturb, seed {run['seed']}): task 0, grad norm: recorded " in out
     assert f"now {was!r}" in out  # this code's value, as the export keeps it
     # the online accuracy alone does not see it
-    assert main(["verify", str(tmp_path / "export"), "--tasks", "1", "--online-only", "--data-dir",
+    assert verify([str(tmp_path / "export"), "--tasks", "1", "--online-only", "--data-dir",
                  str(data_dir)]) == 0
     out = capsys.readouterr().out
     assert "measurement(s)" not in out
@@ -115,7 +122,7 @@ def test_measurements_are_the_same_to_the_exports_digits_and_accuracies_to_the_b
 @pytest.mark.parametrize("members", [1, 3])
 def test_the_first_runs_of_an_ensemble_trained_on_their_own_give_their_recorded_accuracies(
         swept, data_dir, members, capsys):
-    assert main(["verify", str(swept), "--tasks", "2", "--members", str(members), "--data-dir",
+    assert verify([str(swept), "--tasks", "2", "--members", str(members), "--data-dir",
                  str(data_dir)]) == 0
     out = capsys.readouterr().out
     # L2 Init and L2 share an ensemble of 4: its first 1 or 3 members, mixed methods and all
@@ -128,7 +135,7 @@ def test_a_change_in_a_run_checked_on_its_own_is_found(swept, data_dir, tmp_path
     export_results(swept, tmp_path / "export")
     run, now = change_recorded_accuracy(tmp_path / "export", "shrink_perturb", task=1, by=0.5)
     capsys.readouterr()
-    assert main(["verify", str(tmp_path / "export"), "--tasks", "2", "--members", "1", "--data-dir",
+    assert verify([str(tmp_path / "export"), "--tasks", "2", "--members", "1", "--data-dir",
                  str(data_dir)]) == 1
     out = capsys.readouterr().out
     assert "DIFFERENT  shrink_perturb, adam, K=2: 1 of 1 run(s), recorded by" in out
@@ -149,11 +156,11 @@ def test_runs_are_checked_on_their_own_only_where_member_k_is_seed_k_alone():
 
 
 def test_verify_needs_recorded_runs_and_a_task(tmp_path, capsys):
-    assert main(["verify", str(tmp_path)]) == 2
+    assert verify([str(tmp_path)]) == 2
     assert "holds no results store" in capsys.readouterr().err
-    assert main(["verify", str(tmp_path), "--tasks", "0"]) == 2
+    assert verify([str(tmp_path), "--tasks", "0"]) == 2
     assert "--tasks must be >= 1" in capsys.readouterr().err
-    assert main(["verify", str(tmp_path), "--members", "0"]) == 2
+    assert verify([str(tmp_path), "--members", "0"]) == 2
     assert "--members must be >= 1" in capsys.readouterr().err
 
 
@@ -207,7 +214,7 @@ def test_a_regressions_runs_are_verified_on_their_online_squared_error(data_dir,
                  "--only", "method=baseline,l2_init", "--only", "seed=0", "--out", str(out),
                  "--workers", "1", "--no-progress", "--executor", "inline"]) == 0
     capsys.readouterr()
-    assert main(["verify", str(out), "--tasks", "2"]) == 0
+    assert verify([str(out), "--tasks", "2"]) == 0
     said = capsys.readouterr().out
     assert "every run checked gives its recorded online squared error, bit for bit, and its task-end" in said
     export_results(out, tmp_path / "export")
@@ -216,6 +223,25 @@ def test_a_regressions_runs_are_verified_on_their_online_squared_error(data_dir,
     run = next(r for r in body["runs"] if r["config"]["method"] == "baseline")
     body["task_metrics"][run["run_id"]]["online_squared_error"][1] *= 1.5
     path.write_bytes(gzip.compress(json.dumps(body).encode()))
-    assert main(["verify", str(tmp_path / "export"), "--tasks", "2"]) == 1
+    assert verify([str(tmp_path / "export"), "--tasks", "2"]) == 1
     said = capsys.readouterr().out
     assert f"run {run['run_id']} (baseline, seed 0): task 1, online squared error: recorded" in said
+
+
+def test_ensembles_verified_in_worker_processes_give_the_lines_one_process_gives(swept, data_dir, tmp_path,
+                                                                                capsys):
+    """``--workers 2`` trains the two ensembles in two spawned processes at once; the lines,
+    their order, a run that differs and the exit code are those of one process."""
+    export_results(swept, tmp_path / "export")
+    run, _ = change_recorded_accuracy(tmp_path / "export", "shrink_perturb", task=1, by=0.5)
+    said = {}
+    for workers in ("1", "2"):
+        capsys.readouterr()
+        assert verify([str(tmp_path / "export"), "--tasks", "2", "--workers", workers,
+                       "--data-dir", str(data_dir)]) == 1
+        said[workers] = capsys.readouterr().out
+    assert f"torch {torch.__version__}, 2 worker(s))" in said["2"]
+    assert said["2"].replace("2 worker(s)", "1 worker(s)") == said["1"]
+    assert f"run {run['run_id']} (shrink_perturb, seed {run['seed']}): task 1" in said["2"]
+    assert verify([str(tmp_path), "--workers", "0"]) == 2
+    assert "--workers must be >= 1" in capsys.readouterr().err

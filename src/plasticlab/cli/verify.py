@@ -15,23 +15,29 @@ def cmd_verify(args: argparse.Namespace) -> int:
     any differs."""
     import torch
 
+    from ..experiments.executor import default_workers
     from ..experiments.export import MEASUREMENT_DIGITS
-    from ..experiments.verify import choose, ensembles, recorded_metrics, verify_ensemble
+    from ..experiments.verify import choose, ensembles, recorded_metrics, verify_ensembles
 
     if args.tasks < 1:
         raise ValueError(f"--tasks must be >= 1, got {args.tasks}")
     if args.members is not None and args.members < 1:
         raise ValueError(f"--members must be >= 1, got {args.members}")
+    if args.workers is not None and args.workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {args.workers}")
     runs, recorded = recorded_metrics(args.dir)
     if not runs:
         raise ValueError(f"{args.dir} holds no finished run to verify")
     chosen = choose(ensembles(runs), every=args.all)
+    # one process per core on the CPU; one on a GPU, where processes would time-slice the device
+    workers = args.workers or (default_workers() if args.device == "cpu" else 1)
+    workers = min(workers, len(chosen))
     print(f"verify {args.dir}: {len(chosen)} ensemble(s) of {len(runs)} finished runs trained again "
-          f"for {args.tasks} task(s) each (device {args.device}, torch {torch.__version__})")
+          f"for {args.tasks} task(s) each (device {args.device}, torch {torch.__version__}, "
+          f"{workers} worker(s))")
     differ, measured = 0, set()
-    for members in chosen:
-        check = verify_ensemble(members, recorded, args.tasks, data_dir=args.data_dir, device=args.device,
-                                limit=args.members, measure=not args.online_only)
+    for check in verify_ensembles(chosen, recorded, args.tasks, workers, data_dir=args.data_dir,
+                                  device=args.device, limit=args.members, measure=not args.online_only):
         measured.update(check.measurements)
         trained = f" ({check.trained} member(s) trained again)" if args.members else ""
         compared = f", {len(check.measurements)} measurement(s)" if check.measurements else ""
@@ -171,6 +177,10 @@ def register(sub) -> None:
     ve.add_argument("--data-dir", dest="data_dir")
     ve.add_argument("--device", default="cpu", help="where to train (default cpu: the recorded "
                                                    "numbers are exact there)")
+    ve.add_argument("--workers", type=int,
+                    help="ensembles trained at once, each in its own process with its recorded "
+                         "threads (default: one per core on the CPU, 1 on a GPU); the lines still "
+                         "come in the same order")
     ve.set_defaults(func=cmd_verify)
 
     co = sub.add_parser("compare", help="the runs two results directories both hold (same config "

@@ -25,7 +25,7 @@ the whole ensemble still is, so the check stays exact.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -217,6 +217,35 @@ def verify_ensemble(members: Sequence[dict], recorded: dict[str, dict[str, list]
                                              task, was[name][task], given, metric=name))
     check.measurements = sorted(compared)
     return check
+
+
+def verify_ensembles(chosen: Sequence[Sequence[dict]], recorded: dict[str, dict[str, list]], tasks: int,
+                     workers: int = 1, **options) -> Iterator[Check]:
+    """:func:`verify_ensemble` for each of ``chosen`` (with ``options``), the checks yielded in
+    ``chosen``'s order; with ``workers`` > 1, trained in that many spawned processes at once.
+    A process trains as this one would — the recorded threads, step and measurements, a fresh
+    torch — so each check is the one it would be inline: what the recorded numbers are compared
+    with does not depend on where they were trained."""
+    if workers <= 1 or len(chosen) <= 1:
+        for members in chosen:
+            yield verify_ensemble(members, recorded, tasks, **options)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # spawned, not forked: a forked child inherits this process's torch threads and state
+    with ProcessPoolExecutor(max_workers=min(workers, len(chosen)),
+                             mp_context=multiprocessing.get_context("spawn")) as pool:
+        # each process is sent its own runs' records, not the whole study's
+        futures = [pool.submit(verify_ensemble, members, {r["run_id"]: recorded[r["run_id"]]
+                                                          for r in members}, tasks, **options)
+                   for members in chosen]
+        try:
+            for future in futures:
+                yield future.result()
+        finally:
+            for future in futures:
+                future.cancel()
 
 
 def first_difference(run_a: dict, metrics_a: dict[str, list], run_b: dict, metrics_b: dict[str, list]
