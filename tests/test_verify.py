@@ -245,3 +245,29 @@ def test_ensembles_verified_in_worker_processes_give_the_lines_one_process_gives
     assert f"run {run['run_id']} (shrink_perturb, seed {run['seed']}): task 1" in said["2"]
     assert verify([str(tmp_path), "--workers", "0"]) == 2
     assert "--workers must be >= 1" in capsys.readouterr().err
+
+
+def test_a_folder_of_studies_is_verified_study_by_study_and_a_change_in_one_is_named_under_it(
+        swept, data_dir, tmp_path, capsys):
+    """``verify docs/reproduction`` checks every study under it: each study's ensembles under
+    its folder's line, one verdict for all."""
+    for name in ("one", "two"):
+        export_results(swept, tmp_path / "pages" / name)
+    run, _ = change_recorded_accuracy(tmp_path / "pages" / "two", "l2_init", task=0, by=0.25)
+    capsys.readouterr()
+    assert verify([str(tmp_path / "pages"), "--tasks", "1", "--online-only", "--data-dir",
+                   str(data_dir)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(f"verify 2 studies under {tmp_path / 'pages'}: 4 ensemble(s) of 12 finished runs")
+    one, two = out.split(f"{tmp_path / 'pages' / 'one'}: 2 ensemble(s) of 6 finished runs\n")[1].split(
+        f"{tmp_path / 'pages' / 'two'}: 2 ensemble(s) of 6 finished runs\n")
+    assert "DIFFERENT" not in one and one.count("  same       ") == 2
+    assert "DIFFERENT  l2_init+l2, adam, K=4: 1 of 4 run(s)" in two
+    assert f"run {run['run_id']} (l2_init, seed {run['seed']}): task 0" in two
+    assert out.rstrip().endswith("1 run(s) differ: this code does not give their recorded numbers (a run "
+                                 "recorded by other code, another device or more threads may; "
+                                 "docs/member-independence.md)")
+    # a folder given twice, or with its parent, is checked once
+    assert verify([str(tmp_path / "pages" / "one"), str(tmp_path / "pages"), "--tasks", "1", "--online-only",
+                   "--data-dir", str(data_dir)]) == 1
+    assert capsys.readouterr().out.startswith("verify 2 studies: 4 ensemble(s) of 12 finished runs")

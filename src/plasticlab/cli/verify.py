@@ -9,15 +9,15 @@ import math
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    """``plasticlab verify``: train the recorded ensembles of a results directory or export
-    again for their first tasks (:mod:`plasticlab.experiments.verify`) and say, run by run,
-    whether this code gives the recorded online accuracies and task-end measurements; 1 when
-    any differs."""
+    """``plasticlab verify``: train the recorded ensembles of results directories or exports
+    (each DIR one, or a folder of them such as ``docs/reproduction``) again for their first
+    tasks (:mod:`plasticlab.experiments.verify`) and say, run by run, whether this code gives
+    the recorded online accuracies and task-end measurements; 1 when any differs."""
     import torch
 
     from ..experiments.executor import default_workers
     from ..experiments.export import MEASUREMENT_DIGITS
-    from ..experiments.verify import choose, ensembles, recorded_metrics, verify_ensembles
+    from ..experiments.verify import verify_ensembles
 
     if args.tasks < 1:
         raise ValueError(f"--tasks must be >= 1, got {args.tasks}")
@@ -25,39 +25,83 @@ def cmd_verify(args: argparse.Namespace) -> int:
         raise ValueError(f"--members must be >= 1, got {args.members}")
     if args.workers is not None and args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
-    runs, recorded = recorded_metrics(args.dir)
-    if not runs:
-        raise ValueError(f"{args.dir} holds no finished run to verify")
-    chosen = choose(ensembles(runs), every=args.all)
+    studies = _studies_to_verify(args.dirs, args.all)
+    jobs = [(members, recorded) for _, _, recorded, chosen in studies for members in chosen]
+    runs = [run for _, study_runs, _, _ in studies for run in study_runs]
     # one process per core on the CPU; one on a GPU, where processes would time-slice the device
-    workers = args.workers or (default_workers() if args.device == "cpu" else 1)
-    workers = min(workers, len(chosen))
-    print(f"verify {args.dir}: {len(chosen)} ensemble(s) of {len(runs)} finished runs trained again "
+    workers = min(args.workers or (default_workers() if args.device == "cpu" else 1), len(jobs))
+    what = (str(studies[0][0]) if len(studies) == 1 else
+            f"{len(studies)} studies" + (f" under {args.dirs[0]}" if len(args.dirs) == 1 else ""))
+    print(f"verify {what}: {len(jobs)} ensemble(s) of {len(runs)} finished runs trained again "
           f"for {args.tasks} task(s) each (device {args.device}, torch {torch.__version__}, "
           f"{workers} worker(s))")
     differ, measured = 0, set()
-    for check in verify_ensembles(chosen, recorded, args.tasks, workers, data_dir=args.data_dir,
-                                  device=args.device, limit=args.members, measure=not args.online_only):
-        measured.update(check.measurements)
-        trained = f" ({check.trained} member(s) trained again)" if args.members else ""
-        compared = f", {len(check.measurements)} measurement(s)" if check.measurements else ""
-        if check.same:
-            print(f"  same       {check.label}: {check.compared} run(s), {check.tasks} task(s){compared}, "
-                  f"recorded by {check.code} on {check.device}{trained}")
-            continue
-        differ += len(check.mismatches)
-        print(f"  DIFFERENT  {check.label}: {len(check.mismatches)} of {check.compared} run(s), "
-              f"recorded by {check.code} on {check.device}{trained}")
-        for m in check.mismatches:
-            metric = m.metric.replace("_", " ")
-            print(f"    run {m.run_id} ({m.method}, seed {m.seed}): task {m.task}, {metric}: "
-                  f"recorded {m.recorded!r}, now {m.now!r}")
+    checks = verify_ensembles(jobs, args.tasks, workers, data_dir=args.data_dir, device=args.device,
+                              limit=args.members, measure=not args.online_only)
+    for folder, study_runs, _, chosen in studies:
+        if len(studies) > 1:
+            print(f"{folder}: {len(chosen)} ensemble(s) of {len(study_runs)} finished runs")
+        for _ in chosen:
+            check = next(checks)
+            measured.update(check.measurements)
+            differ += len(check.mismatches)
+            _say(check, args.members)
     also = (f", and its task-end measurements ({', '.join(sorted(measured))}) to "
             f"{MEASUREMENT_DIGITS} significant digits") if measured else ""
     return _conclude(differ, f"{differ} run(s) differ: this code does not give their recorded numbers (a "
                              "run recorded by other code, another device or more threads may; "
                              "docs/member-independence.md)",
                      f"every run checked gives its recorded {_measured(runs)}, bit for bit{also}")
+
+
+def _studies_to_verify(dirs, every: bool) -> list[tuple]:
+    """Each results directory or export that ``dirs`` name (a folder holding one, or a folder
+    of them at any depth): its folder, finished runs, their recorded metrics and the ensembles
+    to train again (:func:`~plasticlab.experiments.verify.choose`)."""
+    from pathlib import Path
+
+    from ..experiments.export import study_folders
+    from ..experiments.verify import choose, ensembles, recorded_metrics
+
+    folders: list[Path] = []
+    for d in map(Path, dirs):
+        # a folder that holds no results of its own stands for the studies under it
+        found = [d] if not d.is_dir() or _holds_results(d) else study_folders([d])
+        if not found:
+            raise ValueError(f"{d} holds no results store or export, nor a folder with one: give the "
+                             "--out directory of a `plasticlab run` or `plasticlab sweep`, a study's "
+                             "folder under docs/reproduction, or docs/reproduction itself")
+        folders += [f for f in found if f not in folders]
+    studies = []
+    for folder in folders:
+        runs, recorded = recorded_metrics(folder)
+        if not runs:
+            raise ValueError(f"{folder} holds no finished run to verify")
+        studies.append((folder, runs, recorded, choose(ensembles(runs), every=every)))
+    return studies
+
+
+def _holds_results(folder) -> bool:
+    from ..experiments.export import EXPORT_NAME
+    from ..experiments.store import DB_NAME
+
+    return (folder / DB_NAME).is_file() or (folder / EXPORT_NAME).is_file()
+
+
+def _say(check, members: int | None) -> None:
+    """One ensemble's line: ``same``, or ``DIFFERENT`` and each run that differs."""
+    trained = f" ({check.trained} member(s) trained again)" if members else ""
+    compared = f", {len(check.measurements)} measurement(s)" if check.measurements else ""
+    if check.same:
+        print(f"  same       {check.label}: {check.compared} run(s), {check.tasks} task(s){compared}, "
+              f"recorded by {check.code} on {check.device}{trained}")
+        return
+    print(f"  DIFFERENT  {check.label}: {len(check.mismatches)} of {check.compared} run(s), "
+          f"recorded by {check.code} on {check.device}{trained}")
+    for m in check.mismatches:
+        metric = m.metric.replace("_", " ")
+        print(f"    run {m.run_id} ({m.method}, seed {m.seed}): task {m.task}, {metric}: "
+              f"recorded {m.recorded!r}, now {m.now!r}")
 
 
 def _measured(runs) -> str:
@@ -162,7 +206,9 @@ def register(sub) -> None:
     ve = sub.add_parser("verify", help="train recorded runs again for their first tasks and check "
                                        "that this code gives their online accuracies, bit for bit, "
                                        "and their task-end measurements")
-    ve.add_argument("dir", help="a results directory or a study's folder under docs/reproduction")
+    ve.add_argument("dirs", nargs="+", metavar="DIR",
+                    help="a results directory or a study's folder under docs/reproduction, or a "
+                         "folder of them (docs/reproduction: every study on the pages)")
     ve.add_argument("--tasks", type=int, default=2, help="tasks to train and compare (default 2)")
     ve.add_argument("--online-only", dest="online_only", action="store_true",
                     help="compare the online accuracy only, trained without the task-end "

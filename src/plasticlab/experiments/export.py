@@ -25,7 +25,7 @@ import gzip
 import io
 import json
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -248,6 +248,19 @@ def read_export(path: str | Path) -> tuple[list[dict], dict[str, dict], dict | N
     every further part it names (:func:`part_path`), which must all be there."""
     contents = export_contents(path)
     return contents.runs, contents.metrics, contents.selection
+
+
+def study_folders(paths: Iterable[str | Path]) -> list[Path]:
+    """Every folder under ``paths`` (each a study folder or a parent of some, at any depth)
+    holding a study export (``results.json.gz``) or a results store (``results.sqlite``), each
+    once, in the order of ``paths`` and by name under each."""
+    found: list[Path] = []
+    for path in map(Path, paths):
+        if not path.is_dir():
+            raise ValueError(f"{path}: not a folder (give a study folder or a folder of them)")
+        hits = {p.parent for name in (EXPORT_NAME, DB_NAME) for p in path.rglob(name)}
+        found += sorted(hits - set(found))
+    return found
 
 
 def read_results(directory: str | Path, run_ids: Collection[str] | None = None

@@ -219,27 +219,28 @@ def verify_ensemble(members: Sequence[dict], recorded: dict[str, dict[str, list]
     return check
 
 
-def verify_ensembles(chosen: Sequence[Sequence[dict]], recorded: dict[str, dict[str, list]], tasks: int,
+def verify_ensembles(jobs: Sequence[tuple[Sequence[dict], dict[str, dict[str, list]]]], tasks: int,
                      workers: int = 1, **options) -> Iterator[Check]:
-    """:func:`verify_ensemble` for each of ``chosen`` (with ``options``), the checks yielded in
-    ``chosen``'s order; with ``workers`` > 1, trained in that many spawned processes at once.
-    A process trains as this one would — the recorded threads, step and measurements, a fresh
+    """:func:`verify_ensemble` for each of ``jobs`` (an ensemble's recorded runs and their
+    recorded metrics, :func:`recorded_metrics`; with ``options``), the checks yielded in the
+    order of ``jobs``; with ``workers`` > 1, trained in that many spawned processes at once. A
+    process trains as this one would — the recorded threads, step and measurements, a fresh
     torch — so each check is the one it would be inline: what the recorded numbers are compared
     with does not depend on where they were trained."""
-    if workers <= 1 or len(chosen) <= 1:
-        for members in chosen:
+    if workers <= 1 or len(jobs) <= 1:
+        for members, recorded in jobs:
             yield verify_ensemble(members, recorded, tasks, **options)
         return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     # spawned, not forked: a forked child inherits this process's torch threads and state
-    with ProcessPoolExecutor(max_workers=min(workers, len(chosen)),
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)),
                              mp_context=multiprocessing.get_context("spawn")) as pool:
         # each process is sent its own runs' records, not the whole study's
         futures = [pool.submit(verify_ensemble, members, {r["run_id"]: recorded[r["run_id"]]
                                                           for r in members}, tasks, **options)
-                   for members in chosen]
+                   for members, recorded in jobs]
         try:
             for future in futures:
                 yield future.result()

@@ -35,10 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..experiments.export import EXPORT_NAME
+from ..experiments.export import study_folders
 from ..experiments.paper import PROBLEMS as PAPER_PROBLEMS
 from ..experiments.presets import AUTHORS_CBP, AUTHORS_REDO, get_preset
-from ..experiments.store import DB_NAME
 from ..experiments.study import read_record
 from .data import ConfigRuns, Results, load_results, method_form
 from .stats import (
@@ -605,18 +604,6 @@ def _study_name(folder: Path) -> str:
         return record["study"]
     selection = read_record(folder / "selection.json")
     return selection.get("sweep") or folder.name
-
-
-def study_folders(paths: Iterable[str | Path]) -> list[Path]:
-    """Every folder under ``paths`` (each a study folder or a parent of some, at any depth)
-    holding a study export (``results.json.gz``) or a results store (``results.sqlite``)."""
-    found: list[Path] = []
-    for path in map(Path, paths):
-        if not path.is_dir():
-            raise ValueError(f"{path}: not a folder (give a study folder or a folder of them)")
-        hits = {p.parent for name in (EXPORT_NAME, DB_NAME) for p in path.rglob(name)}
-        found += sorted(hits - set(found))
-    return found
 
 
 def _scale(name: str, folder: Path, runs: Sequence[ConfigRuns], problem: str) -> tuple[float, str]:
