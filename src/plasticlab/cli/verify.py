@@ -32,7 +32,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     workers = min(args.workers or (default_workers() if args.device == "cpu" else 1), len(jobs))
     what = (str(studies[0][0]) if len(studies) == 1 else
             f"{len(studies)} studies" + (f" under {args.dirs[0]}" if len(args.dirs) == 1 else ""))
-    print(f"verify {what}: {len(jobs)} ensemble(s) of {len(runs)} finished runs trained again "
+    print(f"verify {what}: {len(jobs)} ensemble(s) of {len(runs):,} finished runs trained again "
           f"for {args.tasks} task(s) each (device {args.device}, torch {torch.__version__}, "
           f"{workers} worker(s))")
     differ, measured = 0, set()
@@ -40,7 +40,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                               limit=args.members, measure=not args.online_only)
     for folder, study_runs, _, chosen in studies:
         if len(studies) > 1:
-            print(f"{folder}: {len(chosen)} ensemble(s) of {len(study_runs)} finished runs")
+            print(f"{folder}: {len(chosen)} ensemble(s) of {len(study_runs):,} finished runs")
         for _ in chosen:
             check = next(checks)
             measured.update(check.measurements)
