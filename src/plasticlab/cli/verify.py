@@ -82,6 +82,7 @@ def _studies_to_verify(dirs, every: bool) -> list[tuple]:
 
 
 def _holds_results(folder) -> bool:
+    """Whether ``folder`` holds a results store or an export of its own (not only below it)."""
     from ..experiments.export import EXPORT_NAME
     from ..experiments.store import DB_NAME
 
