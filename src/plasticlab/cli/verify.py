@@ -60,13 +60,13 @@ def _studies_to_verify(dirs, every: bool) -> list[tuple]:
     to train again (:func:`~plasticlab.experiments.verify.choose`)."""
     from pathlib import Path
 
-    from ..experiments.export import study_folders
+    from ..experiments.export import holds_results, study_folders
     from ..experiments.verify import choose, ensembles, recorded_metrics
 
     folders: list[Path] = []
     for d in map(Path, dirs):
         # a folder that holds no results of its own stands for the studies under it
-        found = [d] if not d.is_dir() or _holds_results(d) else study_folders([d])
+        found = [d] if not d.is_dir() or holds_results(d) else study_folders([d])
         if not found:
             raise ValueError(f"{d} holds no results store or export, nor a folder with one: give the "
                              "--out directory of a `plasticlab run` or `plasticlab sweep`, a study's "
@@ -79,14 +79,6 @@ def _studies_to_verify(dirs, every: bool) -> list[tuple]:
             raise ValueError(f"{folder} holds no finished run to verify")
         studies.append((folder, runs, recorded, choose(ensembles(runs), every=every)))
     return studies
-
-
-def _holds_results(folder) -> bool:
-    """Whether ``folder`` holds a results store or an export of its own (not only below it)."""
-    from ..experiments.export import EXPORT_NAME
-    from ..experiments.store import DB_NAME
-
-    return (folder / DB_NAME).is_file() or (folder / EXPORT_NAME).is_file()
 
 
 def _say(check, members: int | None) -> None:

@@ -250,6 +250,13 @@ def read_export(path: str | Path) -> tuple[list[dict], dict[str, dict], dict | N
     return contents.runs, contents.metrics, contents.selection
 
 
+def holds_results(directory: str | Path) -> bool:
+    """Whether ``directory`` itself holds a results store or a study export (not only a folder
+    below it): what :func:`read_results` reads."""
+    directory = Path(directory)
+    return (directory / DB_NAME).is_file() or (directory / EXPORT_NAME).is_file()
+
+
 def study_folders(paths: Iterable[str | Path]) -> list[Path]:
     """Every folder under ``paths`` (each a study folder or a parent of some, at any depth)
     holding a study export (``results.json.gz``) or a results store (``results.sqlite``), each
