@@ -517,10 +517,11 @@ def test_a_long_sweeps_configuration_table_shows_each_settings_first_and_last_ta
     ([[[1.0, 2.0], [3.0, None]], [[5.0, 6.0], [7.0, 8.0]]], 2, [True, True]),
     ([[[1.0, 2.0], None], [[5.0, 6.0], [7.0, 8.0]]], 2, [False, True]),  # a task missing among lists
     ([[[1.0, 2.0], [3.0]], [[5.0], [7.0]]], 2, [False, False]),      # layers of other lengths
+    ([[[5.0], [7.0]], [[1.0, 2.0], [3.0, 4.0]]], 2, [False, True]),  # a seed with fewer layers
     ([[], [0.5]], 2, [True, True]),
 ])
 def test_a_metric_stacked_in_one_conversion_equals_it_filled_value_by_value(per_seed, tasks, rectangular):
-    from plasticlab.report.data import _fill, _fill_rectangular, _stack
+    from plasticlab.report.data import _as_array, _fill, _fill_rectangular, _stack
 
     stacked = _stack(per_seed, tasks)
     layers = stacked.shape[2] if stacked.ndim == 3 else 0
@@ -528,4 +529,5 @@ def test_a_metric_stacked_in_one_conversion_equals_it_filled_value_by_value(per_
     for s, seq in enumerate(per_seed):
         _fill(plain[s], seq, layers)
     np.testing.assert_array_equal(stacked, plain)
-    assert [_fill_rectangular(np.full(stacked.shape[1:], np.nan), seq) for seq in per_seed] == rectangular
+    assert [_fill_rectangular(np.full(stacked.shape[1:], np.nan), _as_array(seq))
+            for seq in per_seed] == rectangular

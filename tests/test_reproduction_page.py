@@ -16,6 +16,7 @@ export's numbers (``docs/reproduction/generate.py`` writes them; here they are w
 and compared). Outside those generated blocks no page says *holds*, *partly* or *does not hold*.
 """
 
+import functools
 import importlib.util
 import json
 import re
@@ -49,6 +50,16 @@ def study_folders(name: str) -> list[str]:
 
 
 STUDIES = study_folders("results.json.gz")
+
+
+@functools.cache
+def committed_export(study: str):
+    """What the committed export of ``study`` holds (``export_contents``), read once for the
+    tests that read it: decoding the page's exports is most of their time. Shared, so read
+    only."""
+    from plasticlab.experiments.export import export_contents
+
+    return export_contents(PAGE / study / "results.json.gz")
 IMAGE = re.compile(r"^!\[[^\]]*\]\((figures/[^)]+)\)$")
 # the report's own header lines that name the time and the place it was built, and the
 # command line's note on which code trained the runs (not a number of the study)
@@ -98,18 +109,19 @@ def test_a_committed_export_is_what_plasticlab_export_writes_today(study, tmp_pa
     reads, to the export's precision, and past PART_BYTES parts of whole runs, so no committed
     file nears the repository's 2 MB limit on one. The gzip bytes, and so where the parts
     split, may differ with the zlib that wrote them; the runs, metrics and selection may not."""
-    from plasticlab.experiments.export import PART_BYTES, export_files, exported_from, read_export
+    from plasticlab.experiments.export import PART_BYTES, exported_from
 
     # what `plasticlab export` would write of the committed export (the gzip and the parts,
     # test_export's, are left out: compressing the large exports again was most of this test;
     # and the export is read once, as `exported` reads it). No JSON round trip: made of what
     # JSON gave, with floats rounded as JSON keeps them, it is what a round trip would give.
-    committed = read_export(PAGE / study / "results.json.gz")
+    contents = committed_export(study)
+    committed = contents.runs, contents.metrics, contents.selection
     today = exported_from(committed, PAGE / study)
     assert committed == today, (
         f"docs/reproduction/{study}: its export is not what this plasticlab writes; write it "
         f"again with `plasticlab export docs/reproduction/{study} --to docs/reproduction/{study}`")
-    assert all(path.stat().st_size <= PART_BYTES for path in export_files(PAGE / study))
+    assert all(path.stat().st_size <= PART_BYTES for path in contents.files)
 
 
 @pytest.mark.parametrize("study", STUDIES)
@@ -327,16 +339,16 @@ def test_a_quoted_interval_is_read_with_its_sign_and_its_section():
                           PAGE / "depth") == {"depth", "ablation"}
 
 
-def repeated_runs(exports: dict[str, Path]) -> dict[str, list[tuple[str, dict, dict]]]:
-    """The runs that more than one study trained — the same config but for the number of tasks,
-    and the same seed (``plasticlab compare``'s rule) — each with every study that holds it, that
-    study's row of it and its per-task metrics."""
+def repeated_runs(studies: list[str]) -> dict[str, list[tuple[str, dict, dict]]]:
+    """The runs that more than one of the committed ``studies`` trained — the same config but for
+    the number of tasks, and the same seed (``plasticlab compare``'s rule) — each with every
+    study that holds it, that study's row of it and its per-task metrics."""
     from plasticlab.experiments.compare import run_key
-    from plasticlab.experiments.export import read_export
 
     held: dict[str, list[tuple[str, dict, dict]]] = {}
-    for study, path in exports.items():
-        runs, metrics, _ = read_export(path)
+    for study in studies:
+        contents = committed_export(study)
+        runs, metrics = contents.runs, contents.metrics
         for run in runs:
             held.setdefault(run_key(run), []).append((study, run, metrics[run["run_id"]]))
     return {key: studies for key, studies in held.items() if len(studies) > 1}
@@ -352,7 +364,7 @@ def test_a_run_that_two_studies_trained_has_the_same_accuracies_in_both():
     several (provenance.md, on 820d403)."""
     from plasticlab.experiments.compare import first_difference
 
-    repeated = repeated_runs({study: PAGE / study / "results.json.gz" for study in STUDIES})
+    repeated = repeated_runs(STUDIES)
     assert len(repeated) >= 50, "the committed studies should share runs; see the docstring"
     measured = 0
     for key, studies in repeated.items():
@@ -380,12 +392,9 @@ def test_the_page_names_the_studies_whose_runs_were_recorded_before_runs_listed_
     goes stale with every study landed."""
     from fnmatch import fnmatch
 
-    from plasticlab.experiments.export import read_export
-
     without, count = set(), {False: 0, True: 0}
     for study in STUDIES:
-        runs, _, _ = read_export(PAGE / study / "results.json.gz")
-        for run in runs:
+        for run in committed_export(study).runs:
             listed = bool(run["manifest"].get("sittings"))
             count[listed] += 1
             if not listed:

@@ -57,10 +57,12 @@ which labels each): the export keeps these, and :data:`EXACT_METRICS`."""
 def rounded(value, digits: int):
     """``value`` (a number or nested lists of them) with every float to ``digits`` significant
     digits (NaN and infinities as they are)."""
+    spec = f".{digits}g"
     if isinstance(value, float):
-        return float(format(value, f".{digits}g"))
+        return float(format(value, spec))
     if isinstance(value, list):
-        return [rounded(v, digits) for v in value]
+        # a list's floats are rounded here, not by a call each: exports hold millions of them
+        return [float(format(v, spec)) if type(v) is float else rounded(v, digits) for v in value]
     return value
 
 

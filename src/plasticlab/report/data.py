@@ -412,11 +412,17 @@ def _num(x) -> float:
 
 def _stack(per_seed: Sequence[Sequence], tasks: int) -> np.ndarray:
     """Per-seed per-task values → [seeds, tasks] (or [seeds, tasks, layers]); NaN if missing."""
-    layers = max((len(v) for seq in per_seed for v in seq if isinstance(v, list)), default=0)
+    converted = [_as_array(seq) for seq in per_seed]
+    if all(values is not None for values in converted):
+        # every seed's lists (if any) are of one length each: the layers are read off the arrays,
+        # not by a look at each of the millions of values a study holds
+        layers = max((values.shape[1] for values in converted if values.ndim > 1), default=0)
+    else:
+        layers = max((len(v) for seq in per_seed for v in seq if isinstance(v, list)), default=0)
     shape = (len(per_seed), tasks, layers) if layers else (len(per_seed), tasks)
     out = np.full(shape, np.nan)
-    for s, seq in enumerate(per_seed):
-        if not _fill_rectangular(out[s], seq):
+    for s, (seq, values) in enumerate(zip(per_seed, converted, strict=True)):
+        if not _fill_rectangular(out[s], values):
             _fill(out[s], seq, layers)
     return out
 
@@ -433,15 +439,20 @@ def _fill(row: np.ndarray, seq: Sequence, layers: int) -> None:
             row[t] = v
 
 
-def _fill_rectangular(row: np.ndarray, seq: Sequence) -> bool:
-    """:func:`_fill` in one NumPy conversion, where it applies: every task's value there and of
-    ``row``'s shape (a number, or a list of every layer) — a None number is NaN either way.
-    Returns whether it applied (``tests/test_report_build.py`` holds it to :func:`_fill`)."""
+def _as_array(seq: Sequence) -> np.ndarray | None:
+    """One seed's values in one NumPy conversion (a None number is NaN), or None where they do
+    not make one array: a missing task among lists, or lists of other lengths."""
     try:
-        values = np.array(seq, dtype=float)
-    except (TypeError, ValueError):  # a missing task among lists, or lists of other lengths
-        return False
-    if values.shape[1:] != row.shape[1:] or len(values) > len(row):
+        return np.array(seq, dtype=float)
+    except (TypeError, ValueError):
+        return None
+
+
+def _fill_rectangular(row: np.ndarray, values: np.ndarray | None) -> bool:
+    """:func:`_fill` from :func:`_as_array`'s ``values``, where it applies: every task's value
+    there and of ``row``'s shape (a number, or a list of every layer). Returns whether it
+    applied (``tests/test_report_build.py`` holds it to :func:`_fill`)."""
+    if values is None or values.shape[1:] != row.shape[1:] or len(values) > len(row):
         return False
     row[:len(values)] = values
     return True
