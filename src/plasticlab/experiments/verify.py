@@ -237,7 +237,10 @@ def verify_ensembles(jobs: Sequence[tuple[Sequence[dict], dict[str, dict[str, li
     # spawned, not forked: a forked child inherits this process's torch threads and state
     with ProcessPoolExecutor(max_workers=min(workers, len(jobs)),
                              mp_context=multiprocessing.get_context("spawn")) as pool:
-        # each process is sent its own runs' records, not the whole study's
+        # submitted in the jobs' order, not the costliest first as a sweep's executor orders
+        # its jobs: the lines come in this order, and a cheap check's line would wait for every
+        # costlier one (lines from the start, against at most one long check at the tail); each
+        # process is sent its own runs' records, not the whole study's
         futures = [pool.submit(verify_ensemble, members, {r["run_id"]: recorded[r["run_id"]]
                                                           for r in members}, tasks, **options)
                    for members, recorded in jobs]
