@@ -60,6 +60,8 @@ def committed_export(study: str):
     from plasticlab.experiments.export import export_contents
 
     return export_contents(PAGE / study / "results.json.gz")
+
+
 IMAGE = re.compile(r"^!\[[^\]]*\]\((figures/[^)]+)\)$")
 # the report's own header lines that name the time and the place it was built, and the
 # command line's note on which code trained the runs (not a number of the study)
