@@ -100,16 +100,16 @@ def test_every_method_resumes_bit_identical_from_a_task_end_and_from_between_two
             assert a.step_metrics == b.step_metrics
 
     whole = train()
-    at_task_end = tmp_path / "task_end.ckpt"
+    path = tmp_path / "run.ckpt"  # a task end's save, then one between two steps
     with pytest.raises(Crash):
-        train(checkpoint=at_task_end, on_task_end=crash_after(0))
-    header = ckpt.read_header(at_task_end)
+        train(checkpoint=path, on_task_end=crash_after(0))
+    header = ckpt.read_header(path)
     assert (header["next_task"], header["steps_in_task"]) == (1, 0)
 
     with pytest.raises(engine.TrainingStopped, match="stopped at step 8 of task 1"):
-        train(checkpoint=at_task_end, stop=stop_at_call(8))
-    assert ckpt.read_header(at_task_end)["steps_in_task"] == 8
-    resumed = train(checkpoint=at_task_end)
+        train(checkpoint=path, stop=stop_at_call(8))
+    assert ckpt.read_header(path)["steps_in_task"] == 8
+    resumed = train(checkpoint=path)
     assert_same(resumed)
     sittings = resumed.extra["sittings"]
     assert [(s["from_task"], s.get("from_step", 0)) for s in sittings] == [(0, 0), (1, 0), (1, 8)], sittings
