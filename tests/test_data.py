@@ -394,6 +394,33 @@ def test_mnist_download_failure_says_which_file_where_and_how_to_fix(tmp_path, m
     assert f"put it at {mnist_dir / 'train-images-idx3-ubyte.gz'}" in message
 
 
+def test_a_failed_download_takes_back_the_folders_it_made_and_no_others(tmp_path, monkeypatch):
+    # a mistyped --data-dir with no network: no tree of empty folders left behind
+    def offline(url, md5, dest_dir):
+        assert dest_dir.is_dir()  # made for the download
+        raise ConnectionError("Name or service not known")
+
+    monkeypatch.setattr(download_module, "_download", offline)
+    typo = tmp_path / "shred" / "data"
+    with pytest.raises(DataError, match="Name or service not known"):
+        load_mnist(typo, download=True)
+    assert list(tmp_path.iterdir()) == []
+    # a folder that was there stays, and so does one a file was put in meanwhile
+    (tmp_path / "data").mkdir()
+    with pytest.raises(DataError):
+        load_mnist(tmp_path / "data", download=True)
+    assert [p.name for p in tmp_path.iterdir()] == ["data"] and not any((tmp_path / "data").iterdir())
+
+    def offline_after_a_file(url, md5, dest_dir):
+        (dest_dir / "notes.txt").write_text("mine")
+        raise ConnectionError("Name or service not known")
+
+    monkeypatch.setattr(download_module, "_download", offline_after_a_file)
+    with pytest.raises(DataError):
+        load_mnist(tmp_path / "data", download=True)
+    assert (tmp_path / "data" / "mnist" / "notes.txt").read_text() == "mine"
+
+
 def test_mnist_well_formed_but_unofficial_files_are_rejected_by_md5(tmp_path):
     # Valid IDX files with the right shapes but other contents: the MD5 check is what
     # stops them (this runs without the real data).

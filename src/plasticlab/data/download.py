@@ -43,11 +43,13 @@ def fetch(url: str, md5: str, dest_dir: Path) -> Path:
     """Download ``url`` into ``dest_dir`` with MD5 verification, or raise :class:`DataError`.
 
     The error names the missing file, the directory it was expected in and the URL, and says
-    that the file may be downloaded elsewhere and placed there manually.
+    that the file may be downloaded elsewhere and placed there manually. A failed download
+    leaves no directory behind that this call created (those still empty when it fails).
     """
     fname = url.rsplit("/", 1)[-1]
     target = dest_dir / fname
     manual = f"Download {url} yourself (md5 {md5}) and put it at {target}. {DATA_DIR_HINT}"
+    created = _missing_dirs(dest_dir)
     try:
         dest_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -57,11 +59,33 @@ def fetch(url: str, md5: str, dest_dir: Path) -> Path:
         ) from exc
     try:
         path = _download(url, md5, dest_dir)
-    except DataError:
-        raise
-    except Exception as exc:  # network errors, HTTP errors, checksum mismatch, disk full...
+    except BaseException as exc:
+        # A mistyped --data-dir with no network would otherwise leave a tree of empty folders
+        # behind: take back the ones made here, deepest first, while they are still empty.
+        _remove_empty(created)
+        if isinstance(exc, DataError) or not isinstance(exc, Exception):
+            raise
+        # network errors, HTTP errors, checksum mismatch, disk full...
         raise DataError(
             f"{fname} is missing from {dest_dir} and downloading it from {url} failed "
             f"({type(exc).__name__}: {exc}). {manual}"
         ) from exc
     return Path(path)
+
+
+def _missing_dirs(path: Path) -> list[Path]:
+    """The directories ``path.mkdir(parents=True)`` would create, deepest first."""
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing
+
+
+def _remove_empty(dirs: list[Path]) -> None:
+    """Remove each of ``dirs`` (deepest first) that is still an empty directory."""
+    for d in dirs:
+        try:
+            d.rmdir()
+        except OSError:  # not empty (something else wrote there) or already gone
+            return
