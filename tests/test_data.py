@@ -26,8 +26,10 @@ import pytest
 import plasticlab.data.cifar as cifar_module
 import plasticlab.data.download as download_module
 from plasticlab.data import (
+    FETCHERS,
     DataError,
     ImageDataset,
+    fetch_datasets,
     imagenet32_class_path,
     imagenet32_num_classes,
     load_cifar10,
@@ -38,6 +40,7 @@ from plasticlab.data import (
     parse_idx,
     resolve_data_dir,
 )
+from plasticlab.problems import PROBLEMS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -762,3 +765,62 @@ def test_image_dataset_repr_is_short():
         "here",
     )
     assert repr(ds) == "ImageDataset(name='x', train=(2, 3, 3), test=(1, 3, 3), source='here')"
+
+
+# --------------------------------------------------------------------------- fetched once, first
+
+
+def test_fetch_datasets_downloads_what_is_missing_once_and_reads_no_images(
+        real_mnist_dir, tmp_path, monkeypatch):
+    staging = tmp_path / "staging"
+    write_cifar10_folder(staging)
+    archive = tmp_path / "cifar-10-python.tar.gz"
+    patch_cifar_md5(monkeypatch, "cifar10", make_tar_gz(staging / "cifar-10-batches-py", archive))
+    calls = []
+
+    def fake_download(url, md5, dest_dir):
+        calls.append(url.rsplit("/", 1)[-1])
+        source = archive if url.endswith(".tar.gz") else real_mnist_dir / calls[-1]
+        return Path(shutil.copy(source, Path(dest_dir) / calls[-1]))
+
+    monkeypatch.setattr(download_module, "_download", fake_download)
+    read = []
+    monkeypatch.setattr(cifar_module, "_from_folder", lambda *a: read.append(a))
+    data = tmp_path / "data"
+    fetch_datasets(["mnist", None, "cifar10", "mnist"], data)
+    assert sorted(calls) == sorted([f"{stem}.gz" for stem in MNIST_STEMS] + ["cifar-10-python.tar.gz"])
+    assert (data / "cifar10" / "cifar-10-batches-py" / "data_batch_1").is_file()  # extracted
+    assert read == []
+    fetch_datasets(["mnist", "cifar10"], data)  # all there: nothing more to fetch
+    assert len(calls) == 5
+    with pytest.raises(ValueError, match="unknown dataset 'svhn'; valid: mnist, cifar10"):
+        fetch_datasets(["svhn"], data)
+
+
+def test_fetch_datasets_takes_a_cifar_npz_as_it_is_and_imagenet32_is_never_downloaded(
+        cifar10_dir, imagenet_dir, tmp_path_factory):
+    # (a download would fail: no_network)
+    fetch_datasets(["cifar10"], cifar10_dir)  # the subset's .npz
+    fetch_datasets(["imagenet32"], imagenet_dir)
+    with pytest.raises(DataError, match="No ImageNet-32 class files"):
+        fetch_datasets(["imagenet32"], tmp_path_factory.mktemp("empty"))
+
+
+@pytest.mark.parametrize("problem", sorted(PROBLEMS))
+def test_each_problem_declares_the_dataset_it_reads(problem, tmp_path, monkeypatch):
+    # what a sweep's driver fetches for the workers (Problem.dataset) is what the problem loads:
+    # built on an empty data directory, offline, it asks for that dataset's folder alone
+    asked = []
+
+    def offline(url, md5, dest_dir):
+        asked.append(Path(dest_dir).name)
+        raise ConnectionError("offline")
+
+    monkeypatch.setattr(download_module, "_download", offline)
+    cls = PROBLEMS[problem]
+    assert cls.dataset is None or cls.dataset in FETCHERS
+    try:
+        cls([0], tasks=1, steps_per_task=1, data_dir=tmp_path)
+    except DataError as e:
+        asked = asked or ["imagenet32"] * ("imagenet32" in str(e))
+    assert asked[:1] == ([cls.dataset] if cls.dataset else [])

@@ -76,19 +76,41 @@ def test_a_run_waiting_for_a_worker_has_no_attempt_until_a_worker_takes_its_ense
 
 
 def test_a_failing_run_is_recorded_and_the_sweep_goes_on(data_dir, tmp_path):
+    # Random Label CIFAR's file is there (the driver's check passes) but unreadable: its worker
+    # fails, the sweep goes on
+    data = tmp_path / "data"
+    (data / "cifar10").mkdir(parents=True)
+    (data / "mnist").symlink_to(data_dir / "mnist", target_is_directory=True)
+    (data / "cifar10" / "broken.npz").write_bytes(b"not a zip archive")
     sweep = tmp_path / "sweep.toml"
-    sweep.write_text('problems = ["permuted_mnist", "continual_imagenet"]\nmethod = "baseline"\n'
+    sweep.write_text('problems = ["permuted_mnist", "random_label_cifar"]\nmethod = "baseline"\n'
                      'seeds = "0"\ntasks = 2\nsteps_per_task = 5\n')
     out = tmp_path / "out"
-    code = main(["sweep", str(sweep), "--out", str(out), "--data-dir", str(data_dir), "--workers", "1",
+    code = main(["sweep", str(sweep), "--out", str(out), "--data-dir", str(data), "--workers", "1",
                  "--no-progress"])
     assert code == 1  # something failed …
     with ResultStore(out) as store:
         failed = store.runs(status="failed")
         done = store.runs(status="finished")
-    assert [r["config"]["problem"] for r in failed] == ["continual_imagenet"]
-    assert "imagenet32" in failed[0]["error"]
+    assert [r["config"]["problem"] for r in failed] == ["random_label_cifar"]
+    assert "broken.npz" in failed[0]["error"]
     assert [r["config"]["problem"] for r in done] == ["permuted_mnist"]  # … and the rest ran
+
+
+def test_a_missing_dataset_is_one_error_before_any_run_starts(data_dir, tmp_path, capsys):
+    # not one failed ensemble per job: the driver fetches what its workers will read first
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text('problems = ["permuted_mnist", "continual_imagenet"]\n'
+                     'methods = ["baseline", "l2_init", "layer_norm"]\n'
+                     'seeds = "0-1"\ntasks = 2\nsteps_per_task = 5\n')
+    out = tmp_path / "out"
+    code = main(["sweep", str(sweep), "--out", str(out), "--data-dir", str(data_dir), "--workers", "2",
+                 "--no-progress"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("No ImageNet-32 class files") == 1 and "imagenet32/classes" in err
+    with ResultStore(out) as store:
+        assert store.runs() == []
 
 
 @pytest.mark.slow

@@ -164,6 +164,19 @@ def test_verify_needs_recorded_runs_and_a_task(tmp_path, capsys):
     assert "--members must be >= 1" in capsys.readouterr().err
 
 
+def test_a_missing_dataset_is_one_error_before_any_ensemble_trains(swept, tmp_path, capsys, monkeypatch):
+    import plasticlab.data.download as download_module
+
+    def offline(url, md5, dest_dir):
+        raise ConnectionError("Name or service not known")
+
+    monkeypatch.setattr(download_module, "_download", offline)
+    assert verify([str(swept), "--data-dir", str(tmp_path / "nodata"), "--workers", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("train-images-idx3-ubyte.gz is missing from") == 1
+    assert not (tmp_path / "nodata").exists()
+
+
 # The committed studies on Permuted MNIST that train L2 Init: the ensemble holding it, its first
 # tasks. A study run before a change to the code that alters numbers fails here until it is run
 # again (`plasticlab verify docs/reproduction/STUDY` names its runs).

@@ -25,14 +25,15 @@ the user cache directory (``platformdirs.user_cache_dir("plasticlab")``). Below 
                                         700 images each (600 train, then 100 test)
 
 MNIST and CIFAR are downloaded (with MD5 verification, through ``pooch``) when missing and
-``download=True``; ImageNet-32 must be obtained by hand (:data:`IMAGENET32_HELP`). Users'
+``download=True``; ImageNet-32 must be obtained by hand (:data:`IMAGENET32_HELP`). A command
+that starts worker processes fetches what they will read once, first (:func:`fetch_datasets`). Users'
 own data loads from a plain ``.npz`` with :func:`load_npz`.
 
 Parsed arrays are cached per process and handed out read-only; copy before modifying.
 """
 
 from .cache import clear_cache
-from .cifar import load_cifar10, load_cifar100
+from .cifar import fetch_cifar, load_cifar10, load_cifar100
 from .dataset import ImageDataset
 from .errors import DataError
 from .idx import parse_idx
@@ -43,15 +44,20 @@ from .imagenet import (
     load_imagenet32_class,
 )
 from .locate import ENV_VAR, resolve_data_dir
-from .mnist import load_mnist
+from .mnist import fetch_mnist, load_mnist
 from .npz import load_npz
+from .prepare import FETCHERS, fetch_datasets
 
 __all__ = [
     "ENV_VAR",
+    "FETCHERS",
     "IMAGENET32_HELP",
     "DataError",
     "ImageDataset",
     "clear_cache",
+    "fetch_cifar",
+    "fetch_datasets",
+    "fetch_mnist",
     "imagenet32_class_path",
     "imagenet32_num_classes",
     "load_cifar10",

@@ -130,14 +130,32 @@ def _load(spec: CifarSpec, data_dir: str | os.PathLike | None, download: bool) -
             f"only one there, or load the one you want with load_npz(path)."
         )
     if download:
-        archive = _dl.fetch(spec.url, spec.archive_md5, root)
-        _extract(spec, archive, root)
+        _extract(spec, _dl.fetch(spec.url, spec.archive_md5, root), root)
         return _from_folder(spec, folder)
     raise DataError(
         f"{spec.pretty} is missing: neither {folder}/ nor {archive} exists (nor a .npz in "
         f"{root}). Download {spec.url} and put it at {archive}, or call with download=True. "
         f"{DATA_DIR_HINT}"
     )
+
+
+def fetch_cifar(name: str, data_dir: str | os.PathLike | None = None) -> Path:
+    """Make ``<data dir>/<name>/`` (``name``: ``"cifar10"`` or ``"cifar100"``) hold what
+    :func:`load_cifar10` / :func:`load_cifar100` read — the extracted folder, the official
+    archive, or a ``.npz`` — by downloading the official archive (MD5-checked) and extracting it
+    where it holds none. Reads no images; returns the folder.
+
+    Raises:
+        DataError: the archive could not be downloaded or extracted (what, from where, and what
+            to do).
+    """
+    spec = CIFAR_SPECS[name]
+    root = dataset_dir(data_dir, spec.name)
+    if ((root / spec.folder).is_dir() or (root / spec.archive).is_file()
+            or (root.is_dir() and any(root.glob("*.npz")))):
+        return root
+    _extract(spec, _dl.fetch(spec.url, spec.archive_md5, root), root)
+    return root
 
 
 def _from_folder(spec: CifarSpec, folder: Path) -> ImageDataset:

@@ -78,9 +78,9 @@ def load_mnist(data_dir: str | os.PathLike | None = None, download: bool = True)
             message names the file and what to do.
     """
     root = dataset_dir(data_dir, "mnist")
-    found = {spec: _find(root, spec) for spec in MNIST_FILES}
+    found = fetch_mnist(data_dir) if download else {spec: _find(root, spec) for spec in MNIST_FILES}
     missing = [spec for spec, path in found.items() if path is None]
-    if missing and not download:
+    if missing:
         # Name every missing file at once, so the user fixes the directory in one go.
         listing = "; ".join(
             f"{root / spec.stem}.gz (from {MNIST_URL}{spec.stem}.gz)" for spec in missing
@@ -90,8 +90,6 @@ def load_mnist(data_dir: str | os.PathLike | None = None, download: bool = True)
             f"put them there (gzip-compressed or not), or call load_mnist with download=True. "
             f"{DATA_DIR_HINT}"
         )
-    for spec in missing:
-        found[spec] = _dl.fetch(f"{MNIST_URL}{spec.stem}.gz", spec.gz_md5, root)
     paths = [found[spec] for spec in MNIST_FILES]
     arrays = [
         _read_verified(file_signature(p), spec) for p, spec in zip(paths, MNIST_FILES, strict=True)
@@ -105,6 +103,22 @@ def load_mnist(data_dir: str | os.PathLike | None = None, download: bool = True)
         y_test=y_test,
         source=f"MNIST IDX files in {root}: " + ", ".join(p.name for p in paths),
     )
+
+
+def fetch_mnist(data_dir: str | os.PathLike | None = None) -> dict[_IdxFile, Path]:
+    """Download whichever of MNIST's four files are missing from ``<data dir>/mnist/`` (each
+    ``.gz`` checked against the mirror's MD5), without reading any: each file's path.
+
+    Raises:
+        DataError: a missing file could not be downloaded (which, from where, and where to put
+            it by hand).
+    """
+    root = dataset_dir(data_dir, "mnist")
+    found = {spec: _find(root, spec) for spec in MNIST_FILES}
+    for spec, path in found.items():
+        if path is None:
+            found[spec] = _dl.fetch(f"{MNIST_URL}{spec.stem}.gz", spec.gz_md5, root)
+    return found
 
 
 def _find(root: Path, spec: _IdxFile) -> Path | None:

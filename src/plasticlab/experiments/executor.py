@@ -11,6 +11,9 @@ Four executors share one driver loop (start each run's attempt, train, record):
 - ``ray``: the same jobs as Ray tasks on a cluster (``--ray-address`` or ``$RAY_ADDRESS``; a
   local Ray instance when neither is set). Ray is an optional extra: ``pip install plasticlab[ray]``.
 
+Before any job starts, the driver fetches the datasets the jobs read (but with Ray, whose nodes
+read their own disks): a missing dataset is one error, not a failed ensemble each.
+
 Either way the driver process is the only writer of the results store: workers train and
 return their :class:`~plasticlab.engine.EnsembleResult`; the driver records it. Workers save a
 checkpoint of their ensemble at every task end under ``OUT/checkpoints/`` (on a cluster, OUT
@@ -50,10 +53,12 @@ from pathlib import Path
 
 import torch
 
+from ..data import fetch_datasets
 from ..data.locate import ENV_VAR as DATA_ENV_VAR
 from ..data.locate import resolve_data_dir
 from ..device import MemoryAdmission, own_stream
 from ..engine import EnsembleResult, TrainingStopped, ensemble_steps, run_to_end
+from ..problems import get_problem
 from ..run_config import Members, OfMembers
 from .lifecycle import (
     StopRequested,
@@ -172,6 +177,11 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
     jobs = list(jobs)
     if not jobs:
         return jobs
+    if executor != "ray":
+        # Every worker reads this data directory: what is missing is fetched once, here, and a
+        # dataset that cannot be had is one error before any run starts, not a failed ensemble
+        # each. (A Ray cluster's nodes read their own disks: each fetches its own.)
+        fetch_datasets((get_problem(job.config.problem).dataset for job in jobs), data_dir)
     cost = cost or job_cost
     order = sorted(range(len(jobs)), key=lambda i: -cost(jobs[i]))
     for job in jobs:

@@ -227,6 +227,12 @@ def verify_ensembles(jobs: Sequence[tuple[Sequence[dict], dict[str, dict[str, li
     process trains as this one would — the recorded threads, step and measurements, a fresh
     torch — so each check is the one it would be inline: what the recorded numbers are compared
     with does not depend on where they were trained."""
+    from ..data import fetch_datasets
+    from ..problems import get_problem
+
+    # what the ensembles read, fetched once here: a missing dataset is one error, not one per check
+    fetch_datasets((get_problem(members[0]["config"]["problem"]).dataset for members, _ in jobs),
+                   options.get("data_dir"))
     if workers <= 1 or len(jobs) <= 1:
         for members, recorded in jobs:
             yield verify_ensemble(members, recorded, tasks, **options)

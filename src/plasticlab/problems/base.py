@@ -85,6 +85,9 @@ class Problem:
     name: ClassVar[str]
     description: ClassVar[str]
     arch: ClassVar[str]  # "mlp" | "cnn"
+    # the dataset it reads (a key of plasticlab.data.FETCHERS), fetched once by a sweep's
+    # driver before its workers start; None: it draws its own data
+    dataset: ClassVar[str | None] = None
     input_shape: ClassVar[tuple[int, ...]]
     num_outputs: ClassVar[int]
     defaults: ClassVar[dict[str, int]]  # tasks, steps_per_task, batch_size

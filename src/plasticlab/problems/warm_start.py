@@ -119,6 +119,7 @@ class WarmStartMNIST(_WarmStart):
     """Warm-start on MNIST with the MLP: 10 % of the 60,000 training images, then all of them."""
 
     name = "warm_start_mnist"
+    dataset = "mnist"
     description = "MNIST: a fraction of the training set, then all of it (warm-start)"
     arch = "mlp"
     input_shape = (784,)
@@ -133,6 +134,7 @@ class WarmStartCIFAR(_WarmStart):
     """Warm-start on CIFAR-10 with the CNN: 10 % of the training images, then all of them."""
 
     name = "warm_start_cifar"
+    dataset = "cifar10"
     description = "CIFAR-10: a fraction of the training set, then all of it (warm-start)"
     arch = "cnn"
     input_shape = (3, 32, 32)

@@ -1,0 +1,46 @@
+"""Each dataset's files fetched once, before the processes that read them start.
+
+Every worker of a sweep loads its problem's dataset itself. With a file missing, each of them
+would download it — eight workers, eight downloads of the same 170 MB CIFAR archive — or, with
+no network, fail with the same error, one failed ensemble for each. The driver calls
+:func:`fetch_datasets` first: what is missing is downloaded once, and a dataset that cannot be
+had is one error before any run starts. It reads no images (the workers parse their own).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from functools import partial
+
+from .cifar import fetch_cifar
+from .imagenet import imagenet32_num_classes
+from .mnist import fetch_mnist
+
+FETCHERS: dict[str, Callable[[str | os.PathLike | None], object]] = {
+    "mnist": fetch_mnist,
+    "cifar10": partial(fetch_cifar, "cifar10"),
+    "cifar100": partial(fetch_cifar, "cifar100"),
+    # not downloadable: its check says where the class files come from
+    "imagenet32": imagenet32_num_classes,
+}
+"""Each dataset a problem may read (:attr:`plasticlab.problems.Problem.dataset`), and what makes
+its files present in a data directory, or raises :class:`~.errors.DataError`."""
+
+
+def fetch_datasets(names: Iterable[str | None], data_dir: str | os.PathLike | None = None) -> None:
+    """Download whichever files of the datasets ``names`` are missing from ``data_dir`` (see
+    :func:`~.locate.resolve_data_dir`), each dataset once; ``None`` (a problem that reads no
+    dataset) is skipped.
+
+    Raises:
+        DataError: a dataset's files are missing and cannot be downloaded; the message names
+            the file, where it was looked for, and how to put it there by hand.
+        ValueError: a name that is not a key of :data:`FETCHERS`.
+    """
+    for name in sorted({n for n in names if n is not None}):
+        try:
+            fetch = FETCHERS[name]
+        except KeyError:
+            raise ValueError(f"unknown dataset {name!r}; valid: {', '.join(FETCHERS)}") from None
+        fetch(data_dir)
