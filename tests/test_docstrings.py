@@ -26,3 +26,13 @@ def test_an_undocumented_public_function_is_found_and_private_ones_are_not():
     source = ('def documented():\n    """Doc."""\n\ndef bare():\n    pass\n\n'
               'def _private():\n    pass\n\nclass Bare:\n    x = 1\n')
     assert undocumented(source) == ["bare", "Bare"]
+
+
+def test_the_top_level_namespace_holds_the_public_api_and_the_subpackages_alone():
+    # `plasticlab.version` once was importlib's function, imported to read the version
+    import types
+
+    public = {name for name in vars(plasticlab) if not name.startswith("_")}
+    modules = {name for name in public if isinstance(getattr(plasticlab, name), types.ModuleType)}
+    assert public - modules == set(plasticlab.__all__) - {"__version__"}
+    assert all(getattr(plasticlab, name).__name__ == f"plasticlab.{name}" for name in modules)

@@ -36,7 +36,7 @@ its top-level module's layer:
 11. ``cli``, ``demo`` — the ``plasticlab`` command.
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from importlib import metadata as _metadata
 
 from .dropin_field import SNR, SWR, UPGD, HareTortoise, NormalizeProject, Parseval, Spectral, WeightClip
 from .monitor import Monitor
@@ -44,8 +44,8 @@ from .perturb import ShrinkPerturb
 from .regularizers import EWC, L2, HuberInit, L1Init, L2Init, L2InitResample, Regularizer, WassersteinInit
 
 try:
-    __version__ = version("plasticlab")
-except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = _metadata.version("plasticlab")
+except _metadata.PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0+unknown"
 
 __all__ = ["EWC", "HuberInit", "L1Init", "L2", "L2Init", "L2InitResample", "Monitor", "Regularizer",
