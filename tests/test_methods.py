@@ -12,7 +12,7 @@ from plasticlab import EWC, ShrinkPerturb
 from plasticlab.engine import train_ensemble
 from plasticlab.experiments.config import resolve_config
 from plasticlab.fisher import diagonal_fisher
-from plasticlab.methods import METHODS, Method, MethodContext, boundary_oracle
+from plasticlab.methods import METHODS, Method, MethodContext, boundary_oracle, method_title
 from plasticlab.nets import build_network, concat_relu_scale, layer_plan, plan_parameter_count
 from plasticlab.optim import Adam
 from plasticlab.rng import torch_generator
@@ -36,6 +36,15 @@ def make_method(name, params=None, members=3, arch=("mlp", (784,), 10)):
 
 
 # --- Shrink & Perturb ------------------------------------------------------------------------
+
+def test_every_method_has_a_title_of_its_own_and_a_name_none_has_is_shown_as_it_is():
+    # reports, claims and the field's table name a method by its title ("L2 Init"), not its key
+    titles = {name: method_title(name) for name in METHODS}
+    assert all(title and title == title.strip() and title != name for name, title in titles.items())
+    assert len(set(titles.values())) == len(titles)
+    assert (method_title("l2_init"), method_title("shrink_perturb")) == ("L2 Init", "Shrink & Perturb")
+    assert method_title("a_method_of_another_version") == "a_method_of_another_version"
+
 
 def test_shrink_perturb_with_p_1_and_sigma_0_is_the_baseline_exactly(data_dir):
     sp = train_ensemble(Members.from_config(resolve_config({**TINY_MNIST, "method": "shrink_perturb",

@@ -115,8 +115,8 @@ def test_tables_hold_the_expected_numbers(results_dir, tmp_path):
     build_report(results_dir, tmp_path / "r", formats=(), reps=300)
     md = (tmp_path / "r" / "report.md").read_text()
     # the best L2 Init configuration represents the method; the other is in the ranking only
-    base = _row(md, "baseline")
-    l2i = _row(md, "l2_init strength=0.01")
+    base = _row(md, "Baseline")
+    l2i = _row(md, "L2 Init strength=0.01")
     assert base[1] == "3" and base[2].startswith(f"{100 * expected_total('baseline', ()):.2f} [")
     assert l2i[2].startswith(f"{100 * expected_total('l2_init', (('strength', 1e-2),)):.2f} [")
     # IQM of three seeds (nothing trimmed from 3) is their mean
@@ -124,15 +124,15 @@ def test_tables_hold_the_expected_numbers(results_dir, tmp_path):
     # test accuracy on the last task: curve − 0.02 at task 11, seeds 0..2
     assert base[4].startswith(f"{100 * np.mean([0.80 - 0.11 + 0.001 * s - 0.02 for s in SEEDS]):.2f}")
     # L2 Init beats the Baseline in every pair of runs: P(X > Y) = 1
-    poi = _row(md, "l2_init strength=0.01")  # first table row with that label is the totals table
+    poi = _row(md, "L2 Init strength=0.01")  # first table row with that label is the totals table
     assert poi
-    assert re.search(r"\| l2_init strength=0\.01 \| baseline \| 3 vs 3 \| 1\.00 \[1\.00, 1\.00\] \|", md)
+    assert re.search(r"\| L2 Init strength=0\.01 \| Baseline \| 3 vs 3 \| 1\.00 \[1\.00, 1\.00\] \|", md)
     # forgetting table: BWT = mean over m < 11 of −0.01·(11 − m) = −0.06 → −6.00 pp
-    forgetting = [line for line in md.splitlines() if line.startswith("| baseline | 3 |")]
+    forgetting = [line for line in md.splitlines() if line.startswith("| Baseline | 3 |")]
     assert any("-6.00 [-6.00, -6.00]" in line and "-1.00 [-1.00, -1.00]" in line for line in forgetting)
     # the ranking of configurations on the grid: strength 0.01 first
-    assert re.search(r"\| l2_init \| 1 \| strength=0\.01 \| 3 \| 85\.20 \[", md)
-    assert re.search(r"\| l2_init \| 2 \| strength=0\.001 \| 3 \| 82\.20 \[", md)
+    assert re.search(r"\| L2 Init \| 1 \| strength=0\.01 \| 3 \| 85\.20 \[", md)
+    assert re.search(r"\| L2 Init \| 2 \| strength=0\.001 \| 3 \| 82\.20 \[", md)
 
 
 def test_partial_results_are_reported_as_warnings(results_dir, tmp_path):
@@ -166,13 +166,13 @@ def test_protocol_selection_is_shown_on_its_evaluation_seeds(results_dir, tmp_pa
     assert "protocol" in how
     build_report(results_dir, tmp_path / "r", formats=(), reps=100)
     md = (tmp_path / "r" / "report.md").read_text()
-    assert re.search(r"\| l2_init \| lr=0\.001 strength=0\.001 \| 82\.20 \(n=3\) \| 2 \| 50\.00 ", md)
+    assert re.search(r"\| L2 Init \| lr=0\.001 strength=0\.001 \| 82\.20 \(n=3\) \| 2 \| 50\.00 ", md)
     # beside it, where the selection differs from the paper's reported best (λ 1e-2 there)
-    assert re.search(r"\| l2_init \| lr=0\.001 strength=0\.001 \|.*\| strength=0\.01 \|\n", md)
+    assert re.search(r"\| L2 Init \| lr=0\.001 strength=0\.001 \|.*\| strength=0\.01 \|\n", md)
     # a selected method whose evaluation seeds have not run: no grid figure stands in for them
-    assert re.search(r"\| baseline \| lr=0\.001 \| 70\.00 \(n=3\) \| 1 \| not run yet \| lr=0\.0001 \|\n", md)
+    assert re.search(r"\| Baseline \| lr=0\.001 \| 70\.00 \(n=3\) \| 1 \| not run yet \| lr=0\.0001 \|\n", md)
     # the sweep view averages grid seeds only: strength 1e-3 is still 82.20 there
-    assert re.search(r"\| l2_init \| 2 \| strength=0\.001 \| 3 \| 82\.20 \[", md)
+    assert re.search(r"\| L2 Init \| 2 \| strength=0\.001 \| 3 \| 82\.20 \[", md)
 
 
 @pytest.mark.parametrize("lr,params,expected", [
@@ -243,7 +243,7 @@ def test_several_problems_get_an_iqm_across_problems(tmp_path):
     # 3 seeds × 2 problems = 6 scores per method; the IQM drops the lowest and highest 1
     base = sorted(np.mean([CURVES[("baseline", ())](s, t) for t in range(TASKS)]) for s in SEEDS) * 2
     iqm = np.mean(sorted(base)[1:5])
-    assert re.search(rf"\| baseline \| 3 \| {100 * iqm:.2f} \[", md)
+    assert re.search(rf"\| Baseline \| 3 \| {100 * iqm:.2f} \[", md)
 
 
 def test_a_problem_of_several_batch_sizes_is_left_out_of_the_iqm_across_problems(tmp_path):
@@ -265,7 +265,7 @@ def test_a_problem_of_several_batch_sizes_is_left_out_of_the_iqm_across_problems
             "each with a headline of its own.") in across
     # 3 seeds × 2 problems = 6 scores per method, as with two problems alone
     base = sorted(np.mean([CURVES[("baseline", ())](s, t) for t in range(TASKS)]) for s in SEEDS) * 2
-    assert re.search(rf"\| baseline \| 3 \| {100 * np.mean(sorted(base)[1:5]):.2f} \[", across)
+    assert re.search(rf"\| Baseline \| 3 \| {100 * np.mean(sorted(base)[1:5]):.2f} \[", across)
 
 
 def test_every_n_steps_measurements_are_drawn_against_the_step(tmp_path):
@@ -303,7 +303,7 @@ def test_lambda_sensitivity_draws_one_line_per_step_size(tmp_path):
     configs = load_results(tmp_path).configs
     ctx = _Context(tmp_path, ("png",), 50, 100, 0)
     lines = _sweep_lines("l2_init", configs, ["lr", "strength"], "strength", ctx)
-    assert [line.label for line in lines] == ["l2_init lr=0.0001", "l2_init lr=0.001"]
+    assert [line.label for line in lines] == ["L2 Init lr=0.0001", "L2 Init lr=0.001"]
     assert all(list(line.x) == [1e-4, 1e-3, 1e-2] for line in lines)
     # the best configuration (λ = 1e-2, α = 1e-3) is marked on its own line only
     assert [line.selected for line in lines] == [None, 1e-2]
@@ -342,7 +342,7 @@ def test_a_study_of_batch_sizes_is_reported_one_section_per_batch_size(tmp_path)
             (m, best[stream["batch_size"]], stream["batch_size"]) for m in ("baseline", "l2_init")}
         # within its part, a label names what tells it apart there: the step size
         assert {c.label for c in headline} == {f"{m} lr={best[stream['batch_size']]:g}"
-                                               for m in ("baseline", "l2_init")}
+                                               for m in ("Baseline", "L2 Init")}
     out = tmp_path / "r"
     build_report(tmp_path, out, formats=("png",), reps=100)
     md = (out / "report.md").read_text()
@@ -480,10 +480,10 @@ def test_the_plasticity_table_is_in_reports_of_twenty_tasks_or_more(tmp_path):
     md = write(20, tmp_path / "long")
     assert "Plasticity over the run" in md
     # the Baseline: best = tasks 0–1 (0.8 − 0.0025), last = tasks 18–19 (0.8 − 0.0925): 9.00 points
-    row = _row(md.split("Plasticity over the run")[1], "baseline")
+    row = _row(md.split("Plasticity over the run")[1], "Baseline")
     assert row[3].startswith("79.85") and "(from task 0)" in row[3]
     assert row[5].startswith("9.00 [9.00, 9.00]")
-    assert _row(md.split("Plasticity over the run")[1], "l2_init")[5].startswith("0.00")
+    assert _row(md.split("Plasticity over the run")[1], "L2 Init")[5].startswith("0.00")
     assert "Plasticity over the run" not in write(12, tmp_path / "short")
 
 
@@ -505,9 +505,9 @@ def test_a_long_sweeps_configuration_table_shows_each_settings_first_and_last_ta
     table = (out / "r" / "report.md").read_text().split("Configurations (grid seeds)")[1]
     assert "| first 2 tasks | last 2 tasks | best |" in table
     # λ 0: tasks 0–1 at 0.8 − 0.005, tasks 18–19 at 0.8 − 0.185
-    assert re.search(r"\| l2_init \| 2 \| strength=0 \| 3 \| 70\.50 \[[^]]*\] \| 79\.50 \| 61\.50 \|  \|",
+    assert re.search(r"\| L2 Init \| 2 \| strength=0 \| 3 \| 70\.50 \[[^]]*\] \| 79\.50 \| 61\.50 \|  \|",
                      table)
-    assert re.search(r"\| l2_init \| 1 \| strength=0\.01 \| 3 \| 80\.00 \[[^]]*\] "
+    assert re.search(r"\| L2 Init \| 1 \| strength=0\.01 \| 3 \| 80\.00 \[[^]]*\] "
                      r"\| 80\.00 \| 80\.00 \| ✓ \|", table)
 
 

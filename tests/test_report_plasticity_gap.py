@@ -48,7 +48,7 @@ def test_a_study_with_full_reset_runs_draws_every_methods_gap(tmp_path):
     assert gaps["baseline"].gap == pytest.approx(np.tile([0.0, 0.05, 0.10, 0.15], (3, 1)))
     assert gaps["l2_init"].gap == pytest.approx(np.zeros((3, TASKS)))
     build_report(out, tmp_path / "report", formats=(), reps=200, results=results)
-    assert "*Figure 3.* Plasticity gap: the online accuracy of the full_reset runs" in (
+    assert "*Figure 3.* Plasticity gap: the online accuracy of the full reset runs" in (
         tmp_path / "report" / "report.md").read_text()
 
 

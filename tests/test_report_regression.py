@@ -93,22 +93,22 @@ def test_the_headline_best_configuration_is_the_lowest_error_not_the_highest(reg
 
 def test_the_reference_of_the_probability_of_improvement_is_the_lowest_error_method(regression_dir):
     headline, _ = load_results(regression_dir).headline(PROBLEM, "sgd")
-    assert improvement_reference(headline).label == "l2 strength=0.01"
+    assert improvement_reference(headline).label == "L2 strength=0.01"
 
 
 def test_a_method_with_uniformly_lower_error_improves_on_every_other_with_probability_one(regression_md):
     table = regression_md.split("**Table 3.** Probability of improvement")[1].split("**Table 4.")[0]
     assert "| X | Y | seeds | P(X < Y) [95% CI] |" in table
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()
-            if line.startswith("| l2 strength=0.01 |")]
-    assert {(y, p) for _, y, _, p in rows} == {("baseline", "1.00 [1.00, 1.00]"),
-                                               ("full_reset †", "1.00 [1.00, 1.00]")}
+            if line.startswith("| L2 strength=0.01 |")]
+    assert {(y, p) for _, y, _, p in rows} == {("Baseline", "1.00 [1.00, 1.00]"),
+                                               ("full reset †", "1.00 [1.00, 1.00]")}
     assert "a lower error is the improvement" in table
 
 
 def test_totals_are_shown_as_they_are_not_in_percent(regression_md):
     totals = regression_md.split("Total average online squared error (lower is better)")[1]
-    row = _row(totals, "l2 strength=0.01")
+    row = _row(totals, "L2 strength=0.01")
     assert row[2] == "0.4010 [0.4000, 0.4020]"  # 0.4 + 0.001 × seed, 4 significant digits
     assert len(row) == 4  # no test-accuracy column: a regression has no held-out test set
     assert "(%)" not in regression_md.split("## Slowly-Changing Regression")[1].split("Figure 1.")[0]
@@ -127,7 +127,7 @@ def test_a_rising_error_has_a_positive_loss_from_its_best_window_to_its_last():
 def test_the_windows_table_shows_the_baselines_rising_error_as_plasticity_lost(regression_md):
     table = regression_md.split("Plasticity over the run: online squared error (lower is better)")[1]
     assert "| loss, last − best |" in table
-    row = _row(table, "baseline")
+    row = _row(table, "Baseline")
     assert row[3].endswith("(from task 0)")
     assert row[5] == "0.9000 [0.9000, 0.9000]"  # tasks 18–19 vs 0–1: 0.05 × 18
     assert "window whose mean over seeds is lowest" in table
@@ -139,13 +139,13 @@ def test_the_plasticity_gap_of_a_regression_is_the_methods_error_minus_the_fresh
     gaps = {g.runs.method: g.gap for g in study_gaps(headline)}
     assert gaps["baseline"] == pytest.approx(np.tile([0.05 * t - 0.5 for t in range(TASKS)], (3, 1)))
     assert gaps["l2"] == pytest.approx(np.full((3, TASKS), -0.6))  # better than from scratch
-    assert "Plasticity gap: the method's online squared error minus that of the full_reset runs" in (
+    assert "Plasticity gap: the method's online squared error minus that of the full reset runs" in (
         regression_md)
 
 
 def test_the_configurations_table_ranks_the_lowest_error_first(regression_md):
     table = regression_md.split("Configurations (grid seeds)")[1]
-    assert _row(table, "l2")[:3] == ["l2", "1", "strength=0.01"] and _row(table, "l2")[-1] == "✓"
+    assert _row(table, "L2")[:3] == ["L2", "1", "strength=0.01"] and _row(table, "L2")[-1] == "✓"
     assert "ranked per method by mean total online squared error, lowest first" in table
 
 
@@ -166,7 +166,7 @@ def test_a_regression_beside_classification_studies_keeps_its_measure_and_is_not
     across = md.split("## Across problems")[1]
     assert "Left out: slowly_changing_regression, judged on the online squared error" in across
     assert "IQM over 2 problems (adam)" in across  # the two classification problems only
-    assert _row(across, "baseline")[2].startswith("80.00")
+    assert _row(across, "Baseline")[2].startswith("80.00")
 
 
 def _grid_row(method, strength, seed, summary, run_id=None):
@@ -242,5 +242,5 @@ def test_report_of_a_real_regression_protocol_sweep_is_a_full_report(tmp_path, c
         assert (tmp_path / "r" / "figures" / f"{PROBLEM}-sgd-{stem}.png").is_file(), stem
     selection = md.split("Selection protocol")[1]
     assert "Selected by the lowest mean total online squared error on the grid seeds" in selection
-    assert _row(selection, "l2_init")[2] == f"{ONLINE_SQUARED_ERROR.format(chosen['score'])} (n=2)"
+    assert _row(selection, "L2 Init")[2] == f"{ONLINE_SQUARED_ERROR.format(chosen['score'])} (n=2)"
     assert "| P(X < Y) [95% CI] |" in md

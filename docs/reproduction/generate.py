@@ -102,7 +102,7 @@ def selection_table(study: str) -> str:
     from plasticlab.experiments.export import export_selection
     from plasticlab.experiments.paper import best_config
     from plasticlab.report.build import paper_difference
-    from plasticlab.report.claims import METHOD_NAMES
+    from plasticlab.methods import method_title
 
     selection = export_selection(PAGE / study)
     if not selection:
@@ -115,7 +115,7 @@ def selection_table(study: str) -> str:
         except ValueError:
             keys = sorted(entry["params"])
         settings = " ".join([f"α {entry['lr']:g}", *(f"{k} {entry['params'][k]:g}" for k in keys)])
-        lines.append(f"| {METHOD_NAMES.get(entry['method'], entry['method'])} | {settings} | "
+        lines.append(f"| {method_title(entry['method'])} | {settings} | "
                      f"{100 * entry['score']:.2f} (seeds {entry['seeds']}) | {entry['candidates']} | "
                      f"{paper_difference(entry)} |")
     return "\n".join(lines) + "\n"

@@ -1,7 +1,7 @@
 """Plasticity methods: one file each, one registry (SPEC §1–2, names of SPEC §8).
 
 Adding a method: write ``methods/my_method.py`` with a :class:`Method` subclass (``name``,
-``description``, ``hyperparameters``, the hooks it needs and :meth:`Method.needs` declaring
+``title``, ``description``, ``hyperparameters``, the hooks it needs and :meth:`Method.needs` declaring
 them) and add it to ``METHODS`` below.
 """
 
@@ -61,6 +61,14 @@ def boundary_oracle(method: str | type[Method]) -> bool:
 BOUNDARY_ORACLE_NOTE = "uses privileged task-boundary information (told where tasks end)"
 
 
+def method_title(name: str) -> str:
+    """How papers, figures and tables name the method called ``name`` (its class's ``title``:
+    ``"l2_init"`` → ``"L2 Init"``); a name no method has is given back as it is (a study recorded
+    by a plasticlab that had it)."""
+    cls = METHODS.get(name)
+    return cls.title if cls is not None else name
+
+
 def get_method(name: str) -> type[Method]:
     """The method class called ``name``; an unknown name is an error listing the valid ones."""
     try:
@@ -70,4 +78,4 @@ def get_method(name: str) -> type[Method]:
 
 
 __all__ = ["BOUNDARY_ORACLE_NOTE", "METHODS", "Method", "MethodContext", "Needs", "PenaltyMethod",
-           "boundary_oracle", "get_method"]
+           "boundary_oracle", "get_method", "method_title"]

@@ -136,6 +136,7 @@ class Method:
     """Base class: the Baseline, which changes nothing."""
 
     name: ClassVar[str]
+    title: ClassVar[str]  # as papers, figures and tables name it ("L2 Init", "Shrink & Perturb")
     description: ClassVar[str]
     hyperparameters: ClassVar[tuple[Param, ...]] = ()
 

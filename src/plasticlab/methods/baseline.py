@@ -7,4 +7,5 @@ class Baseline(Method):
     """The Baseline: the optimizer (Adam or SGD) on L_task alone."""
 
     name = "baseline"
+    title = "Baseline"
     description = "plain Adam / SGD"

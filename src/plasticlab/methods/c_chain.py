@@ -176,6 +176,7 @@ class ContinualChurnReduction(Method):
     against the network's outputs one update ago; λ adapts to λ_rel·|L|/L_C."""
 
     name = "c_chain"
+    title = "C-CHAIN"
     description = "C-CHAIN: reduce churn λ·d(f_θ, f_θ⁻) on an earlier batch, λ ∝ |L|/L_C"
     hyperparameters = (RELATIVE_SCALE, DIVERGENCE, WINDOW, WARMUP, INITIAL_STRENGTH)
 

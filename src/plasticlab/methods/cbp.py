@@ -440,6 +440,7 @@ class ContinualBackprop(Method):
     """
 
     name = "cbp"
+    title = "CBP"
     description = "Continual Backprop: replace low-utility mature hidden units with fresh ones"
     hyperparameters = (
         Param("replacement_rate", 1e-4, float, "r: fraction of the eligible units replaced per step",

@@ -15,6 +15,7 @@ class ConcatReLU(Method):
     whose hidden widths are shrunk to keep the plain network's parameter count."""
 
     name = "concat_relu"
+    title = "Concat ReLU"
     description = "CReLU activations, widths shrunk to the plain net's parameter count"
 
     @classmethod

@@ -139,6 +139,7 @@ class DirectionAwareShrinking(Method):
     """At every task end: G on the task's training data, then every weight vector w ← s·w."""
 
     name = "dash"
+    title = "DASH"
     description = "DASH: shrink each weight vector by its cosine with −∇L (at least λ) at each task end"
     hyperparameters = (LAMBDA, ALPHA, SAMPLES, BATCH_SIZE, CONV_UNIT, RESET_OPTIMIZER)
 

@@ -28,6 +28,7 @@ class DeepFourierFeatures(Method):
     whose hidden widths are shrunk to keep the plain network's parameter count."""
 
     name = "deep_fourier"
+    title = "Deep Fourier Features"
     description = "Deep Fourier features [sin z, cos z], widths shrunk to the plain net's parameter count"
 
     @classmethod

@@ -42,6 +42,7 @@ class EWCMethod(Method):
     task end (``strength`` is β; ``anchor``, ``fisher``, ``fisher_data``: the module docstring)."""
 
     name = "ewc"
+    title = "EWC"
     description = "Elastic Weight Consolidation (diagonal Fisher at a task end)"
     hyperparameters = (EWC_STRENGTH, ANCHOR, FISHER, FISHER_DATA, FISHER_SAMPLES)
 

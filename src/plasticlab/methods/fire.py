@@ -68,6 +68,7 @@ class FIRE(Method):
     """At every task end: each weight matrix ← √(d_out/d_in)·NS(W); optimizer state restarted."""
 
     name = "fire"
+    title = "FIRE"
     description = "FIRE: weights re-orthogonalised (Newton–Schulz) at each task end"
     hyperparameters = (ITERS,)
 

@@ -97,6 +97,7 @@ class FullReset(BoundaryReset):
     """Full reset: at each task end every parameter goes back to θ₀ (or a fresh draw)."""
 
     name = "full_reset"
+    title = "full reset"
     description = "every parameter back to θ₀ (or a fresh draw) at each task end"
 
     @staticmethod
@@ -108,6 +109,7 @@ class HeadReset(BoundaryReset):
     """Head reset: at each task end only the output layer goes back to θ₀ (or a fresh draw)."""
 
     name = "head_reset"
+    title = "head reset"
     description = "the output layer back to θ₀ (or a fresh draw) at each task end"
 
     @staticmethod

@@ -55,6 +55,7 @@ class HareTortoiseMethod(Method):
     ``reset_period`` steps."""
 
     name = "hare_tortoise"
+    title = "Hare & Tortoise"
     description = "Hare & Tortoise: a slow EMA copy; the trained net is reset to it periodically"
     hyperparameters = (MOMENTUM, RESET_PERIOD)
 

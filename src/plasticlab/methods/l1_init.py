@@ -8,6 +8,7 @@ class L1InitMethod(PenaltyMethod):
     """L1 Init: L_task + λ‖θ − θ₀‖₁ (``strength`` is λ)."""
 
     name = "l1_init"
+    title = "L1 Init"
     description = "L1 regularization toward θ₀"
     hyperparameters = (STRENGTH,)
 

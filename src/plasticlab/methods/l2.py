@@ -8,6 +8,7 @@ class L2Method(PenaltyMethod):
     """L2: L_task + (λ/2)‖θ‖² (``strength`` is λ)."""
 
     name = "l2"
+    title = "L2"
     description = "L2 regularization toward 0"
     hyperparameters = (STRENGTH,)
 

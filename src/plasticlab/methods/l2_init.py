@@ -16,6 +16,7 @@ class L2InitMethod(PenaltyMethod):
     (``strength`` is λ)."""
 
     name = "l2_init"
+    title = "L2 Init"
     description = "L2 regularization toward the initial parameters θ₀"
     hyperparameters = (STRENGTH,)
 

@@ -10,6 +10,7 @@ class L2InitEWC(EWCMethod):
     """L2 Init + EWC: L_task + (λ/2)‖θ − θ₀‖² + (β/2)·Σ_i F_i (θ_i − θ*_i)²."""
 
     name = "l2_init_ewc"
+    title = "L2 Init + EWC"
     description = "L2 Init and EWC together"
     hyperparameters = (STRENGTH, *EWCMethod.hyperparameters)
 

@@ -17,6 +17,7 @@ class L2InitResampleMethod(PenaltyMethod):
     at every step t (``strength`` is λ; ``draws``: where φₜ comes from)."""
 
     name = "l2_init_resample"
+    title = "L2 Init + Resample"
     description = "L2 toward a fresh init draw every step"
     hyperparameters = (STRENGTH, draws_param("its target φₜ"))
 

@@ -9,6 +9,7 @@ class LayerNorm(Method):
     """Layer Norm: LayerNorm(Wx + b) before every hidden ReLU; its gain and bias are trained."""
 
     name = "layer_norm"
+    title = "Layer Norm"
     description = "LayerNorm before every hidden activation"
 
     @classmethod

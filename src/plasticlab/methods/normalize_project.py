@@ -54,6 +54,7 @@ class NormalizeProjectMethod(Method):
     norm, and each LayerNorm's (γ, β) jointly back to theirs."""
 
     name = "normalize_project"
+    title = "Normalize-and-Project"
     description = "Normalize-and-Project: LayerNorm, weights projected to their initial norm after every step"
 
     @classmethod

@@ -63,6 +63,7 @@ class ParsevalMethod(Method):
     """Adds 4λ (W Wᵀ − s·I) W to each hidden weight's gradient at every step."""
 
     name = "parseval"
+    title = "Parseval"
     description = "Parseval regularization: λ‖W Wᵀ − s·I‖² on hidden weight matrices"
     hyperparameters = (STRENGTH, SCALE)
 

@@ -32,6 +32,7 @@ class PenaltyMembers(Method):
     with its own parameters (``hp``'s ``[K]`` tensors: λ, and δ for Huber Init)."""
 
     name = "penalty_members"
+    title = "penalty members"
     description = "members of the Baseline, L2, L2 Init, L1 Init and Huber Init in one ensemble"
     hyperparameters = (STRENGTH, *(p for p in HuberInitMethod.hyperparameters if p.name == "delta"))
 

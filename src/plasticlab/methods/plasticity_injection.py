@@ -67,6 +67,7 @@ class PlasticityInjectionMethod(OnItsPeriod, Method):
     copy θ′₀ (module docstring)."""
 
     name = "plasticity_injection"
+    title = "Plasticity Injection"
     description = "Plasticity injection: freeze the head, add a fresh head minus its frozen copy"
     hyperparameters = (LAYERS, SCHEDULE, PERIOD)
 

@@ -226,6 +226,7 @@ class ReDo(Method):
     """
 
     name = "redo"
+    title = "ReDo"
     description = "ReDo: recycle dormant units every period steps"
     hyperparameters = (PERIOD, THRESHOLD, REINIT, SCHEDULE, RESET_OPTIMIZER, LAYER_ORDER,
                        philox.draws_param("a recycled unit's fresh weights (reinit=fresh)"))

@@ -76,6 +76,7 @@ class ReGraMa(OnItsPeriod, Method):
     """
 
     name = "regrama"
+    title = "ReGraMa"
     description = "ReGraMa: reset units with a small normalised gradient magnitude every period steps"
     hyperparameters = (PERIOD, THRESHOLD, REINIT, RESET_OPTIMIZER, LAYER_ORDER)
 

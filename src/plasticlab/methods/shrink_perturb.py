@@ -26,6 +26,7 @@ class ShrinkPerturbMethod(Method):
     init distribution (``shrink`` is p, ``noise`` σ)."""
 
     name = "shrink_perturb"
+    title = "Shrink & Perturb"
     description = "θ ← p·θ + σ·ε after every step, ε ~ init"
     hyperparameters = (
         Param("shrink", 0.999, float, "p: the multiplier applied to θ after every step",

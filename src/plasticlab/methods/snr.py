@@ -163,6 +163,7 @@ class SelfNormalizedResets(Method):
     """Reset each hidden unit whose silence exceeds its own adaptive threshold."""
 
     name = "snr"
+    title = "SNR"
     description = "Self-Normalized Resets: reset units silent longer than their own firing-age percentile"
     hyperparameters = (PERCENTILE, GROWTH, MAX_THRESHOLD, INITIAL_THRESHOLD, ADAPT_PERIOD,
                        philox.draws_param("a reset unit's fresh weights"))

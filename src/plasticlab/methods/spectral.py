@@ -131,6 +131,7 @@ class SpectralMethod(Method):
     """Adds the spectral penalty's gradient to every weight's and bias's at every step."""
 
     name = "spectral"
+    title = "spectral regularisation"
     description = "Spectral regularization: λ Σ (σ_max(W)^k − 1)² + ‖b‖^{2k}, σ_max by power iteration"
     hyperparameters = (STRENGTH, EXPONENT, ITERATIONS)
 

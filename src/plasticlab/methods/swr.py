@@ -57,6 +57,7 @@ class SelectiveWeightReinit(OnItsPeriod, Method):
     """Every ``period`` steps, reinitialize the low-utility weights and biases of every layer."""
 
     name = "swr"
+    title = "SWR"
     description = "Selective Weight Reinitialization: reinit weights with |g⊙w| ≤ ρ·mean"
     hyperparameters = (PERIOD, THRESHOLD)
 

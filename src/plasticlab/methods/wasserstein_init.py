@@ -25,6 +25,7 @@ class WassersteinInitMethod(PenaltyMethod):
     initial parameters (``strength`` is λ)."""
 
     name = "wasserstein_init"
+    title = "Wasserstein Init"
     description = "Wasserstein regularization toward θ₀'s distribution (sorted θ pulled to sorted θ₀)"
     hyperparameters = (STRENGTH,)
 

@@ -56,6 +56,7 @@ class WeightClipMethod(Method):
     """After every optimizer step, every weight and bias of layer ℓ is clipped to ±κ·s_ℓ."""
 
     name = "weight_clip"
+    title = "Weight Clipping"
     description = "Weight Clipping: θ clipped to ±κ·(its layer's init bound) after every step"
     hyperparameters = (KAPPA,)
 

@@ -44,7 +44,7 @@ import numpy as np
 
 from ..experiments.paper import best_config
 from ..experiments.protocol import ONLINE_ACCURACY, Measure
-from ..methods import BOUNDARY_ORACLE_NOTE, METHODS, boundary_oracle
+from ..methods import BOUNDARY_ORACLE_NOTE, METHODS, boundary_oracle, method_title
 from . import figures as F
 from . import stats
 from .data import (
@@ -299,16 +299,16 @@ def _add_plasticity_gap(section: Section, headline: list[ConfigRuns], stem: str,
     gaps = study_gaps(headline)
     if not gaps:
         return
-    m = headline[0].measure
+    m, scratch = headline[0].measure, method_title(FROM_SCRATCH)
     note = binning_note(len(gaps[0].runs.reported), ctx.max_bins)
     if m.higher_is_better:
-        what = (f"the online accuracy of the {FROM_SCRATCH} runs (every task learnt from "
+        what = (f"the online accuracy of the {scratch} runs (every task learnt from "
                 f"scratch) minus the method's, task by task on the same seed, in points")
-        ylabel = f"plasticity gap: {FROM_SCRATCH} − method"
+        ylabel = f"plasticity gap: {scratch} − method"
     else:
-        what = (f"the method's {m.name} minus that of the {FROM_SCRATCH} runs (every task learnt "
+        what = (f"the method's {m.name} minus that of the {scratch} runs (every task learnt "
                 f"from scratch), task by task on the same seed")
-        ylabel = f"plasticity gap: method − {FROM_SCRATCH}"
+        ylabel = f"plasticity gap: method − {scratch}"
     section.figures.append(ctx.save(
         f"{stem}-plasticity_gap",
         f"Plasticity gap: {what}; above 0 the "
@@ -380,7 +380,7 @@ def _add_forgetting(section: Section, headline: list[ConfigRuns], stem: str, ctx
             warnings.simplefilter("ignore", RuntimeWarning)
             matrix = np.nanmean(c.accuracy_matrix, axis=0)
         section.figures.append(ctx.save(
-            f"{stem}-accuracy_matrix-{_slug(c.label)}",
+            f"{stem}-accuracy_matrix-{_slug(_key_label(c))}",
             f"{c.label}: test accuracy (%) on task m after training on task j, mean over "
             f"{c.n} seed(s).",
             F.heatmap_figure, matrix, title=f"{c.label}: accuracy matrix (n={c.n})"))
@@ -506,6 +506,12 @@ def _oracle_note(methods) -> str:
     return ""
 
 
+def _key_label(c: ConfigRuns) -> str:
+    """``c``'s label with the method's key in place of its title (``l2_init strength=0.01``):
+    file names as the command line names the method, whatever its title."""
+    return " ".join([c.method, *c.label.split()[len(method_title(c.method).split()):]])
+
+
 def _slug(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch in ".-" else "_" for ch in text)
 
@@ -542,7 +548,7 @@ def _sweep_views(results: Results, study: list[ConfigRuns], headline: list[Confi
         ranked = sorted(configs, key=lambda c: -measure.rank(float(np.mean(c.total))))
         for rank, c in enumerate(ranked, 1):
             mark = "✓" if rank == 1 else ""
-            row = [method, str(rank), _settings_text(c, swept.get(method, [])), str(c.n),
+            row = [method_title(method), str(rank), _settings_text(c, swept.get(method, [])), str(c.n),
                    _shown(ctx.interval(c.total), measure)]
             if long:
                 win = plasticity_windows(c.online, c.reported, measure)
@@ -585,7 +591,7 @@ def _sweep_views(results: Results, study: list[ConfigRuns], headline: list[Confi
             shown = next((c for c in headline if c.method == entry["method"]), None)
             if shown is not None and eval_seeds and not set(shown.seeds) <= eval_seeds:
                 shown = None  # the headline fell back to the grid: no evaluation seed has run
-            sel_rows.append([entry["method"],
+            sel_rows.append([method_title(entry["method"]),
                              _setting_text(entry["lr"], entry["params"], sorted(entry["params"])),
                              f"{measure.format(entry['score'])} (n={entry['seeds']})",
                              str(entry["candidates"]),
@@ -648,11 +654,11 @@ def _sweep_lines(method: str, configs: list[ConfigRuns], keys: Sequence[str], se
         groups: dict[str, list[ConfigRuns]] = {}  # in the order of the other setting's values
         for c in sorted(configs, key=lambda c: _sort_value(flat[id(c)].get(other))):
             groups.setdefault(repr(flat[id(c)].get(other)), []).append(c)
-        labels = {k: f"{method} {other}={_value_text(flat[id(g[0])].get(other))}"
+        labels = {k: f"{method_title(method)} {other}={_value_text(flat[id(g[0])].get(other))}"
                   for k, g in groups.items()}
     else:
         groups = {"": [c for c in configs if all(flat[id(c)].get(k) == anchor.get(k) for k in others)]}
-        labels = {"": method}
+        labels = {"": method_title(method)}
     lines = []
     for key, group in groups.items():
         points = sorted(((flat[id(c)].get(setting), c) for c in group),
@@ -718,13 +724,13 @@ def _aggregate_section(results: Results, ctx: _Context) -> Section | None:
             columns = per_method[method]
             n = min(len(col) for col in columns)
             if len(columns) < len(problems):
-                skipped.append(f"{method} (on {len(columns)} of {len(problems)} problems)")
+                skipped.append(f"{method_title(method)} (on {len(columns)} of {len(problems)} problems)")
                 continue
             # rliable's stratified bootstrap needs a runs × problems matrix: the first n seeds of each.
             scores = np.stack([col[:n] for col in columns], axis=1)
             i = stats.stratified_bootstrap_ci(scores, statistic=stats.iqm, reps=ctx.reps, seed=ctx.seed)
-            estimates.append(F.Estimate(method, method, i.point, i.lo, i.hi, n))
-            rows.append([method, str(n), _pct(i)])
+            estimates.append(F.Estimate(method_title(method), method, i.point, i.lo, i.hi, n))
+            rows.append([method_title(method), str(n), _pct(i)])
         if not estimates:
             continue
         section.figures.append(ctx.save(

@@ -39,6 +39,7 @@ from ..experiments.export import study_folders
 from ..experiments.paper import PROBLEMS as PAPER_PROBLEMS
 from ..experiments.presets import AUTHORS_CBP, AUTHORS_REDO, get_preset
 from ..experiments.study import read_record
+from ..methods import method_title
 from .data import ConfigRuns, Results, load_results, method_form
 from .stats import (
     Interval,
@@ -57,17 +58,13 @@ VERDICTS = (HOLDS, PARTLY, DOES_NOT_HOLD, NOT_JUDGED)
 REPS, SEED = 2000, 0
 """Bootstrap resamples and seed: ``plasticlab report``'s, so the same numbers get the same intervals."""
 
-METHOD_NAMES = {"baseline": "Baseline", "layer_norm": "Layer Norm", "l2_init": "L2 Init", "l2": "L2",
-                "shrink_perturb": "Shrink & Perturb", "cbp": "CBP", "concat_relu": "Concat ReLU",
-                "redo": "ReDo", "l2_init_resample": "L2 Init + Resample", "l1_init": "L1 Init",
-                "ewc": "EWC", "l2_init_ewc": "L2 Init + EWC"}
 PROBLEM_NAMES = {"permuted_mnist": "Permuted MNIST", "random_label_mnist": "Random Label MNIST",
                  "random_label_cifar": "Random Label CIFAR", "five_plus_one_cifar": "5+1 CIFAR",
                  "continual_imagenet": "Continual ImageNet"}
 
 
 def _name(method: str) -> str:
-    return METHOD_NAMES.get(method, method)
+    return method_title(method)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -344,8 +344,11 @@ def varying_settings(configs: Sequence[dict]) -> list[str]:
 
 
 def _labels(configs: Sequence[dict]) -> dict[str, str]:
-    """A short label per configuration: the method, plus the settings that tell it apart from
-    the other configurations of the same method on the same problem and optimizer."""
+    """A short label per configuration: the method as papers name it
+    (:func:`~plasticlab.methods.method_title`), plus the settings that tell it apart from the
+    other configurations of the same method on the same problem and optimizer."""
+    from ..methods import method_title
+
     by_group: dict[tuple, list[dict]] = {}
     for c in configs:
         by_group.setdefault((c["problem"], c["optimizer"], c["method"]), []).append(c)
@@ -354,7 +357,8 @@ def _labels(configs: Sequence[dict]) -> dict[str, str]:
         keys = [k for k in varying_settings(group) if k not in ("problem", "optimizer", "method")]
         for c in group:
             flat = flat_settings(c)
-            labels[config_key(c)] = " ".join([method, *(f"{k}={_fmt(flat.get(k))}" for k in keys)])
+            labels[config_key(c)] = " ".join([method_title(method),
+                                              *(f"{k}={_fmt(flat.get(k))}" for k in keys)])
     return labels
 
 

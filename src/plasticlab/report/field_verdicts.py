@@ -30,9 +30,9 @@ from pathlib import Path
 import numpy as np
 
 from ..experiments.paper import PROBLEMS as PAPER_PROBLEMS
+from ..methods import method_title
 from .claims import (
     HOLDS,
-    METHOD_NAMES,
     Study,
     View,
     as_good_as_or_better,
@@ -57,14 +57,9 @@ FIELD_STUDY = re.compile(r"field-(?:toolkit-)?(\w+)")
 """A field study's preset name: ``field-PROBLEM`` (SPEC §10's methods) or
 ``field-toolkit-PROBLEM`` (the other toolkits' methods, issue 47), on one of the paper's problems."""
 
-NAMES = METHOD_NAMES | {
-    "snr": "SNR", "hare_tortoise": "Hare & Tortoise", "parseval": "Parseval", "swr": "SWR",
-    "full_reset": "full reset", "head_reset": "head reset", "fire": "FIRE", "weight_clip": "Weight Clipping",
-    "normalize_project": "Normalize-and-Project", "spectral": "spectral regularisation",
-    "wasserstein_init": "Wasserstein Init", "regrama": "ReGraMa", "dash": "DASH",
-    "deep_fourier": "Deep Fourier Features", "plasticity_injection": "Plasticity Injection",
-    "c_chain": "C-CHAIN", "upgd": "UPGD", "upgd_nonprotecting": "non-protecting UPGD", "trac": "TRAC"}
-"""How the field's table names each method and optimizer."""
+OPTIMIZER_NAMES = {"upgd": "UPGD", "upgd_nonprotecting": "non-protecting UPGD", "trac": "TRAC"}
+"""How the field's table names each optimizer but Adam (a method: by its title,
+:func:`~plasticlab.methods.method_title`)."""
 
 KEEPS, LOSES, NEITHER = "keeps", "loses", "neither"
 """A method's plasticity verdict: keeps it (L ≤ 1), loses it (L ≥ 2, interval above 0), or neither."""
@@ -94,8 +89,8 @@ class FieldRow:
 
 
 def _entry_name(optimizer: str, method: str) -> str:
-    return NAMES.get(method, method) if optimizer == "adam" else \
-        f"{NAMES.get(optimizer, optimizer)} ({NAMES.get(method, method)})"
+    return method_title(method) if optimizer == "adam" else \
+        f"{OPTIMIZER_NAMES.get(optimizer, optimizer)} ({method_title(method)})"
 
 
 def field_view(study: Study) -> View:
