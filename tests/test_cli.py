@@ -361,3 +361,15 @@ def test_a_corrupt_checkpoint_is_a_one_line_error_naming_the_file(data_dir, tmp_
                  "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert str(path) in err and f"delete {path}" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_demo_prints_its_table_under_the_methods_titles_and_saves_its_figure(data_dir, tmp_path, capsys):
+    from plasticlab.demo import run_demo
+
+    curves = run_demo(tasks=2, steps_per_task=20, seeds=(0, 1), data_dir=data_dir, out=tmp_path / "demo",
+                      workers=1, progress=False)
+    assert list(curves) == ["Baseline", "L2 Init λ=0.01"] and all(len(c) == 2 for c in curves.values())
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.split()[:1] == ["task"])
+    assert header.split() == ["task", "Baseline", "L2", "Init", "λ=0.01"]
+    assert "total" in out and (tmp_path / "demo" / "online_accuracy.png").is_file()

@@ -249,3 +249,16 @@ def test_plot_online_accuracy_still_works(tmp_path):
     reported = plot_online_accuracy(curves, tmp_path / "reported.pdf", reported=[1, 3])
     assert reported.read_bytes().startswith(b"%PDF")
     assert figures.plot_online_accuracy is plot_online_accuracy
+
+
+@pytest.mark.parametrize("label,method", [
+    ("L2 Init λ=0.01", "l2_init"), ("L2 Init + EWC anchor=last", "l2_init_ewc"), ("L2", "l2"),
+    ("Shrink & Perturb", "shrink_perturb"), ("baseline lr=0.01", "baseline"), ("l2_init", "l2_init"),
+    ("a method of mine", "a")])
+def test_a_label_alone_is_drawn_in_the_colours_of_the_method_it_names(label, method):
+    # the demo's curves are keyed by labels alone ("Baseline", "L2 Init λ=0.01"): each must keep
+    # its method's colour, not a colour hashed from its first word
+    assert figures.method_in_label(label) == method
+    fig = figures.line_figure([figures.Band(label, None, [0, 1], [0.5, 0.6], None, None, 1)],
+                              xlabel="task", ylabel="acc")
+    assert fig.axes[0].lines[0].get_color() == figures.method_color(method)

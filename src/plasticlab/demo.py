@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .experiments.config import resolve_config
 from .experiments.executor import Job, run_jobs
+from .methods import method_title
 from .report import plot_online_accuracy, task_table
 from .run_config import Members
 
@@ -29,7 +30,7 @@ def run_demo(*, tasks: int = 20, steps_per_task: int = 625, seeds=(0, 1, 2, 3), 
         config = resolve_config({"problem": "permuted_mnist", "method": method, "params": params,
                                  "optimizer": "adam", "lr": DEMO_LR, "tasks": tasks,
                                  "steps_per_task": steps_per_task})
-        label = method + (f" λ={params['strength']:g}" if "strength" in params else "")
+        label = method_title(method) + (f" λ={params['strength']:g}" if "strength" in params else "")
         jobs.append(Job(Members.from_config(config, seeds), label=label))
     print(f"plasticlab demo: L2 Init vs Baseline on Permuted MNIST — {tasks} tasks × "
           f"{steps_per_task} steps, batch 16, Adam α={DEMO_LR}, seeds {seeds}, "

@@ -104,7 +104,19 @@ def method_style(method: str) -> MethodStyle:
 
 
 def _method_of(label: str, method: str | None) -> str:
-    return method if method else (label.split()[0] if label.split() else label)
+    return method if method else method_in_label(label)
+
+
+def method_in_label(label: str) -> str:
+    """The method a label names: the one whose title (``"L2 Init λ=0.01"`` → ``l2_init``; the
+    longest, so ``"L2 Init + EWC"`` is not L2 Init) or key begins it, whole words; else the
+    label's first word."""
+    from ..methods import METHODS
+
+    words = label.split()
+    named = [(len(name.split()), key) for key, cls in METHODS.items() for name in (cls.title, key)
+             if words[:len(name.split())] == name.split()]
+    return max(named)[1] if named else (words[0] if words else label)
 
 
 def _as_array(values, name: str) -> np.ndarray:
@@ -560,8 +572,9 @@ def plot_online_accuracy(curves: Mapping[str, Sequence[Sequence[float]]], path: 
                          title: str = "", reported: Sequence[int] | None = None) -> Path:
     """Save average online task accuracy vs task (mean and 95 % CI band over seeds) to ``path``.
 
-    ``curves[label][seed_index][task]`` are fractions in [0, 1]; the label's method name (the
-    part before any space) picks its colour. The format follows the suffix of ``path``.
+    ``curves[label][seed_index][task]`` are fractions in [0, 1]; the method the label begins
+    with, by its title or key (:func:`method_in_label`), picks its colour. The format follows
+    the suffix of ``path``.
     """
     bands = []
     for label, runs in curves.items():
@@ -570,7 +583,7 @@ def plot_online_accuracy(curves: Mapping[str, Sequence[Sequence[float]]], path: 
         mean = np.array([m for m, _ in stats])
         half = np.array([c for _, c in stats])
         multi = len(runs) > 1
-        bands.append(Band(label, label.split()[0], tasks, mean, mean - half if multi else None,
+        bands.append(Band(label, method_in_label(label), tasks, mean, mean - half if multi else None,
                           mean + half if multi else None, len(runs)))
     fig = line_figure(bands, xlabel="task", ylabel="average online task accuracy", title=title)
     path = Path(path)
