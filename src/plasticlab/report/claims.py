@@ -63,10 +63,6 @@ PROBLEM_NAMES = {"permuted_mnist": "Permuted MNIST", "random_label_mnist": "Rand
                  "continual_imagenet": "Continual ImageNet"}
 
 
-def _name(method: str) -> str:
-    return method_title(method)
-
-
 # ---------------------------------------------------------------------------------------------
 # Findings and the numbers they rest on
 
@@ -194,7 +190,7 @@ def ranks_first(method: str, totals: Mapping[str, np.ndarray]) -> Finding:
     """*Best* ("does best", "is best"): the highest mean total of those compared."""
     rank, n, _ = rank_by_total(method, totals)
     best = max(totals, key=lambda m: float(np.mean(totals[m])))
-    runner = f", first: {_name(best)} {np.mean(totals[best]):.2f}" if best != method else ""
+    runner = f", first: {method_title(best)} {np.mean(totals[best]):.2f}" if best != method else ""
     return _yes(rank == 1, f"total {in_points(interval(totals[method]))}, {rank} of {n}{runner}")
 
 
@@ -207,7 +203,7 @@ def clearly_beats_every_other(method: str, scores: Mapping[str, Scores]) -> Find
             continue
         d = paired_difference(scores[method], s)
         ok &= d.point >= 1.0 and d.lo > 0.0
-        parts.append(f"− {_name(other)} {signed_points(d)}")
+        parts.append(f"− {method_title(other)} {signed_points(d)}")
     return _yes(ok, "; ".join(parts) + " (clearly: ≥ 1, interval above 0, against each)")
 
 
@@ -302,7 +298,8 @@ def less_plasticity_loss_with_sgd(sgd_losses: Mapping[str, np.ndarray],
         return Finding(NOT_JUDGED, "no method ran with both optimizers")
     sgd = float(np.mean([np.mean(sgd_losses[m]) for m in shared]))
     adam = float(np.mean([np.mean(adam_losses[m]) for m in shared]))
-    signs = ", ".join(f"{_name(m)} {np.mean(sgd_losses[m]) - np.mean(adam_losses[m]):+.2f}" for m in shared)
+    signs = ", ".join(f"{method_title(m)} {np.mean(sgd_losses[m]) - np.mean(adam_losses[m]):+.2f}"
+                      for m in shared)
     return _yes(sgd < adam, f"mean L over {len(shared)} methods: SGD {sgd:.2f}, Adam {adam:.2f}; "
                             f"per method, SGD − Adam: {signs}")
 
@@ -798,9 +795,9 @@ _EVERY_METHOD = _RANKED | {"clearly_beats_every_other", "less_plasticity_loss_wi
 
 def _pair_label(a: str, b: str, measure: str) -> str:
     if measure == "plasticity":
-        return f"{_name(b)}'s L − {_name(a)}'s L"
+        return f"{method_title(b)}'s L − {method_title(a)}'s L"
     # a BWT criterion's figures say BWT; a total's do not
-    return f"{_name(a)} − {_name(b)}" + (" (total)" if measure == "total" else "")
+    return f"{method_title(a)} − {method_title(b)}" + (" (total)" if measure == "total" else "")
 
 
 def _with_baseline(view: View, companion: View | None) -> View:
@@ -818,29 +815,29 @@ def _apply(test: Test, view: View, companion: View | None) -> Finding:
     m = ms[0] if ms else ""
     if test.across:
         totals = {v.label: v.totals(m) for v in view.study.views() if m in v.runs}
-        return f(test.across, totals).labelled(f"{_name(m)}, {test.across}")
+        return f(test.across, totals).labelled(f"{method_title(m)}, {test.across}")
     if name in _ON_LOSS:
-        return f(view.losses(m)).labelled(_name(m))
+        return f(view.losses(m)).labelled(method_title(m))
     if name == "mitigates":
-        return f(view.losses(m), _with_baseline(view, companion).losses("baseline")).labelled(_name(m))
+        return f(view.losses(m), _with_baseline(view, companion).losses("baseline")).labelled(method_title(m))
     if name == "mitigates_only_some":
         base = _with_baseline(view, companion)
-        return f(view.losses(m), base.losses("baseline"), view.losses("l2_init")).labelled(_name(m))
+        return f(view.losses(m), base.losses("baseline"), view.losses("l2_init")).labelled(method_title(m))
     if name in _RANKED:
-        return f(m, {k: view.totals(k) for k in view.runs}).labelled(_name(m))
+        return f(m, {k: view.totals(k) for k in view.runs}).labelled(method_title(m))
     if name == "clearly_beats_every_other":
-        return f(m, {k: view.scores(k, "total") for k in view.runs}).labelled(_name(m))
+        return f(m, {k: view.scores(k, "total") for k in view.runs}).labelled(method_title(m))
     if name in _PAIRED:
         return f(view.scores(m, test.measure), view.scores(ms[1], test.measure)).labelled(
             _pair_label(m, ms[1], test.measure))
     if name == "reduces_weight_magnitude":
         base = _with_baseline(view, companion)
         return f(view.metric(m, "weight_magnitude"), base.metric("baseline", "weight_magnitude"),
-                 view.window(m)).labelled(_name(m))
+                 view.window(m)).labelled(method_title(m))
     if name == "keeps_srank_high":
-        return f(view.metric(m, "srank"), view.window(m)).labelled(_name(m))
+        return f(view.metric(m, "srank"), view.window(m)).labelled(method_title(m))
     if name == "more_seed_variance":
-        return f(view.totals(m), view.totals(ms[1])).labelled(f"{_name(m)} vs {_name(ms[1])}")
+        return f(view.totals(m), view.totals(ms[1])).labelled(f"{method_title(m)} vs {method_title(ms[1])}")
     if name == "less_plasticity_loss_with_sgd":
         if companion is None:
             raise LookupError(f"no Adam study of {view.study.problem} to compare with")
@@ -858,7 +855,7 @@ def apply_test(test: Test, view: View, companion: View | None = None) -> Finding
     needed = [m for m in test.methods if m not in view.runs
               and not (m == "baseline" and companion is not None and m in companion.runs)]
     if needed and not test.across:
-        return Finding(NOT_JUDGED, f"no runs of {', '.join(map(_name, needed))} in {view.study.name}")
+        return Finding(NOT_JUDGED, f"no runs of {', '.join(map(method_title, needed))} in {view.study.name}")
     try:
         finding = _apply(test, view, companion)
     except LookupError as e:
@@ -915,7 +912,8 @@ def _forms(part: Part, views: Sequence[View]) -> str:
     for v in views:
         for m in ("cbp", "redo"):
             if m in v.runs:
-                forms.setdefault(f"{_name(m)} ({v.study.optimizer})" if len(views) > 1 else _name(m),
+                name = method_title(m)
+                forms.setdefault(f"{name} ({v.study.optimizer})" if len(views) > 1 else name,
                                  cbp_redo_form(v.runs[m].config, v.study.optimizer))
     return "; ".join(f"{m}: {form}" for m, form in forms.items())
 
@@ -994,7 +992,7 @@ def _other_form(part: Part, view: View) -> str:
         if m in view.runs:
             form = cbp_redo_form(view.runs[m].config, view.study.optimizer)
             if form != part.form:
-                return f"{_name(m)} ran in {form} in {view.study.name}, not in {part.form}"
+                return f"{method_title(m)} ran in {form} in {view.study.name}, not in {part.form}"
     return ""
 
 
