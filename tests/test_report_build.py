@@ -17,7 +17,7 @@ from plasticlab.cli import main
 from plasticlab.experiments.config import resolve_config
 from plasticlab.experiments.store import ResultStore
 from plasticlab.report.browser import check_page
-from plasticlab.report.build import build_report, paper_difference
+from plasticlab.report.build import _study_title, build_report, paper_difference
 from plasticlab.report.data import bin_tasks, load_results
 
 TASKS = 12
@@ -531,3 +531,16 @@ def test_a_metric_stacked_in_one_conversion_equals_it_filled_value_by_value(per_
     np.testing.assert_array_equal(stacked, plain)
     assert [_fill_rectangular(np.full(stacked.shape[1:], np.nan), _as_array(seq))
             for seq in per_seed] == rectangular
+
+
+def test_every_problem_and_optimizer_has_a_title_of_its_own_that_reports_name_it_by():
+    from plasticlab.optim import OPTIMIZERS, optimizer_title
+    from plasticlab.problems import PROBLEMS, problem_title
+
+    for registry, title in ((PROBLEMS, problem_title), (OPTIMIZERS, optimizer_title)):
+        titles = [title(name) for name in registry]
+        assert all(t and t != name for t, name in zip(titles, registry, strict=True))
+        assert len(set(titles)) == len(titles)
+        assert title("of_another_version") == "of_another_version"
+    assert _study_title("permuted_mnist", "upgd_nonprotecting") == "Permuted MNIST · non-protecting UPGD"
+    assert _study_title("warm_start_cifar", "sgd") == "Warm-Start CIFAR · SGD"

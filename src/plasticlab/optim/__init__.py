@@ -15,6 +15,13 @@ MEMBER_LR_OPTIMIZERS = ("adam", "sgd", "trac")
 Adam's)."""
 
 
+def optimizer_title(name: str) -> str:
+    """How papers and reports name optimizer ``name`` (``"upgd_nonprotecting"`` →
+    ``"non-protecting UPGD"``); a name no optimizer has is given back as it is."""
+    cls = OPTIMIZERS.get(name)
+    return cls.title if cls is not None else name
+
+
 def optimizer_hyperparameters(name: str) -> tuple:
     """The settings optimizer ``name`` takes besides its step size (UPGD's β, σ, λ; TRAC's
     s_init, ε; none for Adam and SGD), as :class:`plasticlab.params.Param`."""
@@ -49,4 +56,4 @@ def make_optimizer(name: str, params, lr, member_dim: bool = False, **options):
 
 
 __all__ = ["MEMBER_LR_OPTIMIZERS", "OPTIMIZERS", "SGD", "TRAC", "UPGD", "Adam", "NonprotectingUPGD",
-           "make_optimizer", "optimizer_hyperparameters", "optimizer_options"]
+           "make_optimizer", "optimizer_hyperparameters", "optimizer_options", "optimizer_title"]

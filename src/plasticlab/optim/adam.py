@@ -79,6 +79,8 @@ class Adam(StackedOptimizer):
     :func:`adam_update_` per tensor.
     """
 
+    title = "Adam"
+
     def __init__(self, params: Sequence[torch.Tensor], lr: float,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, fused: bool = True,
                  weight_decay: float = 0.0, member_dim: bool = False):

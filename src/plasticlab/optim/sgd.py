@@ -31,6 +31,8 @@ class SGD(StackedOptimizer):
     alike, and does nothing because there is no state to restart. ``fused``: the fused
     multiply-add fast path (module docstring); False: the plain form, :func:`sgd_update_`."""
 
+    title = "SGD"
+
     def __init__(self, params: Sequence[torch.Tensor], lr: float | Sequence[float],
                  member_dim: bool = False, fused: bool = True):
         self.params = list(params)

@@ -5,6 +5,7 @@ rest — the update and the per-element state — is each one's own)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 import torch
 
@@ -57,6 +58,7 @@ class StackedOptimizer:
     """Base of plasticlab's optimizers: ``params`` is the list of tensors they update, ``lr``
     their step size (a float, or one per member)."""
 
+    title: ClassVar[str]  # as papers and reports name it ("Adam", "non-protecting UPGD")
     params: list[torch.Tensor]
     lr: float | list[float]
 

@@ -285,6 +285,8 @@ class TRAC(StackedOptimizer):
     :meth:`reset` restarts the base Adam's moments (CBP, ReDo); the tuners are the whole run's.
     """
 
+    title = "TRAC"
+
     hyperparameters: ClassVar[tuple[Param, ...]] = (S_INIT, EPS, ITERATE)
 
     def __init__(self, params: Sequence[torch.Tensor], lr, s_init: float = 1e-8,

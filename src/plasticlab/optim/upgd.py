@@ -111,6 +111,7 @@ class UPGD(StackedOptimizer):
     protecting: ClassVar[bool] = True
     draws_noise: ClassVar[bool] = True
     name: ClassVar[str] = "upgd"
+    title: ClassVar[str] = "UPGD"
     hyperparameters: ClassVar[tuple[Param, ...]] = (BETA, SIGMA, WEIGHT_DECAY,
                                                     philox.draws_param("its noise ξ"))
 
@@ -217,3 +218,4 @@ class NonprotectingUPGD(UPGD):
 
     protecting = False
     name = "upgd_nonprotecting"
+    title = "non-protecting UPGD"

@@ -17,6 +17,13 @@ PROBLEMS: dict[str, type[Problem]] = {
 }
 
 
+def problem_title(name: str) -> str:
+    """How papers, reports and tables name the problem called ``name`` (its class's ``title``:
+    ``"permuted_mnist"`` → ``"Permuted MNIST"``); a name no problem has is given back as it is."""
+    cls = PROBLEMS.get(name)
+    return cls.title if cls is not None else name
+
+
 def get_problem(name: str) -> type[Problem]:
     """The problem class called ``name``; an unknown name is an error listing the valid ones."""
     try:
@@ -27,4 +34,4 @@ def get_problem(name: str) -> type[Problem]:
 
 __all__ = ["LOSSES", "PROBLEMS", "ContinualImageNet", "FivePlusOneCIFAR", "PermutedMNIST", "Problem",
            "RandomLabelCIFAR", "RandomLabelMNIST", "SlowlyChangingRegression", "SplitCIFAR",
-           "SplitMNIST", "TaskData", "WarmStartCIFAR", "WarmStartMNIST", "get_problem"]
+           "SplitMNIST", "TaskData", "WarmStartCIFAR", "WarmStartMNIST", "get_problem", "problem_title"]

@@ -83,6 +83,7 @@ class Problem:
     """
 
     name: ClassVar[str]
+    title: ClassVar[str]  # as papers, reports and tables name it ("Permuted MNIST")
     description: ClassVar[str]
     arch: ClassVar[str]  # "mlp" | "cnn"
     # the dataset it reads (a key of plasticlab.data.FETCHERS), fetched once by a sweep's

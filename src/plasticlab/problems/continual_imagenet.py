@@ -22,6 +22,7 @@ class ContinualImageNet(Problem):
     of the run's class order (the module docstring gives the schedule)."""
 
     name = "continual_imagenet"
+    title = "Continual ImageNet"
     dataset = "imagenet32"
     description = "binary tasks between two new ImageNet-32 classes each time"
     arch = "cnn"

@@ -22,6 +22,7 @@ class FivePlusOneCIFAR(Problem):
     """5+1 CIFAR: CIFAR-100 classes arriving 5 (hard task) and 1 (easy task) at a time."""
 
     name = "five_plus_one_cifar"
+    title = "5+1 CIFAR"
     dataset = "cifar100"
     description = "CIFAR-100 in alternating hard (5 classes) and easy (1 class) tasks"
     arch = "cnn"

@@ -20,6 +20,7 @@ class PermutedMNIST(Problem):
     """Permuted MNIST: task t is MNIST under the run's t-th fixed pixel permutation."""
 
     name = "permuted_mnist"
+    title = "Permuted MNIST"
     dataset = "mnist"
     description = "MNIST under a new random pixel permutation each task (input non-stationarity)"
     arch = "mlp"

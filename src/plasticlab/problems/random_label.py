@@ -46,6 +46,7 @@ class RandomLabelMNIST(_RandomLabel):
     """Random Label MNIST: 1,200 fixed MNIST images, new random labels at every task."""
 
     name = "random_label_mnist"
+    title = "Random Label MNIST"
     dataset = "mnist"
     description = "1,200 MNIST images relabelled at random each task (memorisation)"
     arch = "mlp"
@@ -65,6 +66,7 @@ class RandomLabelCIFAR(_RandomLabel):
     """Random Label CIFAR: 1,200 fixed CIFAR-10 images, new random labels at every task."""
 
     name = "random_label_cifar"
+    title = "Random Label CIFAR"
     dataset = "cifar10"
     description = "1,200 CIFAR-10 images relabelled at random each task (memorisation)"
     arch = "cnn"

@@ -59,6 +59,7 @@ class SlowlyChangingRegression(Problem):
     setting)."""
 
     name = "slowly_changing_regression"
+    title = "Slowly-Changing Regression"
     description = "regress a fixed random LTU network; f of m input bits flip every T steps"
     arch = "shallow_mlp"
     input_shape = (20,)  # m; an instance with another input_bits has its own

@@ -149,6 +149,7 @@ class SplitMNIST(_Split):
     """Split MNIST: five tasks of two MNIST digits, the MLP."""
 
     name = "split_mnist"
+    title = "Split MNIST"
     dataset = "mnist"
     description = "MNIST classes two at a time, class-incremental (fixed or growing head)"
     arch = "mlp"
@@ -166,6 +167,7 @@ class SplitCIFAR(_Split):
     """Split CIFAR-10: five tasks of two CIFAR-10 classes, the CNN."""
 
     name = "split_cifar"
+    title = "Split CIFAR"
     dataset = "cifar10"
     description = "CIFAR-10 classes two at a time, class-incremental (fixed or growing head)"
     arch = "cnn"

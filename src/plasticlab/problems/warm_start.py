@@ -119,6 +119,7 @@ class WarmStartMNIST(_WarmStart):
     """Warm-start on MNIST with the MLP: 10 % of the 60,000 training images, then all of them."""
 
     name = "warm_start_mnist"
+    title = "Warm-Start MNIST"
     dataset = "mnist"
     description = "MNIST: a fraction of the training set, then all of it (warm-start)"
     arch = "mlp"
@@ -134,6 +135,7 @@ class WarmStartCIFAR(_WarmStart):
     """Warm-start on CIFAR-10 with the CNN: 10 % of the training images, then all of them."""
 
     name = "warm_start_cifar"
+    title = "Warm-Start CIFAR"
     dataset = "cifar10"
     description = "CIFAR-10: a fraction of the training set, then all of it (warm-start)"
     arch = "cnn"

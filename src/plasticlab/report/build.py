@@ -45,6 +45,8 @@ import numpy as np
 from ..experiments.paper import best_config
 from ..experiments.protocol import ONLINE_ACCURACY, Measure
 from ..methods import BOUNDARY_ORACLE_NOTE, METHODS, boundary_oracle, method_title
+from ..optim import optimizer_title
+from ..problems import problem_title
 from . import figures as F
 from . import stats
 from .data import (
@@ -63,12 +65,6 @@ from .page import FigureRef, Report, Section, Table, write_html, write_markdown
 from .plasticity_gap import REFERENCE_METHOD as FROM_SCRATCH
 from .plasticity_gap import study_gaps
 
-PROBLEM_TITLES = {
-    "permuted_mnist": "Permuted MNIST", "random_label_mnist": "Random Label MNIST",
-    "random_label_cifar": "Random Label CIFAR", "five_plus_one_cifar": "5+1 CIFAR",
-    "continual_imagenet": "Continual ImageNet",
-    "slowly_changing_regression": "Slowly-Changing Regression",
-}
 REFERENCE_METHOD = "l2_init"
 
 
@@ -152,11 +148,8 @@ class _Context:
         return self._intervals[key]
 
 
-OPTIMIZER_TITLES = {"adam": "Adam", "sgd": "SGD"}
-
-
 def _study_title(problem: str, optimizer: str) -> str:
-    return f"{PROBLEM_TITLES.get(problem, problem)} · {OPTIMIZER_TITLES.get(optimizer, optimizer)}"
+    return f"{problem_title(problem)} · {optimizer_title(optimizer)}"
 
 
 def _pct(i: stats.Interval, digits: int = 2) -> str:

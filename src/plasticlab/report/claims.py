@@ -40,6 +40,7 @@ from ..experiments.paper import PROBLEMS as PAPER_PROBLEMS
 from ..experiments.presets import AUTHORS_CBP, AUTHORS_REDO, get_preset
 from ..experiments.study import read_record
 from ..methods import method_title
+from ..problems import problem_title
 from .data import ConfigRuns, Results, load_results, method_form
 from .stats import (
     Interval,
@@ -57,10 +58,6 @@ VERDICTS = (HOLDS, PARTLY, DOES_NOT_HOLD, NOT_JUDGED)
 """Every verdict a claim, a part or a criterion can get."""
 REPS, SEED = 2000, 0
 """Bootstrap resamples and seed: ``plasticlab report``'s, so the same numbers get the same intervals."""
-
-PROBLEM_NAMES = {"permuted_mnist": "Permuted MNIST", "random_label_mnist": "Random Label MNIST",
-                 "random_label_cifar": "Random Label CIFAR", "five_plus_one_cifar": "5+1 CIFAR",
-                 "continual_imagenet": "Continual ImageNet"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -403,7 +400,7 @@ class Part:
     @property
     def title(self) -> str:
         """The part as a table shows it: the problem, and its label."""
-        return " · ".join(x for x in (PROBLEM_NAMES.get(self.problem, self.problem), self.label) if x)
+        return " · ".join(x for x in (problem_title(self.problem), self.label) if x)
 
 
 @dataclass(frozen=True)
@@ -1159,7 +1156,7 @@ def claims_matrix(verdicts: Sequence[ClaimVerdict]) -> str:
     part(s) on that problem, judged on the preferred study (marked with its ``--scale`` where
     shortened; "—" where the claim has no part there), the last column the claim's own verdict;
     then, per problem, the studies read with their configurations, and the CBP/ReDo forms."""
-    names = [PROBLEM_NAMES[p] for p in PAPER_PROBLEMS]
+    names = [problem_title(p) for p in PAPER_PROBLEMS]
     lines = ["| claim | " + " | ".join(names) + " | over its parts |", "|---" * (len(names) + 2) + "|"]
     read: dict[str, dict[str, str]] = {p: {} for p in PAPER_PROBLEMS}
     forms: set[str] = set()
@@ -1191,7 +1188,7 @@ def claims_matrix(verdicts: Sequence[ClaimVerdict]) -> str:
             by_kind: dict[str, list[str]] = {}
             for study, configurations in read[problem].items():
                 by_kind.setdefault(configurations, []).append(study)
-            lines.append(f"- {PROBLEM_NAMES[problem]}: " + "; ".join(
+            lines.append(f"- {problem_title(problem)}: " + "; ".join(
                 f"{', '.join(studies)} ({kind})" for kind, studies in by_kind.items()))
     if forms:
         lines.append(f"- CBP and ReDo: {', '.join(sorted(forms))}")

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..experiments.paper import PROBLEMS as PAPER_PROBLEMS
 from ..methods import method_title
+from ..optim import optimizer_title
 from .claims import (
     HOLDS,
     Study,
@@ -56,10 +57,6 @@ same tests, one stream (batch size) at a time (:meth:`~.data.Results.streams`)."
 FIELD_STUDY = re.compile(r"field-(?:toolkit-)?(\w+)")
 """A field study's preset name: ``field-PROBLEM`` (SPEC §10's methods) or
 ``field-toolkit-PROBLEM`` (the other toolkits' methods, issue 47), on one of the paper's problems."""
-
-OPTIMIZER_NAMES = {"upgd": "UPGD", "upgd_nonprotecting": "non-protecting UPGD", "trac": "TRAC"}
-"""How the field's table names each optimizer but Adam (a method: by its title,
-:func:`~plasticlab.methods.method_title`)."""
 
 KEEPS, LOSES, NEITHER = "keeps", "loses", "neither"
 """A method's plasticity verdict: keeps it (L ≤ 1), loses it (L ≥ 2, interval above 0), or neither."""
@@ -90,7 +87,7 @@ class FieldRow:
 
 def _entry_name(optimizer: str, method: str) -> str:
     return method_title(method) if optimizer == "adam" else \
-        f"{OPTIMIZER_NAMES.get(optimizer, optimizer)} ({method_title(method)})"
+        f"{optimizer_title(optimizer)} ({method_title(method)})"
 
 
 def field_view(study: Study) -> View:
