@@ -11,8 +11,9 @@ Four executors share one driver loop (start each run's attempt, train, record):
 - ``ray``: the same jobs as Ray tasks on a cluster (``--ray-address`` or ``$RAY_ADDRESS``; a
   local Ray instance when neither is set). Ray is an optional extra: ``pip install plasticlab[ray]``.
 
-Before any job starts, the driver fetches the datasets the jobs read (but with Ray, whose nodes
-read their own disks): a missing dataset is one error, not a failed ensemble each.
+Before any job starts, the driver fetches the datasets the jobs read into the data directory its
+workers read (with Ray, where a directory is named: else each node reads its own cache
+directory): a missing dataset is one error, not a failed ensemble each.
 
 Either way the driver process is the only writer of the results store: workers train and
 return their :class:`~plasticlab.engine.EnsembleResult`; the driver records it. Workers save a
@@ -177,10 +178,11 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
     jobs = list(jobs)
     if not jobs:
         return jobs
-    if executor != "ray":
+    if executor != "ray" or data_dir is not None or os.environ.get(DATA_ENV_VAR):
         # Every worker reads this data directory: what is missing is fetched once, here, and a
         # dataset that cannot be had is one error before any run starts, not a failed ensemble
-        # each. (A Ray cluster's nodes read their own disks: each fetches its own.)
+        # each. (Ray's workers are given the driver's directory where one is named, and else
+        # read their own cache directories: each fetches its own.)
         fetch_datasets((get_problem(job.config.problem).dataset for job in jobs), data_dir)
     cost = cost or job_cost
     order = sorted(range(len(jobs)), key=lambda i: -cost(jobs[i]))
