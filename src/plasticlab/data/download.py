@@ -57,19 +57,21 @@ def fetch(url: str, md5: str, dest_dir: Path) -> Path:
             f"{target} is missing and cannot be downloaded: the directory {dest_dir} cannot "
             f"be created ({exc}). {manual}"
         ) from exc
+    path = None
     try:
         path = _download(url, md5, dest_dir)
-    except BaseException as exc:
-        # A mistyped --data-dir with no network would otherwise leave a tree of empty folders
-        # behind: take back the ones made here, deepest first, while they are still empty.
-        _remove_empty(created)
-        if isinstance(exc, DataError) or not isinstance(exc, Exception):
-            raise
-        # network errors, HTTP errors, checksum mismatch, disk full...
+    except DataError:
+        raise
+    except Exception as exc:  # network errors, HTTP errors, checksum mismatch, disk full...
         raise DataError(
             f"{fname} is missing from {dest_dir} and downloading it from {url} failed "
             f"({type(exc).__name__}: {exc}). {manual}"
         ) from exc
+    finally:
+        if path is None:
+            # A mistyped --data-dir with no network would otherwise leave a tree of empty
+            # folders behind: take back the ones made here, deepest first, while still empty.
+            _remove_empty(created)
     return Path(path)
 
 
