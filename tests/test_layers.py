@@ -13,7 +13,8 @@ import plasticlab
 PACKAGE = Path(plasticlab.__file__).parent
 
 LAYERS = [
-    {"params", "rng", "philox", "device", "run_config", "checkpoint", "fisher", "fast", "loggers"},
+    {"params", "rng", "philox", "device", "run_config", "checkpoint", "fisher", "fast", "loggers",
+     "state"},
     {"data"},
     {"problems"},
     {"nets"},

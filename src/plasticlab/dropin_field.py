@@ -57,6 +57,7 @@ from .nets.init import check_scheme, draw_members
 from .nets.units import sequential_hidden_layers
 from .optim.unit_reset import unit_reset_state
 from .optim.upgd import perturbed_update_, scaled_utility, trace_utility_, utility_max
+from .state import NamedState, check_keys
 
 AFFINE = (nn.Linear, nn.Conv2d)
 
@@ -83,13 +84,14 @@ def _fans(layer: nn.Module) -> tuple[int, int]:
 
 
 
-class Parseval:
+class Parseval(NamedState):
     """Parseval regularization, λ·Σ_ℓ ‖W_ℓ W_ℓᵀ − s·I‖²_F over the hidden layers' weights.
 
     The hidden layers are every ``nn.Linear``/``nn.Conv2d`` of ``model`` except the last one
     registered (the output layer); biases are not penalised; a conv filter bank is
     out × in·kh·kw. ``reg()`` is the penalty (add it to the loss); its autograd gradient is
-    4λ(W Wᵀ − s·I)W, what the engine's ``parseval`` adds to ``.grad``.
+    4λ(W Wᵀ − s·I)W, what the engine's ``parseval`` adds to ``.grad``. No state
+    (``state_dict()`` is empty).
     """
 
     def __init__(self, model: nn.Module, strength: float, scale: float = 1.0):
@@ -107,13 +109,16 @@ class Parseval:
         return parseval_penalty([_member(w) for w in self.weights], self.strength, self.scale)[0]
 
 
-class SWR:
+class SWR(NamedState):
     """Selective Weight Reinitialization: every ``period`` calls of :meth:`step`, every weight
     and bias of every ``nn.Linear``/``nn.Conv2d`` (the output layer included) with
     |g⊙w| ≤ ρ·mean |g⊙w| over its tensor is reinitialized — weights from ``init``
     (``torch_default``: PyTorch's own Linear/Conv2d default), biases to 0. Optimizer state is
     left as it is. Needs the gradients of the step just taken: see the module's call order.
+    Its state: the generator's position and the steps counted toward the period.
     """
+
+    state_attributes = ("generator", "steps")
 
     def __init__(self, model: nn.Module, period: int = 2048, threshold: float = 1e-5, *,
                  seed: int = 0, init: str = "torch_default"):
@@ -156,7 +161,7 @@ class SWR:
         self.last_reinitialized = count
 
 
-class SNR:
+class SNR(NamedState):
     """Self-Normalized Resets for an ``nn.Sequential`` of Linear (or Conv2d) layers and ReLUs.
 
     Per hidden unit: its age (samples since it last fired), a histogram of the ages at which it
@@ -167,8 +172,11 @@ class SNR:
     ``exp_avg``/``exp_avg_sq``, ``torch.optim.SGD``'s momentum, or a :mod:`plasticlab.optim`
     optimizer's; step counts kept) and every ``adapt_period`` steps adapts τᵢ to the p-th
     percentile of the unit's firing ages. ``max_threshold`` and ``initial_threshold`` are in
-    samples. ``optimizer=None``: no state to reset.
+    samples. ``optimizer=None``: no state to reset. Its state (``state_dict()``): the units'
+    ages, histograms and thresholds, the generators' positions, the steps counted.
     """
+
+    state_attributes = ("ages", "thresholds", "histograms", "batch", "generators", "steps")
 
     def __init__(self, model: nn.Sequential, optimizer=None, percentile: float = 0.99,
                  growth: float = 2.0, max_threshold: int = 20000, initial_threshold: int = 10000,
@@ -201,6 +209,9 @@ class SNR:
         self.last_reset = 0
         self._fired: list[tuple[torch.Tensor, int] | None] = [None] * len(self.layers)
         self._handles = [relu.register_forward_hook(self._capture(i)) for i, relu in enumerate(relus)]
+
+    def _state_device(self) -> torch.device:
+        return self.max_age.device
 
     def _capture(self, i: int):
         conv = self.layers[i].is_conv
@@ -246,15 +257,18 @@ class SNR:
             handle.remove()
 
 
-class HareTortoise:
+class HareTortoise(NamedState):
     """Hare & Tortoise: ``model`` is the hare (trained, predicting); :attr:`tortoise` is a copy
     (no gradients) that follows it, θ_t ← m·θ_t + (1 − m)·θ_h, at every :meth:`step`; every
     ``reset_period`` steps the hare is set to a copy of the tortoise. The optimizer's state is
     left as it is. Only parameters are averaged (buffers such as BatchNorm statistics are the
     copy's own). Evaluate ``ht.tortoise(x)`` under ``torch.no_grad()`` for the tortoise's
     predictions (the copy carries the model's forward hooks, e.g. an :class:`SNR`'s, which
-    ignore passes without gradients).
+    ignore passes without gradients). Its state: the tortoise's (parameters and buffers) and
+    the steps counted toward the reset period.
     """
+
+    state_attributes = ("tortoise", "steps")
 
     def __init__(self, model: nn.Module, momentum: float = 0.999, reset_period: int = 1000):
         if not 0 <= momentum <= 1 or int(reset_period) < 1:
@@ -310,6 +324,28 @@ class UPGD(torch.optim.Optimizer):
         self.protecting = bool(protecting)
         self.generator = generator
 
+    def state_dict(self) -> dict:
+        """``torch.optim.Optimizer.state_dict()`` and, given one, the ``generator``'s state, so a
+        resumed run draws the noise it would have drawn."""
+        state = super().state_dict()
+        return state if self.generator is None else {**state, "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore :meth:`state_dict`'s output; with a generator of its own this UPGD needs the
+        saved generator's state, without one it refuses a state that holds one."""
+        if not isinstance(state_dict, dict):
+            raise ValueError(f"UPGD.load_state_dict: expected a dict, got {type(state_dict).__name__}")
+        state_dict = dict(state_dict)
+        saved = state_dict.pop("generator", None)
+        if (saved is None) != (self.generator is None):
+            raise ValueError("UPGD.load_state_dict: the state was saved by a UPGD "
+                             f"{'without' if saved is None else 'with'} a generator and this one has "
+                             f"{'one' if saved is None else 'none'}: build it as the saved one was")
+        check_keys("UPGD", state_dict, ("state", "param_groups"))
+        super().load_state_dict(state_dict)
+        if saved is not None:
+            self.generator.set_state(saved)
+
     def _noise(self, params: list[torch.Tensor]) -> list[torch.Tensor]:
         """N(0, 1) shaped like each of ``params`` (σ is applied per group)."""
         if self.generator is None:
@@ -349,11 +385,12 @@ class UPGD(torch.optim.Optimizer):
         return loss
 
 
-class WeightClip:
+class WeightClip(NamedState):
     """Weight Clipping: :meth:`step`, after every ``optimizer.step()``, clips every weight and bias
     of every ``nn.Linear``/``nn.Conv2d`` (the output layer included) to ±κ·s_ℓ, s_ℓ the bound of
     the layer's init distribution under ``init`` (``torch_default``, PyTorch's own: 1/√fan_in;
-    a normal scheme: √3·σ) — what the engine's ``weight_clip`` computes."""
+    a normal scheme: √3·σ) — what the engine's ``weight_clip`` computes. No state (the bounds
+    come from the layers' shapes; ``state_dict()`` is empty)."""
 
     def __init__(self, model: nn.Module, kappa: float = 2.0, *, init: str = "torch_default"):
         if not kappa > 0:
@@ -373,12 +410,15 @@ class WeightClip:
             clip_(_member(p), bound)
 
 
-class NormalizeProject:
+class NormalizeProject(NamedState):
     """Normalize-and-Project's projection for a model that already has its normalization layers
     (NaP puts an ``nn.LayerNorm`` before every nonlinearity): :meth:`step`, after every
     ``optimizer.step()``, rescales every ``nn.Linear``/``nn.Conv2d`` weight (the output layer
     included; biases left alone) back to its norm at construction, and each ``nn.LayerNorm``'s
-    (weight, bias) jointly back to theirs — what the engine's ``normalize_project`` computes."""
+    (weight, bias) jointly back to theirs — what the engine's ``normalize_project`` computes.
+    Its state: those norms at construction."""
+
+    state_attributes = ("initial_norms",)
 
     def __init__(self, model: nn.Module):
         norms = [m for m in model.modules() if isinstance(m, nn.LayerNorm) and m.weight is not None]
@@ -397,13 +437,15 @@ class NormalizeProject:
             project_to_norm_([_member(t) for t in group], target)
 
 
-class Spectral:
+class Spectral(NamedState):
     """Spectral regularization, λ·Σ_ℓ [(σ_max(W_ℓ)^k − 1)² + ‖b_ℓ‖^{2k}] over every
     ``nn.Linear``/``nn.Conv2d`` (the output layer included; a conv filter bank is
     out × in·kh·kw). Each call ``reg()`` runs ``power_iterations`` rounds of power iteration
     from the kept left vectors (drawn first from the stream of member ``seed``) and returns the
     penalty, a differentiable scalar whose gradient is what the engine's ``spectral`` adds —
-    so call it once per step."""
+    so call it once per step. Its state: the power iteration's vectors."""
+
+    state_attributes = ("u",)
 
     def __init__(self, model: nn.Module, strength: float = 1e-3, exponent: float = 2.0,
                  power_iterations: int = 1, *, seed: int = 0):

@@ -19,11 +19,16 @@ import torch
 from torch import nn
 
 from .regularizers import _module_sampler, regularized_parameters
+from .state import NamedState
 
 
-class ShrinkPerturb:
+class ShrinkPerturb(NamedState):
     """θ ← p·θ + σ·ε on every :meth:`step`; ε from ``sampler`` (default: the module's own init,
-    via ``reset_parameters()`` on a private copy)."""
+    via ``reset_parameters()`` on a private copy).
+
+    Its state (``state_dict()``) is empty: the default sampler draws from torch's global
+    generator (resuming the same draws takes ``torch.get_rng_state()`` saved beside the model),
+    a sampler of your own keeps its own."""
 
     def __init__(self, params: nn.Module | Iterable[torch.Tensor], shrink, noise, *,
                  sampler: Callable[[], Sequence[torch.Tensor]] | None = None,

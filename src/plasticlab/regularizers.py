@@ -38,6 +38,7 @@ from torch import nn
 
 from . import rank_order
 from .nets.layers import EnsembleLayerNorm
+from .state import NamedState
 
 NORM_LAYERS = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm,
                EnsembleLayerNorm)
@@ -77,8 +78,11 @@ def add_penalty_gradient_(grad: torch.Tensor, theta: torch.Tensor, target: torch
     return grad.addcmul_(strength, rho_grad(d))
 
 
-class Regularizer:
+class Regularizer(NamedState):
     """Base class: value = Σ over parameters of λ·Σ ρ(θ − target).
+
+    ``state_dict()``/``load_state_dict()`` save and restore what its constructor cannot rebuild
+    (θ₀, EWC's anchors; :mod:`plasticlab.state`), for resuming a training loop.
 
     Parameters
     ----------
@@ -108,6 +112,9 @@ class Regularizer:
             raise ValueError(f"{type(self).__name__}: strength must be >= 0, got {strength.tolist()}")
         self.strength = strength
         self._differences: list[torch.Tensor | None] | None = None  # add_grad_'s kept θ − target
+
+    def _state_device(self) -> torch.device:
+        return self.params[0].device
 
     captured: bool = False
     """Whether a compiled training step computes this penalty's gradient inside its function
@@ -212,7 +219,9 @@ class L2(TargetPenalty):
 
 
 class _InitTarget(TargetPenalty):
-    """Pulls toward θ₀, a detached copy of the parameters taken at construction."""
+    """Pulls toward θ₀, a detached copy of the parameters taken at construction (its state)."""
+
+    state_attributes = ("initial",)
 
     def __init__(self, params, strength, *, member_dim: bool = False, initial=None):
         super().__init__(params, strength, member_dim=member_dim)
@@ -292,10 +301,12 @@ class WassersteinInit(Regularizer):
     def __init__(self, params, strength, *, member_dim: bool = False, initial=None):
         super().__init__(params, strength, member_dim=member_dim)
         initial = self.params if initial is None else list(initial)
-        # sort(θ⁰) per tensor (per member with member_dim), flat: [K, n] or [n]
+        # sort(θ⁰) per tensor (per member with member_dim), flat: [K, n] or [n]; its state
         self.sorted_initial = [self._flat(t.detach()).sort(dim=-1).values for t in initial]
         # each tensor's order at the last step: where the next sort starts (rank_order)
         self._last_order: list[torch.Tensor | None] = [None] * len(self.params)
+
+    state_attributes = ("sorted_initial",)
 
     def _flat(self, t: torch.Tensor) -> torch.Tensor:
         return t.flatten(1) if self.member_dim else t.flatten()
@@ -344,6 +355,10 @@ class L2InitResample(Regularizer):
     call exactly one of them per step. ``on_device``: given for a sampler of tensor operations
     alone (a Philox draw on the parameters' device), the tensors it reads (its keys and
     counter); a compiled step then draws φₜ inside its function (:attr:`captured`).
+
+    Its state is empty: the default sampler draws from torch's global generator (resuming the
+    same draws takes ``torch.get_rng_state()`` saved beside the model), a sampler of your own
+    keeps its own.
     """
 
     def __init__(self, params, strength, *, sampler: Callable[[], Sequence[torch.Tensor]] | None = None,
@@ -405,6 +420,7 @@ class EWC(Regularizer):
     """
 
     ANCHORS = ("last", "sum")
+    state_attributes = ("fisher_sum", "anchor_sum", "anchor_sq_sum", "tasks")
     captured = True  # A and B change in place, at task ends only (consolidate)
 
     def __init__(self, params, strength, *, anchor: str = "last", member_dim: bool = False):

@@ -73,6 +73,7 @@ import torch
 from torch import nn
 
 from .. import philox
+from ..checkpoint import Excluded
 from ..device import to_device
 from ..nets import EnsembleNet
 from ..nets import init as init_schemes
@@ -88,6 +89,7 @@ from ..optim import Adam
 from ..optim.adam_gnt import AdamGnT
 from ..optim.unit_reset import unit_reset_state
 from ..params import Param
+from ..state import CoreState
 from .base import CapturedHook, Method, MethodContext, Needs
 
 UTILITIES = ("adaptable_contribution", "contribution")
@@ -549,7 +551,7 @@ def reference_optimizer(optimizer):
 
 # --- front end 2: a drop-in for nn.Sequential ---------------------------------------------------
 
-class ContinualBackpropSequential:
+class ContinualBackpropSequential(CoreState):
     """Continual Backprop for your own ``nn.Sequential`` (Linear/Conv2d, ReLU, pooling,
     flatten, dropout).
 
@@ -571,7 +573,8 @@ class ContinualBackpropSequential:
     Optimizers: ``plasticlab.optim.Adam`` or ``SGD``, or ``torch.optim.SGD`` without momentum;
     ``torch.optim.Adam`` is refused (its single step count per tensor gets the bias correction of
     restarted units wrong). Models with normalisation layers or other activations are refused,
-    naming the layer.
+    naming the layer. ``state_dict()``/``load_state_dict()``: the units' ages, utilities and
+    mean activations, the replacement counts and the generators' positions, for resuming.
     """
 
     def __init__(self, model: nn.Sequential, optimizer, replacement_rate: float = 1e-4, maturity: int = 100,
@@ -614,6 +617,11 @@ class ContinualBackpropSequential:
                                "run the model's training forward pass (with gradients enabled) first")
         features, self._features = self._features, [None] * len(self._features)
         self.core.step(features)
+
+    def _state_parts(self):
+        return self.core, self.core.layers, Excluded(
+            objects=[self.model, self.optimizer, self.core.optimizer, *self.core.layers],
+            tensors=[*self.model.parameters(), *self.model.buffers()])
 
     @property
     def replacements(self) -> list[int]:

@@ -49,6 +49,7 @@ import torch
 from torch import nn
 
 from .. import philox
+from ..checkpoint import Excluded
 from ..nets import EnsembleNet
 from ..nets.init import check_scheme
 from ..nets.units import (
@@ -62,6 +63,7 @@ from ..nets.units import (
 )
 from ..optim.unit_reset import unit_reset_state
 from ..params import Param
+from ..state import CoreState
 from .base import Method, MethodContext, Needs
 
 REINIT_CHOICES = ("fresh", "initial")
@@ -317,7 +319,7 @@ class ReDo(Method):
 
 # --- the drop-in for a user's own nn.Sequential ------------------------------------------------
 
-class ReDoSequential:
+class ReDoSequential(CoreState):
     """ReDo for a plain ``nn.Sequential`` of Linear/Conv2d, ReLU, pooling, flatten and dropout.
 
     ::
@@ -336,7 +338,8 @@ class ReDoSequential:
     ``reinit="initial"`` restores the values the model has when this object is built (build it
     before training). ``layer_order``: see
     :meth:`UnitRecycler.recycle`. Layers it cannot reason about (e.g. BatchNorm) are refused
-    with the layer named.
+    with the layer named. ``state_dict()``/``load_state_dict()``: the generators' positions
+    (``"fresh"``) or the kept initial values (``"initial"``), for resuming.
     """
 
     def __init__(self, model: nn.Sequential, optimizer=None, threshold: float = 0.0,
@@ -354,6 +357,11 @@ class ReDoSequential:
         # One hook per distinct ReLU module (a module may be reused at several places).
         self._relus = list({id(m): m for m in relus}.values())
         self.last_recycled = [0] * len(layers)
+
+    def _state_parts(self):
+        return self.recycler, self.recycler.layers, Excluded(
+            objects=[self.model, self.recycler.state, *self.recycler.layers],
+            tensors=[*self.model.parameters(), *self.model.buffers()])
 
     def activity(self, x: torch.Tensor) -> list[torch.Tensor]:
         """E|h_i| of every hidden layer on batch ``x``, as ``[1, U]`` tensors (no gradients;
