@@ -4,6 +4,7 @@ bit for bit where the uninterrupted loop does — and would not without the drop
 from __future__ import annotations
 
 import io
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -243,3 +244,73 @@ def test_a_drop_ins_state_loads_into_the_dtype_of_its_own_tensors():
     reg.load_state_dict(plasticlab.L2Init(model_of(1), 1e-2).state_dict())
     assert reg.initial[0].dtype == torch.float64
     assert torch.equal(reg.initial[0], model_of(1)[0].weight.double())
+
+
+# --- the Monitor ---------------------------------------------------------------------------------
+
+def monitored(init_seed: int):
+    model = model_of(init_seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-1)
+    probe = torch.randn(32, 6, generator=torch.Generator().manual_seed(9))
+    monitor = plasticlab.Monitor(
+        model, probe, every=2, measurements=("churn", "distance_to_init"),
+        trainability=plasticlab.monitor.TrainabilityProbe(every=6, steps=2),
+        thresholds=plasticlab.monitor.Thresholds(dead_fraction=0.05, srank_drop=0.05, warmup=0,
+                                                 weight_drift=0.2))
+    return model, optimizer, monitor
+
+
+def watch(model, optimizer, monitor, steps: range) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", plasticlab.monitor.PlasticityWarning)  # kept in .alerts
+        for step in steps:
+            x, y = batch(step)
+            loss = F.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            monitor.step()
+
+
+def monitor_resumed(load_monitor: bool = True):
+    model, optimizer, monitor = monitored(0)
+    watch(model, optimizer, monitor, range(STOP))
+    state = saved({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                   "monitor": monitor.state_dict()})
+    monitor.close()
+    model, optimizer, monitor = monitored(1)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    if load_monitor:
+        monitor.load_state_dict(state["monitor"])
+    watch(model, optimizer, monitor, range(STOP, STEPS))
+    return monitor
+
+
+def test_a_resumed_monitor_gives_the_history_and_alerts_of_the_uninterrupted_one():
+    model, optimizer, monitor = monitored(0)
+    watch(model, optimizer, monitor, range(STEPS))
+    resumed_monitor = monitor_resumed()
+    assert len(monitor.history) == STEPS // 2 and monitor.alerts
+    assert resumed_monitor.history.state_dict() == monitor.history.state_dict()
+    assert resumed_monitor.alerts == monitor.alerts
+    assert resumed_monitor.state_dict()["checks"] == monitor.state_dict()["checks"]
+    without = monitor_resumed(load_monitor=False)
+    assert without.history[0]["step"] == 2  # numbered from 0 again, drift from the trained weights
+    assert without.history.state_dict() != monitor.history.state_dict()[STOP // 2:]
+
+
+def test_a_monitor_refuses_the_state_of_one_of_other_layers_or_measurements():
+    model, _, monitor = monitored(0)
+    other = plasticlab.Monitor(model, torch.randn(4, 6), layers=["1"], thresholds=None)
+    with pytest.raises(ValueError, match=r"saved by a monitor of layers \['1'\], this one watches"):
+        monitor.load_state_dict(other.state_dict())
+    plain = plasticlab.Monitor(model, torch.randn(4, 6), thresholds=None)
+    with pytest.raises(ValueError, match="without churn among its measurements"):
+        monitor.load_state_dict(plain.state_dict())
+    narrow = plasticlab.Monitor(nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(),
+                                              nn.Linear(16, 3)), torch.randn(4, 6), thresholds=None)
+    before = monitor.state_dict()
+    with pytest.raises(ValueError, match=r"θ₀ is of parameters shaped .*\(3, 16\).* this model's are"):
+        plain.load_state_dict(narrow.state_dict())
+    assert torch.equal(monitor.state_dict()["baseline"]["initial"][0], before["baseline"]["initial"][0])

@@ -150,3 +150,34 @@ def test_lightning_example_runs(data_dir):
     lines = proc.stdout.strip().splitlines()
     assert lines[0].split()[:2] == ["step", "dead%"]
     assert [line.split()[0] for line in lines[1:]] == ["20", "40"]
+
+
+@needs_lightning
+def test_a_fit_resumed_from_a_checkpoint_measures_from_the_first_runs_theta0_and_probe(tmp_path):
+    from plasticlab.integrations.lightning import PlasticityCallback
+
+    def callback():  # its probe: the first batch's inputs
+        return PlasticityCallback(every=4, thresholds=None)
+
+    first = callback()
+    trainer = _trainer(tmp_path / "first", first, max_steps=-1, max_epochs=1)  # 8 batches
+    trainer.fit(_module(), _data())
+    trainer.save_checkpoint(tmp_path / "at8.ckpt")
+    before = first.monitor.state_dict()
+    g = torch.Generator().manual_seed(1)  # other data from here on: the probe must not be its first batch
+    later = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(
+        torch.randn(64, 6, generator=g), torch.randint(3, (64,), generator=g)), batch_size=8)
+    resumed, module = callback(), _module()
+    _trainer(tmp_path / "second", resumed, max_steps=16).fit(module, later, ckpt_path=tmp_path / "at8.ckpt")
+
+    history = resumed.monitor.history
+    assert [row["step"] for row in history] == [4, 8, 12, 16]
+    assert history.state_dict()[:2] == before["history"]
+    assert torch.equal(resumed.monitor.probe, first.monitor.probe)
+    theta0 = before["baseline"]["initial"]  # the weights before the first run's first update
+    assert all(torch.equal(a, b) for a, b in zip(resumed.monitor.state_dict()["baseline"]["initial"],
+                                                 theta0, strict=True))
+    theta = [p.detach() for p in module.parameters()]
+    drift = (sum((a - b).pow(2).sum() for a, b in zip(theta, theta0, strict=True)).sqrt()
+             / sum(b.pow(2).sum() for b in theta0).sqrt())
+    assert history[-1]["weight_drift"] == pytest.approx(float(drift), rel=1e-6)

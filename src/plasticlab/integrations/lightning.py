@@ -15,6 +15,10 @@ measurement also goes to the trainer's loggers (TensorBoard, W&B, CSV, …) as
 ``plasticity/<metric>[/<layer>]`` at the global step. The hooks are removed when training ends;
 the history stays on ``callback.monitor``.
 
+The monitor's state (θ₀, the history, the alerts, the probe taken from the first batch) goes
+into Lightning's checkpoints, so ``trainer.fit(..., ckpt_path=…)`` goes on measuring as the
+uninterrupted run would — drift from the first θ₀, not from the resumed weights.
+
 This module imports Lightning (``lightning.pytorch``, else the older ``pytorch_lightning``);
 ``import plasticlab`` never does.
 """
@@ -86,10 +90,28 @@ class PlasticityCallback(pl.Callback):
         self.inputs_of, self.monitor_kwargs = inputs_of, monitor_kwargs
         self.monitor: Monitor | None = None
         self._global_step: int | None = None
+        self._loaded: dict | None = None  # a checkpoint's state, until the monitor is made
 
     def _start(self, trainer, pl_module, probe) -> None:
+        loaded, self._loaded = self._loaded, None
+        if loaded is not None and self.probe is None:
+            probe = loaded["probe"]  # the first batch's inputs of the run this one resumes
         self.monitor = Monitor(pl_module, probe=probe, every=self.every, **self.monitor_kwargs)
+        if loaded is not None:
+            self.monitor.load_state_dict(loaded["monitor"])
         self.monitor.steps = trainer.global_step  # the monitor's steps are the trainer's (resumed runs)
+
+    def state_dict(self) -> dict:
+        """For Lightning's checkpoints: the monitor's state (:meth:`plasticlab.Monitor.state_dict`)
+        and the probe it measures on when that was taken from the first batch."""
+        if self.monitor is None:
+            return dict(self._loaded or {})
+        return {"monitor": self.monitor.state_dict(),
+                "probe": None if self.probe is not None else self.monitor.probe}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """A checkpoint's :meth:`state_dict`, loaded into the monitor when training starts."""
+        self._loaded = dict(state_dict) or None
 
     def on_train_start(self, trainer, pl_module) -> None:
         self._global_step = trainer.global_step

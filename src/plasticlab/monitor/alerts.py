@@ -71,6 +71,24 @@ class AlertChecks:
         self._srank_peak: dict[str, tuple[float, int]] = {}  # layer → (smoothed peak, its step)
         self._srank_recent: dict[str, collections.deque] = {}
 
+    def state_dict(self) -> dict:
+        """The warnings raised and what the checks remember, as plain values."""
+        return {"alerts": [[a.step, a.kind, a.layer, a.message] for a in self.alerts],
+                "warned": [list(w) for w in sorted(self._warned)],
+                "srank_peak": {layer: list(peak) for layer, peak in self._srank_peak.items()},
+                "srank_recent": {layer: list(values) for layer, values in self._srank_recent.items()}}
+
+    def load_state_dict(self, state: dict, window: int) -> None:
+        """Put :meth:`state_dict`'s output back (``window``: the thresholds' median window, the
+        length the recent sranks are kept to)."""
+        self.alerts[:] = [Alert(int(step), kind, layer, message)
+                          for step, kind, layer, message in state["alerts"]]
+        self._warned = {(kind, layer) for kind, layer in state["warned"]}
+        self._srank_peak = {layer: (float(peak), int(step))
+                            for layer, (peak, step) in state["srank_peak"].items()}
+        self._srank_recent = {layer: collections.deque(values, maxlen=max(1, window))
+                              for layer, values in state["srank_recent"].items()}
+
     def _warn(self, step: int, kind: str, layer: str, message: str, stacklevel: int) -> None:
         if (kind, layer) in self._warned:
             return

@@ -39,6 +39,17 @@ class MonitorHistory:
     def append(self, row: dict) -> None:
         self.steps.append(row)
 
+    def state_dict(self) -> list[dict]:
+        """The measured rows (copies: plain numbers and strings)."""
+        return [dict(row) for row in self.steps]
+
+    def load_state_dict(self, rows: list[dict]) -> None:
+        """Put :meth:`state_dict`'s rows back, in place of these."""
+        if not isinstance(rows, list) or not all(isinstance(r, dict) and "step" in r for r in rows):
+            raise ValueError("Monitor.load_state_dict: history must be the list of measured rows "
+                             "(dicts with a 'step') that Monitor.state_dict() gives")
+        self.steps = [dict(row) for row in rows]
+
     def rows(self) -> list[dict]:
         """The tidy table as a list of ``{"step", "layer", "metric", "value"}`` dicts."""
         out = []

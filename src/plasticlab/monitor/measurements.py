@@ -79,6 +79,23 @@ class ParameterBaseline:
                                    dtype=torch.float64)
         self.group_of = torch.tensor([g for g, (_, params) in enumerate(self.groups) for _ in params])
 
+    def state_dict(self) -> dict:
+        """θ₀ (one tensor per parameter, in :attr:`params`' order) and ‖θ₀‖² per module."""
+        return {"initial": [self.initial[id(p)].clone() for p in self.params],
+                "initial_sq": self.start_sq.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Put :meth:`state_dict`'s output back: θ₀ onto each parameter's device and dtype;
+        another number of parameters, or another shape, is a ``ValueError``."""
+        initial = state["initial"]
+        shapes = [tuple(p.shape) for p in self.params]
+        saved = [tuple(t.shape) for t in initial] if isinstance(initial, list) else None
+        if saved != shapes or tuple(state["initial_sq"].shape) != tuple(self.start_sq.shape):
+            raise ValueError(f"Monitor.load_state_dict: θ₀ is of parameters shaped {saved}, this "
+                             f"model's are {shapes}: was the state saved from another model?")
+        self.initial = {id(p): t.to(p.device, p.dtype) for p, t in zip(self.params, initial, strict=True)}
+        self.start_sq = state["initial_sq"].to(self.start_sq.dtype)
+
     @property
     def device(self) -> torch.device:
         """Where the model is now (its first parameter's device)."""

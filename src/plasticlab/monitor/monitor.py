@@ -206,6 +206,51 @@ class Monitor:
             self._checks.check(row, self.thresholds, stacklevel + 1)
         return row
 
+    # --- resuming --------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """What this monitor counted, measured and kept — the step count, the history, the
+        alerts and what their checks remember, θ₀, churn's reference outputs, the trainability
+        probe's generator — as tensors and plain values (``torch.save``-able, readable with
+        ``weights_only=True``), for resuming a training loop. The probe and the settings are not
+        in it: they come from the constructor."""
+        return {"layers": list(self.layer_names), "steps": self.steps,
+                "history": self.history.state_dict(), "checks": self._checks.state_dict(),
+                "baseline": self._baseline.state_dict(), "generator": self._generator.get_state(),
+                "reference": None if self._reference is None else self._reference.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Put :meth:`state_dict`'s output back into this monitor, made as the saved one was (on
+        the same model and layers, with the same measurements): from here on it measures drift
+        from the saved θ₀ and numbers its steps on from the saved count. A mismatch is a
+        ``ValueError`` naming it, raised before anything is written."""
+        from ..state import check_keys
+
+        check_keys("Monitor", state, ("layers", "steps", "history", "checks", "baseline",
+                                      "generator", "reference"))
+        if list(state["layers"]) != list(self.layer_names):
+            raise ValueError(f"Monitor.load_state_dict: the state was saved by a monitor of layers "
+                             f"{list(state['layers'])}, this one watches {self.layer_names}")
+        if (state["reference"] is None) != (self._reference is None):
+            raise ValueError("Monitor.load_state_dict: the state was saved by a monitor "
+                             f"{'without' if state['reference'] is None else 'with'} churn among its "
+                             "measurements, and this one is not: make it with the same measurements")
+        # each part loaded into a fresh one first, so that a bad part leaves this monitor as it was
+        baseline = ParameterBaseline(self.model)
+        baseline.load_state_dict(state["baseline"])
+        history = MonitorHistory()
+        history.load_state_dict(state["history"])
+        checks = AlertChecks()
+        checks.load_state_dict(state["checks"], self.thresholds.window if self.thresholds else 1)
+        generator = torch.Generator()
+        generator.set_state(state["generator"])
+        self._baseline, self.history, self._generator = baseline, history, generator
+        self.alerts[:] = checks.alerts  # the list a caller may hold stays the monitor's
+        checks.alerts = self.alerts
+        self._checks = checks
+        self.steps = int(state["steps"])
+        if self._reference is not None:
+            self._reference = state["reference"].to(self._reference.device, self._reference.dtype)
+
     # --- the fix, and the end -------------------------------------------------------------------
     def l2_init(self, strength: float):
         """An :class:`plasticlab.L2Init` on ``model`` anchored at the θ₀ this monitor kept (the
