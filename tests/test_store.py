@@ -508,17 +508,20 @@ def test_summary_key_clashing_with_a_config_column_is_prefixed(tmp_path):
         assert df.loc[0, "status"] == "finished"
 
 
-def test_tasks_dataframe_is_long_format(filled_store):
+def test_tasks_dataframe_is_long_format_one_number_a_row(filled_store):
     df = filled_store.to_dataframe("tasks")
-    assert list(df.columns) == ["run_id", "seed", "problem", "method", "task", "metric", "value"]
-    # 2 finished runs x 2 metrics x 3 tasks; the failed run has no metrics.
-    assert len(df) == 12
+    assert list(df.columns) == ["run_id", "seed", "problem", "method", "task", "metric", "index", "value"]
+    # 2 finished runs x (3 tasks of accuracy + 3 tasks x 2 layers of srank); the failed run has none.
+    assert len(df) == 18
     assert set(df["method"]) == {"l2_init"}
     acc = df[(df["seed"] == 1) & (df["metric"] == "online_accuracy")]
     assert acc["task"].tolist() == [0, 1, 2]
+    assert acc["index"].isna().all()
     assert acc["value"].tolist() == METRICS["online_accuracy"]
     srank = df[(df["seed"] == 0) & (df["metric"] == "srank")]
-    assert srank["value"].tolist() == METRICS["srank"]
+    assert srank["index"].tolist() == [0, 1] * 3  # the hidden layer
+    assert srank["value"].tolist() == [v for per_layer in METRICS["srank"] for v in per_layer]
+    assert str(df["value"].dtype) == "float64"
 
 
 def test_empty_store_exports_empty_frames_with_columns(tmp_path):
@@ -542,9 +545,10 @@ def test_csv_export_writes_runs_and_tasks(filled_store, tmp_path):
     tasks_csv = filled_store.export_csv(tmp_path / "tasks.csv", kind="tasks")
     with tasks_csv.open(newline="") as f:
         rows = list(csv.DictReader(f))
-    assert len(rows) == 12
-    srank_values = [json.loads(r["value"]) for r in rows if r["metric"] == "srank"]
-    assert srank_values[:3] == METRICS["srank"]
+    assert len(rows) == 18
+    srank = [(r["index"], float(r["value"])) for r in rows if r["metric"] == "srank"]
+    assert srank[:2] == [("0", METRICS["srank"][0][0]), ("1", METRICS["srank"][0][1])]
+    assert {r["index"] for r in rows if r["metric"] == "online_accuracy"} == {""}
     assert not list(tmp_path.glob("*.tmp"))
 
 

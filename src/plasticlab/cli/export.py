@@ -1,5 +1,6 @@
 """``plasticlab export``: a results directory's finished runs as one compact file that
-``plasticlab report`` reads."""
+``plasticlab report`` reads; ``plasticlab tables``: its runs and per-task metrics as CSV or
+Parquet tables."""
 
 from __future__ import annotations
 
@@ -19,8 +20,19 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tables(args: argparse.Namespace) -> int:
+    """``plasticlab tables``: write a results directory's ``runs`` and ``tasks`` tables
+    (:func:`plasticlab.experiments.tables.write_tables`) and name them with their rows."""
+    from ..experiments.tables import write_tables
+
+    out = Path(args.to) if args.to else Path(args.dir) / "tables"
+    for kind, (path, rows) in write_tables(args.dir, out, args.format).items():
+        print(f"{kind}: {rows:,} rows → {path}")
+    return 0
+
+
 def register(sub) -> None:
-    """Add ``export`` to the ``plasticlab`` parser."""
+    """Add ``export`` and ``tables`` to the ``plasticlab`` parser."""
     ex = sub.add_parser("export", help="the finished runs of a results directory as one compact "
                                        "file that `plasticlab report` reads")
     ex.add_argument("dir", help="a results directory: a store, or an export to write again in "
@@ -30,3 +42,13 @@ def register(sub) -> None:
                     help="every metric of the store, exactly (larger): what `plasticlab import` "
                          "needs to carry the runs whole to another results store")
     ex.set_defaults(func=cmd_export)
+
+    tables = sub.add_parser("tables", help="the runs (one row each) and per-task metrics (one number "
+                                           "a row) of a results directory as CSV or Parquet tables")
+    tables.add_argument("dir", help="a results directory: a store (results.sqlite) or a study's "
+                                    "export (results.json.gz)")
+    tables.add_argument("--to", help="the folder to write runs.<format> and tasks.<format> into "
+                                     "(default DIR/tables/)")
+    tables.add_argument("--format", choices=("csv", "parquet"), default="csv",
+                        help="csv (default) or parquet (needs pyarrow: pip install 'plasticlab[tables]')")
+    tables.set_defaults(func=cmd_tables)

@@ -22,11 +22,11 @@ from .schema import dumps
 if TYPE_CHECKING:  # pandas is optional: imported lazily where it is needed.
     import pandas
 
-__all__ = ["csv_cell", "flatten_config", "import_pandas", "runs_frame", "tasks_frame",
-           "write_frame_csv", "write_runs_csv"]
+__all__ = ["csv_cell", "flatten_config", "import_pandas", "runs_frame", "store_task_records",
+           "task_records", "tasks_frame", "write_frame", "write_frame_csv", "write_runs_csv"]
 
 #: The columns of the long per-task table (:func:`tasks_frame`).
-TASK_COLUMNS = ["run_id", "seed", "problem", "method", "task", "metric", "value"]
+TASK_COLUMNS = ["run_id", "seed", "problem", "method", "task", "metric", "index", "value"]
 
 
 def flatten_config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -64,8 +64,8 @@ def import_pandas() -> Any:
         import pandas
     except ImportError as exc:  # pragma: no cover - pandas is installed in the test env
         raise ImportError(
-            "pandas is required to export results (ResultStore.to_dataframe / export_csv); "
-            "install it with `pip install pandas`"
+            "pandas is required for results as tables (ResultStore.to_dataframe, export_csv, "
+            "plasticlab tables); install it with `pip install 'plasticlab[tables]'`"
         ) from exc
     return pandas
 
@@ -89,36 +89,60 @@ def runs_frame(pd: Any, runs: Sequence[dict]) -> pandas.DataFrame:
             col = f"summary.{key}" if key in taken else str(key)
             summary_cols[col] = None
             record[col] = value
-        record["start_time"] = run["manifest"].get("start_time")
-        record["end_time"] = run["manifest"].get("end_time")
-        record["error"] = run["error"]
+        record["start_time"] = (run.get("manifest") or {}).get("start_time")
+        record["end_time"] = (run.get("manifest") or {}).get("end_time")
+        record["error"] = run.get("error")
         records.append(record)
     columns = head + list(config_cols) + list(summary_cols) + tail
     return pd.DataFrame.from_records(records, columns=columns)
 
 
-def tasks_frame(pd: Any, rows: Iterable[tuple]) -> pandas.DataFrame:
-    """Long format per-task metrics from the store's rows ``(run_id, seed, config JSON, task,
-    metric, value JSON)``: columns :data:`TASK_COLUMNS`; see
-    :meth:`~plasticlab.experiments.store.ResultStore.to_dataframe`."""
+def _numbers(value: Any) -> Iterable[tuple[int | None, Any]]:
+    """A metric's value at one task as ``(index, number)`` pairs: a single number at index None,
+    a list (srank per hidden layer, an accuracy row over earlier tasks) one pair per entry."""
+    if isinstance(value, list | tuple):
+        return list(enumerate(value))
+    return [(None, value)]
+
+
+def task_records(runs: Sequence[dict], metrics: Mapping[str, Mapping[str, list]]) -> Iterable[tuple]:
+    """The long table's rows (:data:`TASK_COLUMNS`) of ``runs`` from their per-task ``metrics``
+    (run id → metric → per-task list, as an export or the store gives them): runs in order, then
+    metrics by name, tasks, entries."""
+    for run in runs:
+        by_metric = metrics.get(run["run_id"])
+        if not by_metric:
+            continue
+        config = run["config"]
+        head = (run["run_id"], run["seed"], config.get("problem"), config.get("method"))
+        for metric in sorted(by_metric):
+            for task, value in enumerate(by_metric[metric]):
+                for index, number in _numbers(value):
+                    yield (*head, task, metric, index, number)
+
+
+def store_task_records(rows: Iterable[tuple]) -> Iterable[tuple]:
+    """The long table's rows from the store's ``(run_id, seed, config JSON, task, metric, value
+    JSON)`` rows (each run's config decoded once, however many metrics it has)."""
     configs: dict[str, dict] = {}
-    records = []
     for run_id, seed, config_text, task, metric, value in rows:
         config = configs.get(run_id)
-        if config is None:  # each run's config decoded once, however many metrics it has
+        if config is None:
             config = configs[run_id] = json.loads(config_text)
-        records.append(
-            (
-                run_id,
-                seed,
-                config.get("problem"),
-                config.get("method"),
-                task,
-                metric,
-                json.loads(value),
-            )
-        )
-    return pd.DataFrame.from_records(records, columns=TASK_COLUMNS)
+        head = (run_id, seed, config.get("problem"), config.get("method"), task, metric)
+        for index, number in _numbers(json.loads(value)):
+            yield (*head, index, number)
+
+
+def tasks_frame(pd: Any, records: Iterable[tuple]) -> pandas.DataFrame:
+    """The long per-task table, one number a row: columns :data:`TASK_COLUMNS` from
+    :func:`task_records` or :func:`store_task_records`. ``index`` is the entry of a list-valued
+    metric — the hidden layer of ``srank``, ``effective_rank`` and the ``*_per_layer`` metrics,
+    the earlier task of ``accuracy_row`` — and empty (``<NA>``) for a single number."""
+    frame = pd.DataFrame.from_records(list(records), columns=TASK_COLUMNS)
+    frame["index"] = frame["index"].astype("Int64")
+    frame["value"] = pd.to_numeric(frame["value"]).astype("float64")
+    return frame
 
 
 def _replace_atomically(path: str | os.PathLike, write) -> Path:
@@ -139,6 +163,27 @@ def write_frame_csv(frame: pandas.DataFrame, path: str | os.PathLike) -> Path:
         if frame[col].dtype == object:
             frame[col] = frame[col].map(csv_cell)
     return _replace_atomically(path, lambda tmp: frame.to_csv(tmp, index=False))
+
+
+def write_frame(frame: pandas.DataFrame, path: str | os.PathLike) -> Path:
+    """Write a table of runs (:func:`runs_frame`, :func:`tasks_frame`) as its file name says:
+    ``.csv`` (:func:`write_frame_csv`) or ``.parquet`` (needs pyarrow; a column holding lists or
+    dicts — a config's list — as JSON text, as in the CSV), atomically; returns its path."""
+    suffix = Path(path).suffix
+    if suffix == ".csv":
+        return write_frame_csv(frame, path)
+    if suffix != ".parquet":
+        raise ValueError(f"{path}: a table is written as .csv or .parquet, not {suffix or 'no suffix'!r}")
+    try:
+        import pyarrow  # noqa: F401 - pandas writes Parquet through it
+    except ImportError:
+        raise ImportError("writing Parquet needs pyarrow: pip install 'plasticlab[tables]' "
+                          "(or write .csv)") from None
+    frame = frame.copy()
+    for col in frame.columns:
+        if frame[col].dtype == object and frame[col].map(lambda v: isinstance(v, list | tuple | dict)).any():
+            frame[col] = frame[col].map(lambda v: None if v is None else dumps(v))
+    return _replace_atomically(path, lambda tmp: frame.to_parquet(tmp, index=False))
 
 
 def write_runs_csv(runs: Sequence[dict], path: str | os.PathLike) -> Path:

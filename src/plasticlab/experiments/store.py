@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from .manifest import utc_now
 from .oserrors import storage_error
-from .run_tables import import_pandas, runs_frame, tasks_frame, write_frame_csv
+from .run_tables import import_pandas, runs_frame, store_task_records, tasks_frame, write_frame_csv
 from .schema import SCHEMA_VERSION, STATUSES, dumps, json_default, loads, prepare
 
 if TYPE_CHECKING:  # pandas is optional: imported lazily where it is needed.
@@ -448,15 +448,16 @@ class ResultStore:
         ``summary.`` only if a name clashes with another column); then ``start_time``,
         ``end_time`` and ``error``.
 
-        ``kind='tasks'``: long format, one row per (finished run, task, metric), columns
-        ``run_id, seed, problem, method, task, metric, value``; ``value`` is a float or,
-        for a list-valued metric such as srank per layer, a list.
+        ``kind='tasks'``: long format, one number a row — per finished run, metric, task and,
+        for a list-valued metric (srank per hidden layer), entry: columns ``run_id, seed,
+        problem, method, task, metric, index, value``
+        (:func:`~plasticlab.experiments.run_tables.tasks_frame`).
         """
         pd = import_pandas()
         if kind == "runs":
             return runs_frame(pd, self.runs())
         if kind == "tasks":
-            return tasks_frame(pd, self._task_metric_rows())
+            return tasks_frame(pd, store_task_records(self._task_metric_rows()))
         raise ValueError(f"kind must be 'runs' or 'tasks', not {kind!r}")
 
     def _task_metric_rows(self) -> list[tuple]:
@@ -473,11 +474,12 @@ class ResultStore:
         ).fetchall()
 
     def export_csv(self, path: str | os.PathLike, kind: str = "runs") -> Path:
-        """Write :meth:`to_dataframe` (``kind``) to a CSV file; returns its path.
+        """Write :meth:`to_dataframe` (``kind``) to a CSV file; returns its path (Parquet, and
+        exports as well as stores: :mod:`plasticlab.experiments.tables`).
 
-        List- and dict-valued cells are written as JSON text so the file parses back
-        unambiguously. The file is written to a temporary name and renamed, so a reader
-        never sees a half-written CSV.
+        List- and dict-valued cells (a config's lists) are written as JSON text so the file
+        parses back unambiguously. The file is written to a temporary name and renamed, so a
+        reader never sees a half-written CSV.
         """
         return write_frame_csv(self.to_dataframe(kind), path)
 

@@ -1,0 +1,58 @@
+"""A results directory as tables, from its results store or its compact export alike: its runs
+(one row each) and their per-task metrics (one number a row), as pandas DataFrames, CSV or
+Parquet files (``plasticlab tables``)::
+
+    from plasticlab.experiments.tables import results_frame
+    tasks = results_frame("docs/reproduction/best-permuted_mnist-adam", "tasks")
+    tasks.query("metric == 'srank' and index == 1")        # the second hidden layer's srank
+
+An export holds the finished runs and the metrics a report reads, rounded as it stores them
+(``plasticlab export --all-metrics`` keeps every metric exactly); a store holds every run, with
+its status, and every metric exactly.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .export import DB_NAME, read_results
+from .run_tables import import_pandas, runs_frame, task_records, tasks_frame, write_frame
+from .store import ResultStore
+
+if TYPE_CHECKING:
+    import pandas
+
+KINDS = ("runs", "tasks")
+FORMATS = ("csv", "parquet")
+
+__all__ = ["FORMATS", "KINDS", "results_frame", "write_tables"]
+
+
+def results_frame(directory: str | os.PathLike, kind: str = "runs") -> pandas.DataFrame:
+    """The runs (``kind="runs"``: :func:`~plasticlab.experiments.run_tables.runs_frame`) or the
+    per-task metrics (``"tasks"``: :func:`~plasticlab.experiments.run_tables.tasks_frame`) of the
+    results directory ``directory``: its store (``results.sqlite``) or, failing that, its export
+    (``results.json.gz``)."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
+    pd = import_pandas()
+    if (Path(directory) / DB_NAME).is_file():
+        with ResultStore(directory) as store:
+            return store.to_dataframe(kind)
+    runs, metrics, _ = read_results(directory)
+    return runs_frame(pd, runs) if kind == "runs" else tasks_frame(pd, task_records(runs, metrics))
+
+
+def write_tables(directory: str | os.PathLike, out: str | os.PathLike, fmt: str = "csv"
+                 ) -> dict[str, tuple[Path, int]]:
+    """Write ``runs.<fmt>`` and ``tasks.<fmt>`` (``fmt``: ``csv`` or ``parquet``) of the results
+    directory ``directory`` into the folder ``out``, each atomically; kind → (path, rows)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    written = {}
+    for kind in KINDS:
+        frame = results_frame(directory, kind)
+        written[kind] = (write_frame(frame, Path(out) / f"{kind}.{fmt}"), len(frame))
+    return written
