@@ -14,6 +14,7 @@ from plasticlab.fast import plain_forms
 from plasticlab.methods import METHODS, MethodContext
 from plasticlab.nets import build_network
 from plasticlab.optim import make_optimizer
+from plasticlab.perturb import ShrinkPerturb
 from plasticlab.regularizers import (
     EWC,
     L2,
@@ -408,6 +409,36 @@ def test_resample_sampler_returning_the_wrong_count_is_a_value_error():
     reg = L2InitResample(params, strength=1.0, sampler=lambda: [torch.ones(3, 2)] * 2)
     with pytest.raises(ValueError, match="sampler"):
         reg()
+
+
+class _Scaled(nn.Module):
+    """A Linear followed by a learned per-output scale of the module's own (no reset_parameters)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 4)
+        self.scale = nn.Parameter(torch.ones(4))
+
+    def forward(self, x):
+        return self.fc(x) * self.scale
+
+
+@pytest.mark.parametrize("build", [lambda m: L2InitResample(m, strength=1e-2),
+                                   lambda m: ShrinkPerturb(m, shrink=1.0, noise=1.0)])
+def test_a_parameter_without_an_init_to_draw_from_is_refused_not_drawn_as_its_theta0(build):
+    # Before: the private copy's `scale` came back unchanged at every "draw", so Shrink &
+    # Perturb added σ·θ₀ to it each step and Resample pulled it to θ₀.
+    with pytest.raises(ValueError, match=r"no init distribution to draw scale from: its module has "
+                                         r"no reset_parameters\(\)"):
+        build(_Scaled())
+    model = _Scaled()
+    model.scale.requires_grad_(False)  # frozen: not regularized, not perturbed, nothing to draw
+    build(model)
+
+
+def test_shrink_perturb_of_nothing_is_a_value_error():
+    with pytest.raises(ValueError, match="no parameters to shrink and perturb"):
+        ShrinkPerturb(nn.Sequential(nn.Flatten()), shrink=0.9, noise=0.1)
 
 
 # --- argument checks ---------------------------------------------------------------------------------

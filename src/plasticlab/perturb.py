@@ -35,10 +35,12 @@ class ShrinkPerturb(NamedState):
                  member_dim: bool = False):
         module = params if isinstance(params, nn.Module) else None
         self.params = regularized_parameters(module) if module is not None else list(params)
+        if not self.params:
+            raise ValueError("ShrinkPerturb: no parameters to shrink and perturb")
         if sampler is None:
             if module is None:
                 raise ValueError("ShrinkPerturb needs a sampler when given a list of tensors")
-            sampler = _module_sampler(module)
+            sampler = _module_sampler(module, "ShrinkPerturb")
         self.sampler = sampler
         ref = self.params[0]
         self.shrink = torch.as_tensor(shrink, dtype=ref.dtype, device=ref.device)

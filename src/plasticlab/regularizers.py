@@ -501,12 +501,22 @@ class EWC(Regularizer):
         self.consolidate(estimate)
 
 
-def _module_sampler(module: nn.Module) -> Callable[[], list[torch.Tensor]]:
+def _module_sampler(module: nn.Module, who: str = "L2InitResample") -> Callable[[], list[torch.Tensor]]:
+    """Fresh init draws of ``module``'s regularized parameters: ``reset_parameters()`` on a
+    private copy. Every such parameter must belong to a module that has one — a parameter of a
+    module without it (a custom module's own ``nn.Parameter``) would come back unchanged, its θ₀,
+    in place of a draw — else a ``ValueError`` names them."""
     shadow = copy.deepcopy(module)
     resettable = [m for m in shadow.modules() if hasattr(m, "reset_parameters")]
-    if not resettable:
-        raise ValueError(f"L2InitResample: {type(module).__name__} has no submodule with "
-                         "reset_parameters(); pass sampler=… that returns fresh init draws")
+    owned = {id(p) for m in resettable for p in m.parameters(recurse=False)}
+    regularized = {id(p) for p in regularized_parameters(shadow)}
+    undrawn = [name for name, p in shadow.named_parameters()
+               if id(p) in regularized and id(p) not in owned]
+    if undrawn:
+        raise ValueError(f"{who}: no init distribution to draw {', '.join(undrawn)} from: "
+                         f"{'its module has' if len(undrawn) == 1 else 'their modules have'} no "
+                         "reset_parameters(); give the module one that draws them, or pass "
+                         "sampler=… returning a fresh draw per parameter")
 
     def sample() -> list[torch.Tensor]:
         with torch.no_grad():
