@@ -311,6 +311,17 @@ def test_ensemble_net_layer_norm_parameters_are_not_regularized():
     assert not norm_ids & {id(p) for p in reg.params}
 
 
+def test_a_weight_tied_between_two_layers_is_penalised_once():
+    embedding, output = nn.Embedding(5, 3), nn.Linear(3, 5, bias=False)
+    output.weight = embedding.weight
+    model = nn.Sequential(embedding, output)
+    reg = L2Init(model, strength=1.0)
+    assert reg.params == [embedding.weight]
+    with torch.no_grad():
+        embedding.weight.add_(1.0)
+    torch.testing.assert_close(reg(), torch.tensor(0.5 * 15))  # (λ/2)·Σ 1² over 15 entries, once
+
+
 def test_frozen_parameters_are_not_regularized():
     model = small_mlp()
     model[0].weight.requires_grad_(False)

@@ -47,15 +47,16 @@ NORM_LAYERS = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.Lo
 def regularized_parameters(module: nn.Module) -> list[nn.Parameter]:
     """The trainable parameters of ``module`` that the penalties act on: every weight and
     bias except those of normalisation layers (SPEC §1: LayerNorm gain/bias are not
-    regularized)."""
+    regularized), each once — a weight tied between two layers (an embedding and the output
+    layer) is one parameter, penalised once, as ``module.parameters()`` counts it."""
     if hasattr(module, "regularized_parameters"):
         return list(module.regularized_parameters())
-    params = []
+    params: dict[int, nn.Parameter] = {}
     for m in module.modules():
         if isinstance(m, NORM_LAYERS):
             continue
-        params.extend(p for p in m.parameters(recurse=False) if p.requires_grad)
-    return params
+        params.update((id(p), p) for p in m.parameters(recurse=False) if p.requires_grad)
+    return list(params.values())
 
 
 def add_penalty_gradient_(grad: torch.Tensor, theta: torch.Tensor, target: torch.Tensor | None,
