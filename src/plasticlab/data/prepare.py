@@ -12,8 +12,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from functools import partial
+from pathlib import Path
 
 from .cifar import fetch_cifar
+from .errors import DataError
 from .imagenet import imagenet32_num_classes
 from .mnist import fetch_mnist
 
@@ -28,17 +30,24 @@ FETCHERS: dict[str, Callable[[str | os.PathLike | None], object]] = {
 its files present in a data directory, or raises :class:`~.errors.DataError`."""
 
 
-def fetch_datasets(names: Iterable[str | None], data_dir: str | os.PathLike | None = None) -> None:
+def fetch_datasets(names: Iterable[str | os.PathLike | None],
+                   data_dir: str | os.PathLike | None = None) -> None:
     """Download whichever files of the datasets ``names`` are missing from ``data_dir`` (see
     :func:`~.locate.resolve_data_dir`), each dataset once; ``None`` (a problem that reads no
-    dataset) is skipped.
+    dataset) is skipped; a path (a user's ``.npz``, :meth:`plasticlab.problems.Problem.reads`)
+    must name a file.
 
     Raises:
-        DataError: a dataset's files are missing and cannot be downloaded; the message names
-            the file, where it was looked for, and how to put it there by hand.
+        DataError: a dataset's files are missing and cannot be downloaded, or a user's file is
+            not there; the message names the file, where it was looked for, and what to do.
         ValueError: a name that is not a key of :data:`FETCHERS`.
     """
-    for name in sorted({n for n in names if n is not None}):
+    wanted = {n for n in names if n is not None}
+    for path in sorted(Path(n) for n in wanted if isinstance(n, os.PathLike)):
+        if not path.is_file():
+            raise DataError(f"{path}: no such file (the npz problem parameter names it). Pass the "
+                            "path of an .npz holding x_train, y_train, x_test and y_test.")
+    for name in sorted(n for n in wanted if not isinstance(n, os.PathLike)):
         try:
             fetch = FETCHERS[name]
         except KeyError:

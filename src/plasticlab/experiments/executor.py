@@ -183,7 +183,8 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
         # dataset that cannot be had is one error before any run starts, not a failed ensemble
         # each. (Ray's workers are given the driver's directory where one is named, and else
         # read their own cache directories: each fetches its own.)
-        fetch_datasets((get_problem(job.config.problem).dataset for job in jobs), data_dir)
+        fetch_datasets((get_problem(job.config.problem).reads(job.config.problem_params)
+                        for job in jobs), data_dir)
     cost = cost or job_cost
     order = sorted(range(len(jobs)), key=lambda i: -cost(jobs[i]))
     for job in jobs:

@@ -231,8 +231,8 @@ def verify_ensembles(jobs: Sequence[tuple[Sequence[dict], dict[str, dict[str, li
     from ..problems import get_problem
 
     # what the ensembles read, fetched once here: a missing dataset is one error, not one per check
-    fetch_datasets((get_problem(members[0]["config"]["problem"]).dataset for members, _ in jobs),
-                   options.get("data_dir"))
+    fetch_datasets((get_problem(members[0]["config"]["problem"]).reads(
+        members[0]["config"].get("problem_params") or {}) for members, _ in jobs), options.get("data_dir"))
     if workers <= 1 or len(jobs) <= 1:
         for members, recorded in jobs:
             yield verify_ensemble(members, recorded, tasks, **options)

@@ -14,6 +14,7 @@ gathers a task's examples faster than :meth:`Problem.start_task`'s plain form, w
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -95,6 +96,13 @@ class Problem:
     parameters: ClassVar[tuple[Param, ...]] = ()
     has_test_sets: ClassVar[bool] = False
     loss: ClassVar[str] = "cross_entropy"  # the task loss ℓ, a key of LOSSES
+
+    @classmethod
+    def reads(cls, params: dict) -> str | os.PathLike | None:
+        """What a stream with the problem parameters ``params`` reads, for fetching it before
+        any worker starts (:func:`plasticlab.data.fetch_datasets`): :attr:`dataset`, or a file
+        of the user's that a parameter names."""
+        return cls.dataset
 
     @classmethod
     def online_measure(cls) -> str:

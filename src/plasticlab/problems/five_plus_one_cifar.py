@@ -15,7 +15,7 @@ from ..data import load_cifar100
 from ..params import Param
 from ..rng import np_rng
 from .base import Problem, TaskData, affine_normalizer
-from .random_label import CIFAR_MEAN, CIFAR_STD
+from .image_sets import CIFAR_MEAN, CIFAR_STD
 
 
 class FivePlusOneCIFAR(Problem):

@@ -3,9 +3,10 @@ training and test sets, stored as uint8 on the host, with the normalisation plas
 other problems on the same data use (SPEC §3).
 
 - MNIST: images flattened to ``[N, 784]``, pixels scaled to [−1, 1] (as Permuted and Random
-  Label MNIST), for the MLP;
+  Label MNIST), for the MLP — or, in Permuted and Random Label MNIST, a ``.npz`` of your own
+  uint8 images in its place (:data:`NPZ`, :class:`OwnImages`), treated the same way;
 - CIFAR-10: ``[N, 3, 32, 32]``, (x/255 − mean)/std per channel with
-  :data:`~plasticlab.problems.random_label.CIFAR_MEAN` and ``CIFAR_STD`` (as Random Label
+  :data:`CIFAR_MEAN` and :data:`CIFAR_STD` (as Random Label
   CIFAR and 5+1 CIFAR), for the CNN. The official files where they are, else the data
   directory's ``.npz`` (the machines' 10,000-image subset: :mod:`plasticlab.data.cifar`).
 
@@ -17,13 +18,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from ..data import load_cifar10, load_mnist
+from ..data import load_cifar10, load_mnist, load_npz
+from ..params import Param
 from .base import affine_normalizer
-from .random_label import CIFAR_MEAN, CIFAR_STD
+
+CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR_STD = (0.247, 0.243, 0.261)
+"""CIFAR-10's per-channel mean and standard deviation of x/255, by which every CIFAR problem
+normalises its images."""
 
 
 @dataclass
@@ -46,7 +53,14 @@ class ImageSets:
 
 def mnist_sets(data_dir) -> ImageSets:
     """MNIST from ``data_dir``, flattened, scaled to [−1, 1] by ``normalize``."""
-    ds = load_mnist(data_dir)
+    return flat_sets(data_dir)
+
+
+def flat_sets(data_dir, npz: str = "") -> ImageSets:
+    """MNIST from ``data_dir`` — or, given ``npz``, the images of that file (any uint8 images,
+    ``(N, H, W)`` or ``(N, H, W, C)``: :func:`plasticlab.data.load_npz`) — flattened to
+    ``[N, H·W·C]``, scaled to [−1, 1] by ``normalize``."""
+    ds = load_npz(npz) if npz else load_mnist(data_dir)
     return ImageSets(torch.from_numpy(np.array(ds.x_train.reshape(len(ds.x_train), -1))),
                      torch.tensor(ds.y_train, dtype=torch.int64),
                      torch.from_numpy(np.array(ds.x_test.reshape(len(ds.x_test), -1))),
@@ -66,4 +80,28 @@ def cifar10_sets(data_dir, device: torch.device) -> ImageSets:
                      lambda x: x.float().mul_(scale).add_(shift))
 
 
-__all__ = ["ImageSets", "cifar10_sets", "mnist_sets"]
+NPZ = Param("npz", "", str, "a .npz of your own uint8 images (x_train, y_train, x_test, y_test) "
+            "in place of MNIST, flattened and scaled as MNIST; the MLP's input and output sizes "
+            "follow it (empty: MNIST)", implicit_default=True)
+"""The parameter that puts a user's images in MNIST's place (left out of a run's configuration
+while empty, so MNIST runs keep their ids)."""
+
+
+class OwnImages:
+    """For a problem on flattened MNIST: its ``npz`` parameter (:data:`NPZ`) reads a user's images
+    in MNIST's place; :meth:`adopt` sizes the MLP's input and output layers by them."""
+
+    @classmethod
+    def reads(cls, params: dict) -> str | Path | None:
+        """The user's ``.npz`` where ``params`` name one, else the problem's dataset."""
+        npz = params.get("npz", "")
+        return Path(npz).expanduser() if npz else cls.dataset
+
+    def adopt(self, sets: ImageSets) -> None:
+        """This stream's input size D and classes C from ``sets`` (MNIST's: 784 and 10)."""
+        self.input_shape = (int(sets.x_train.shape[1]),)
+        self.num_outputs = max(sets.classes, int(sets.y_test.max()) + 1 if len(sets.y_test) else 0)
+
+
+__all__ = ["CIFAR_MEAN", "CIFAR_STD", "NPZ", "ImageSets", "OwnImages", "cifar10_sets", "flat_sets",
+           "mnist_sets"]

@@ -10,14 +10,15 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..data import load_mnist
 from ..params import Param
 from ..rng import np_rng
 from .base import Problem, TaskData
+from .image_sets import NPZ, OwnImages, flat_sets
 
 
-class PermutedMNIST(Problem):
-    """Permuted MNIST: task t is MNIST under the run's t-th fixed pixel permutation."""
+class PermutedMNIST(OwnImages, Problem):
+    """Permuted MNIST: task t is MNIST (or the ``npz`` images) under the run's t-th fixed pixel
+    permutation."""
 
     name = "permuted_mnist"
     title = "Permuted MNIST"
@@ -30,16 +31,16 @@ class PermutedMNIST(Problem):
     parameters = (
         Param("examples_per_task", 10_000, int, "training images drawn afresh for each task", low=1),
         Param("identity_first_task", False, bool, "task 0 sees unpermuted images"),
+        NPZ,
     )
     has_test_sets = True
 
     def load(self) -> None:
-        ds = load_mnist(self.data_dir)
-        self.source = ds.source
-        self.x_train = torch.from_numpy(np.array(ds.x_train.reshape(len(ds.x_train), -1)))  # writable
-        self.y_train = torch.tensor(ds.y_train, dtype=torch.int64)
-        self.x_test = torch.tensor(ds.x_test).reshape(len(ds.x_test), -1)
-        self.y_test = torch.tensor(ds.y_test, dtype=torch.int64)
+        sets = flat_sets(self.data_dir, self.params.get("npz", ""))
+        self.adopt(sets)
+        self.source = sets.source
+        self.x_train, self.y_train, self.x_test, self.y_test = (sets.x_train, sets.y_train,
+                                                                sets.x_test, sets.y_test)
         n = self.params["examples_per_task"]
         if not 1 <= n <= len(self.x_train):
             raise ValueError(f"{self.name}: examples_per_task must be in 1..{len(self.x_train)}, got {n}")

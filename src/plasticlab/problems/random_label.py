@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import torch
 
-from ..data import load_cifar10, load_mnist
+from ..data import load_cifar10
 from ..params import Param
 from ..rng import np_rng
 from .base import Problem, TaskData, affine_normalizer
-
-CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
-CIFAR_STD = (0.247, 0.243, 0.261)
+from .image_sets import CIFAR_MEAN, CIFAR_STD, NPZ, OwnImages, flat_sets
 
 
 class _RandomLabel(Problem):
@@ -42,8 +40,9 @@ class _RandomLabel(Problem):
         return TaskData(x, torch.from_numpy(shuffled))
 
 
-class RandomLabelMNIST(_RandomLabel):
-    """Random Label MNIST: 1,200 fixed MNIST images, new random labels at every task."""
+class RandomLabelMNIST(OwnImages, _RandomLabel):
+    """Random Label MNIST: 1,200 fixed MNIST images (or ``npz`` images), new random labels at
+    every task."""
 
     name = "random_label_mnist"
     title = "Random Label MNIST"
@@ -52,11 +51,12 @@ class RandomLabelMNIST(_RandomLabel):
     arch = "mlp"
     input_shape = (784,)
     num_outputs = 10
+    parameters = (*_RandomLabel.parameters, NPZ)
 
     def _dataset(self):
-        ds = load_mnist(self.data_dir)
-        x = torch.tensor(ds.x_train).reshape(len(ds.x_train), -1)
-        return x, torch.tensor(ds.y_train, dtype=torch.int64), ds.source
+        sets = flat_sets(self.data_dir, self.params.get("npz", ""))
+        self.adopt(sets)
+        return sets.x_train, sets.y_train, sets.source
 
     def normalize(self, x):
         return x.float().mul_(2.0 / 255.0).sub_(1.0)

@@ -1,0 +1,114 @@
+"""Permuted and Random Label MNIST on a user's own images (the ``npz`` problem parameter): the
+MLP sized by them, MNIST runs' configurations and numbers left as they were, a missing file one
+error before any run starts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from plasticlab.cli import main
+from plasticlab.data import DataError, fetch_datasets
+from plasticlab.engine import EnsembleTraining, train_ensemble
+from plasticlab.experiments.config import resolve_config
+from plasticlab.experiments.store import ResultStore
+from plasticlab.problems import PROBLEMS
+from plasticlab.run_config import Members
+
+OWN = ("permuted_mnist", "random_label_mnist")
+
+
+@pytest.fixture
+def own_npz(tmp_path):
+    """400 training and 100 test images, 6×6×2 (channels last), 3 classes whose pixel levels
+    differ (so they can be learnt)."""
+    rng = np.random.default_rng(0)
+
+    def images(n):
+        y = rng.integers(0, 3, n)
+        x = rng.integers(0, 40, (n, 6, 6, 2)) + 60 * y[:, None, None, None]
+        return x.astype(np.uint8), y
+
+    (x_train, y_train), (x_test, y_test) = images(400), images(100)
+    path = tmp_path / "own.npz"
+    np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+    return path, x_train
+
+
+def config(problem, **params):
+    sizes = {"permuted_mnist": {"examples_per_task": 320}, "random_label_mnist": {"examples": 100}}
+    return resolve_config({"problem": problem, "method": "l2_init", "params": {"strength": 1e-2},
+                           "tasks": 2, "steps_per_task": 20,
+                           "problem_params": {**sizes[problem], **params}})
+
+
+@pytest.mark.parametrize("problem", OWN)
+def test_own_images_are_flattened_scaled_as_mnist_and_size_the_mlp(problem, own_npz):
+    path, x_train = own_npz
+    stream = PROBLEMS[problem]([0, 1], tasks=2, steps_per_task=5, batch_size=8,
+                               **config(problem, npz=str(path)).problem_params)
+    assert (stream.input_shape, stream.num_outputs) == ((72,), 3)
+    assert PROBLEMS[problem].input_shape == (784,) and PROBLEMS[problem].num_outputs == 10
+    stream.start_task(0)
+    x, y = stream.batch(0)
+    assert x.shape == (2, 8, 72) and set(y.unique().tolist()) <= {0, 1, 2}
+    pixels = torch.from_numpy(x_train.reshape(400, -1)).float().mul(2 / 255).sub(1)
+    if problem == "random_label_mnist":  # the rows are training images, as they are
+        assert all(any(torch.equal(row, p) for p in pixels) for row in x[0])
+    training = EnsembleTraining(Members.from_config(config(problem, npz=str(path)), [0, 1]))
+    with torch.no_grad():
+        assert training.net(torch.zeros(2, 4, 72)).shape == (2, 4, 3)
+
+
+@pytest.mark.parametrize("problem", OWN)
+def test_an_mnist_run_keeps_its_configuration_and_numbers(problem, data_dir):
+    cfg = config(problem)
+    assert "npz" not in cfg.problem_params  # so its run id, results and checkpoints stay
+    stream = PROBLEMS[problem]([0], tasks=1, steps_per_task=1, data_dir=data_dir)
+    assert (stream.input_shape, stream.num_outputs) == ((784,), 10)
+
+
+def test_own_images_train_and_are_recorded_with_the_file_they_came_from(own_npz, tmp_path, capsys):
+    path, _ = own_npz
+    out = tmp_path / "runs"
+    assert main(["run", "--problem", "permuted_mnist", "--method", "l2_init", "--set", f"npz={path}",
+                 "--set", "examples_per_task=320", "--seeds", "0-1", "--tasks", "3",
+                 "--steps-per-task", "30", "--out", str(out), "--no-progress"]) == 0
+    with ResultStore(out) as store:
+        runs = store.runs()
+        assert [r["status"] for r in runs] == ["finished", "finished"]
+        assert runs[0]["config"]["problem_params"]["npz"] == str(path)
+        assert any(str(path.resolve()) in f for f in runs[0]["manifest"]["data_files"])
+        accuracy = store.task_metrics(runs[0]["run_id"])["online_accuracy"]
+    assert accuracy[-1] > 1 / 3 + 0.1  # the three levels are learnt, well above chance
+
+
+def test_a_missing_npz_is_one_error_before_any_run_starts(tmp_path, capsys):
+    missing = tmp_path / "nowhere.npz"
+    with pytest.raises(DataError, match="nowhere.npz: no such file"):
+        fetch_datasets([PROBLEMS["permuted_mnist"].reads({"npz": str(missing)})])
+    sweep = tmp_path / "own.toml"
+    sweep.write_text(f'name = "own"\nproblem = "permuted_mnist"\nmethods = ["baseline", "l2_init"]\n'
+                     f'seeds = "0-1"\ntasks = 1\nsteps_per_task = 5\n'
+                     f'[problem_params]\nnpz = "{missing}"\n')
+    assert main(["sweep", str(sweep), "--out", str(tmp_path / "out"), "--workers", "2",
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("no such file") == 1
+    with ResultStore(tmp_path / "out") as store:
+        assert store.runs() == []
+
+
+def test_mnist_is_not_fetched_for_a_run_on_own_images(own_npz):
+    path, _ = own_npz
+    assert PROBLEMS["permuted_mnist"].reads({"npz": str(path)}) == path
+    assert PROBLEMS["random_label_mnist"].reads({}) == "mnist"
+
+
+def test_an_ensemble_on_own_images_trains_member_k_as_seed_k_alone(own_npz):
+    path, _ = own_npz
+    cfg = config("permuted_mnist", npz=str(path))
+    both = train_ensemble(Members.from_config(cfg, [0, 1]), measure=False)
+    alone = train_ensemble(Members.from_config(cfg, [1]), measure=False)
+    assert both.members[1].task_online_accuracy == alone.members[0].task_online_accuracy
