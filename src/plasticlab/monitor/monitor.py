@@ -12,6 +12,7 @@ from torch import nn
 
 from .. import metrics
 from ..measure.active_units import rule_for_module
+from ..state import check_keys
 from .alerts import AlertChecks, Thresholds
 from .capture import Capture, feature_modules, probe_pass, remove_hooks, to_device
 from .extras import FEATURE_MEASUREMENTS, parse_monitor_measurements, row_extras
@@ -223,8 +224,6 @@ class Monitor:
         the same model and layers, with the same measurements): from here on it measures drift
         from the saved θ₀ and numbers its steps on from the saved count. A mismatch is a
         ``ValueError`` naming it, raised before anything is written."""
-        from ..state import check_keys
-
         check_keys("Monitor", state, ("layers", "steps", "history", "checks", "baseline",
                                       "generator", "reference"))
         if list(state["layers"]) != list(self.layer_names):
