@@ -98,3 +98,18 @@ def test_parquet_without_pyarrow_says_how_to_get_it_and_a_table_needs_a_known_su
     with pytest.raises(ImportError, match=r"pip install 'plasticlab\[tables\]'"):
         write_frame(frame, tmp_path / "t.parquet")
     assert not (tmp_path / "t.parquet").exists()
+
+
+def test_a_folder_of_studies_gives_their_tables_one_after_another_named_by_study(store_dir, tmp_path):
+    parent = tmp_path / "studies"
+    export_results(store_dir, parent / "b" / "exported", all_metrics=True)
+    export_results(store_dir, parent / "a", all_metrics=True)
+    for kind in ("runs", "tasks"):
+        frame = results_frame(parent, kind)
+        assert frame.columns[0] == "study"
+        one = results_frame(parent / "a", kind)
+        assert frame["study"].tolist() == ["a"] * len(one) + ["b/exported"] * len(one)
+        pd.testing.assert_frame_equal(frame[frame["study"] == "a"].drop(columns="study"), one)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="nor any folder below it that does"):
+        results_frame(tmp_path / "empty")

@@ -46,7 +46,8 @@ def register(sub) -> None:
     tables = sub.add_parser("tables", help="the runs (one row each) and per-task metrics (one number "
                                            "a row) of a results directory as CSV or Parquet tables")
     tables.add_argument("dir", help="a results directory: a store (results.sqlite) or a study's "
-                                    "export (results.json.gz)")
+                                    "export (results.json.gz); or a folder of them, each study's "
+                                    "rows named in a first column, study")
     tables.add_argument("--to", help="the folder to write runs.<format> and tasks.<format> into "
                                      "(default DIR/tables/)")
     tables.add_argument("--format", choices=("csv", "parquet"), default="csv",

@@ -8,7 +8,8 @@ Parquet files (``plasticlab tables``)::
 
 An export holds the finished runs and the metrics a report reads, rounded as it stores them
 (``plasticlab export --all-metrics`` keeps every metric exactly); a store holds every run, with
-its status, and every metric exactly.
+its status, and every metric exactly. A folder that holds neither stands for every study under
+it (``docs/reproduction``): their tables one after another, a first column ``study`` naming each.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .export import DB_NAME, read_results
+from .export import DB_NAME, holds_results, read_results, study_folders
 from .run_tables import import_pandas, runs_frame, task_records, tasks_frame, write_frame
 from .store import ResultStore
 
@@ -34,10 +35,25 @@ def results_frame(directory: str | os.PathLike, kind: str = "runs") -> pandas.Da
     """The runs (``kind="runs"``: :func:`~plasticlab.experiments.run_tables.runs_frame`) or the
     per-task metrics (``"tasks"``: :func:`~plasticlab.experiments.run_tables.tasks_frame`) of the
     results directory ``directory``: its store (``results.sqlite``) or, failing that, its export
-    (``results.json.gz``)."""
+    (``results.json.gz``); a folder holding neither, every study under it
+    (:func:`~plasticlab.experiments.export.study_folders`), with a first column ``study``, the
+    study's folder under ``directory``."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
     pd = import_pandas()
+    if not holds_results(directory) and Path(directory).is_dir():
+        studies = study_folders([directory])
+        if not studies:
+            raise ValueError(f"{directory} holds no results store ({DB_NAME}) or export, nor any "
+                             "folder below it that does")
+        frames = [_study_frame(pd, study, kind).assign(study=str(study.relative_to(directory)))
+                  for study in studies]
+        frame = pd.concat(frames, ignore_index=True)
+        return frame[["study", *(c for c in frame.columns if c != "study")]]
+    return _study_frame(pd, directory, kind)
+
+
+def _study_frame(pd, directory: str | os.PathLike, kind: str) -> pandas.DataFrame:
     if (Path(directory) / DB_NAME).is_file():
         with ResultStore(directory) as store:
             return store.to_dataframe(kind)
