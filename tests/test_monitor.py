@@ -195,6 +195,20 @@ def test_weight_magnitude_drift_and_grad_norm():
     mon.close()
 
 
+def test_a_weight_tied_between_two_layers_counts_once_in_the_models_totals():
+    model = nn.Sequential(nn.Linear(5, 6), nn.ReLU(), nn.Linear(6, 6), nn.ReLU(), nn.Linear(6, 6))
+    model[4].weight = model[2].weight  # tied: one parameter in two modules
+    params = list(model.parameters())  # each once, as the model's totals must count it
+    theta0 = torch.cat([p.detach().flatten() for p in params]).double()
+    with Monitor(model, torch.randn(5, 5), **quiet()) as mon:
+        row = mon.measure()
+        assert row["weight_magnitude"] == pytest.approx(float(theta0.abs().mean()))
+        with torch.no_grad():
+            model[2].weight.add_(0.5)
+        row = mon.measure()
+    assert row["weight_drift"] == pytest.approx(0.5 * 6 / float(theta0.norm()))
+
+
 def test_step_measures_every_n_steps_and_returns_none_between():
     model = mlp()
     model.input_shape = (6,)

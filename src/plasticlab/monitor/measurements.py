@@ -60,12 +60,16 @@ def layer_measurements(features: torch.Tensor, unit_dim: int, dormant_threshold:
 
 class ParameterBaseline:
     """A model's trainable parameters in groups (one per module that owns some, named as in
-    ``model.named_modules()``, the root ``"(root)"``) and θ₀, their values when this was made."""
+    ``model.named_modules()``, the root ``"(root)"``) and θ₀, their values when this was made.
+    A parameter tied between modules (an embedding and the output layer) is in the first one's
+    group only, as ``model.named_parameters()`` names it: the model's totals count it once."""
 
     def __init__(self, model: nn.Module):
         self.groups: list[tuple[str, list[nn.Parameter]]] = []
+        seen: set[int] = set()
         for name, module in model.named_modules():
-            params = [p for p in module.parameters(recurse=False) if p.requires_grad]
+            params = [p for p in module.parameters(recurse=False) if p.requires_grad and id(p) not in seen]
+            seen.update(map(id, params))
             if params:
                 self.groups.append((name or "(root)", params))
         self.params = [p for _, group in self.groups for p in group]
