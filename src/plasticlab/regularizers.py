@@ -299,6 +299,8 @@ class WassersteinInit(Regularizer):
     above (equal while no two weights have swapped ranks). Ties are ranked by position.
     """
 
+    state_attributes = ("sorted_initial",)
+
     def __init__(self, params, strength, *, member_dim: bool = False, initial=None):
         super().__init__(params, strength, member_dim=member_dim)
         initial = self.params if initial is None else list(initial)
@@ -306,8 +308,6 @@ class WassersteinInit(Regularizer):
         self.sorted_initial = [self._flat(t.detach()).sort(dim=-1).values for t in initial]
         # each tensor's order at the last step: where the next sort starts (rank_order)
         self._last_order: list[torch.Tensor | None] = [None] * len(self.params)
-
-    state_attributes = ("sorted_initial",)
 
     def _flat(self, t: torch.Tensor) -> torch.Tensor:
         return t.flatten(1) if self.member_dim else t.flatten()
