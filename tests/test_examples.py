@@ -14,3 +14,13 @@ def test_example_runs_and_prints_a_per_task_table(script, data_dir, monkeypatch,
     lines = out.strip().splitlines()
     assert lines[0].split()[:3] == ["task", "baseline", "l2_init"]
     assert [line.split()[0] for line in lines[1:]] == ["0", "1"]
+
+
+def test_the_resume_example_ends_on_the_uninterrupted_weights_only_with_theta0(data_dir, monkeypatch, capsys):
+    out = run_script(REPO / "examples" / "resume_any_model.py",
+                     ["--data-dir", data_dir, "--tasks", "2", "--steps", "20"], monkeypatch, capsys)
+    lines = out.strip().splitlines()
+    assert lines[0].split()[:4] == ["task", "uninterrupted", "resumed", "resumed_without_theta0"]
+    assert [line.split()[0] for line in lines[1:3]] == ["0", "1"]
+    assert lines[-1] == ("final weights equal to the uninterrupted run's: resumed True, "
+                         "resumed without θ₀ False")
