@@ -112,3 +112,57 @@ def test_an_ensemble_on_own_images_trains_member_k_as_seed_k_alone(own_npz):
     both = train_ensemble(Members.from_config(cfg, [0, 1]), measure=False)
     alone = train_ensemble(Members.from_config(cfg, [1]), measure=False)
     assert both.members[1].task_online_accuracy == alone.members[0].task_online_accuracy
+
+
+@pytest.fixture
+def own_colour_npz(tmp_path):
+    """300 training and 50 test colour images, 20×20×3, 4 classes, each a level of its own."""
+    rng = np.random.default_rng(1)
+
+    def images(n):
+        y = rng.integers(0, 4, n)
+        x = rng.integers(0, 50, (n, 20, 20, 3)) + 50 * y[:, None, None, None]
+        return x.astype(np.uint8), y
+
+    (x_train, y_train), (x_test, y_test) = images(300), images(50)
+    path = tmp_path / "colour.npz"
+    np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+    return path, x_train
+
+
+def test_random_label_cifar_reads_own_colour_images_normalised_by_their_own_statistics(own_colour_npz):
+    path, x_train = own_colour_npz
+    stream = PROBLEMS["random_label_cifar"]([0], tasks=1, steps_per_task=5, batch_size=300,
+                                            examples=300, npz=str(path))
+    assert (stream.input_shape, stream.num_outputs) == ((3, 20, 20), 4)
+    stream.start_task(0)
+    x, _ = stream.batch(0)  # every training image once: the batch is the whole set
+    assert x.shape == (1, 300, 3, 20, 20)
+    channels = x[0].double().transpose(0, 1).reshape(3, -1)
+    torch.testing.assert_close(channels.mean(1), torch.zeros(3, dtype=torch.float64), atol=1e-5, rtol=0)
+    torch.testing.assert_close(channels.std(1), torch.ones(3, dtype=torch.float64), atol=1e-4, rtol=0)
+    cfg = resolve_config({"problem": "random_label_cifar", "method": "baseline", "tasks": 1,
+                          "steps_per_task": 5, "problem_params": {"examples": 100, "npz": str(path)}})
+    net = EnsembleTraining(Members.from_config(cfg, [0])).net
+    with torch.no_grad():
+        assert net(torch.zeros(1, 2, 3, 20, 20)).shape == (1, 2, 4)
+
+
+def test_images_too_small_for_the_cnn_are_refused_saying_so(tmp_path):
+    rng = np.random.default_rng(2)
+    x, y = rng.integers(0, 255, (50, 12, 12, 3)).astype(np.uint8), rng.integers(0, 2, 50)
+    np.savez(tmp_path / "small.npz", x_train=x, y_train=y, x_test=x, y_test=y)
+    cfg = resolve_config({"problem": "random_label_cifar", "method": "baseline", "tasks": 1,
+                          "steps_per_task": 5,
+                          "problem_params": {"examples": 50, "npz": str(tmp_path / "small.npz")}})
+    with pytest.raises(ValueError, match=r"convolutions leave nothing of a 12×12 input \(after conv "
+                                         r"layer 2, 5×5, pooled\); give it larger images"):
+        EnsembleTraining(Members.from_config(cfg, [0]))
+
+
+def test_a_cifar_run_keeps_its_configuration(cifar10_dir):
+    cfg = resolve_config({"problem": "random_label_cifar", "method": "baseline", "tasks": 1,
+                          "steps_per_task": 5})
+    assert "npz" not in cfg.problem_params
+    stream = PROBLEMS["random_label_cifar"]([0], tasks=1, steps_per_task=1, data_dir=cifar10_dir)
+    assert (stream.input_shape, stream.num_outputs) == ((3, 32, 32), 10)

@@ -241,6 +241,10 @@ def layer_plan(arch: str, input_shape: tuple[int, ...], num_outputs: int, *, wid
                      "pool": pool, "size": (h, w)})
         if pool:
             h, w = h // 2, w // 2
+        if h < 1 or w < 1:
+            raise ValueError(f"the {arch}'s convolutions leave nothing of a {input_shape[1]}×"
+                             f"{input_shape[2]} input (after conv layer {len(plan)}, {kernel}×{kernel}"
+                             f"{', pooled' if pool else ''}); give it larger images")
         shape = (channels * factor, h, w)
     features = math.prod(shape)
     for n in sizes["fc"]:

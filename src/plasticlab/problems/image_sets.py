@@ -8,7 +8,9 @@ other problems on the same data use (SPEC §3).
 - CIFAR-10: ``[N, 3, 32, 32]``, (x/255 − mean)/std per channel with
   :data:`CIFAR_MEAN` and :data:`CIFAR_STD` (as Random Label
   CIFAR and 5+1 CIFAR), for the CNN. The official files where they are, else the data
-  directory's ``.npz`` (the machines' 10,000-image subset: :mod:`plasticlab.data.cifar`).
+  directory's ``.npz`` (the machines' 10,000-image subset: :mod:`plasticlab.data.cifar`) — or,
+  in Random Label CIFAR, a ``.npz`` of your own images (:data:`NPZ_CNN`), channels first,
+  normalised by their own training set's per-channel mean and standard deviation.
 
 A missing data set is the loaders' :class:`plasticlab.data.DataError`, naming the file and
 what to do; nothing is ever put in its place.
@@ -87,9 +89,36 @@ NPZ = Param("npz", "", str, "a .npz of your own uint8 images (x_train, y_train, 
 while empty, so MNIST runs keep their ids)."""
 
 
+NPZ_CNN = Param("npz", "", str, "a .npz of your own uint8 images (x_train, y_train, x_test, y_test) "
+                "in place of CIFAR-10, normalised by their own per-channel mean and std; the "
+                "CNN's input and output sizes follow it (empty: CIFAR-10)", implicit_default=True)
+""":data:`NPZ` for a problem on CIFAR-10 images."""
+
+
+def own_cnn_sets(npz: str, device: torch.device) -> ImageSets:
+    """The images of the user's ``npz`` as ``[N, C, H, W]`` (a grey ``(N, H, W)`` set has C = 1),
+    normalised per channel by the mean and standard deviation of x/255 over its training set."""
+    ds = load_npz(npz)
+
+    def channels_first(x: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2) if x.ndim == 4 else x[:, None]))
+
+    x_train, x_test = channels_first(ds.x_train), channels_first(ds.x_test)
+    pixels = x_train.double().div(255.0)
+    mean, std = pixels.mean(dim=(0, 2, 3)), pixels.std(dim=(0, 2, 3))
+    if bool((std == 0).any()):
+        raise ValueError(f"{npz}: a channel of x_train is constant; it cannot be normalised by its "
+                         "standard deviation")
+    scale, shift = (t.float().to(device) for t in affine_normalizer(mean.tolist(), std.tolist()))
+    return ImageSets(x_train, torch.tensor(ds.y_train, dtype=torch.int64), x_test,
+                     torch.tensor(ds.y_test, dtype=torch.int64), ds.source,
+                     lambda x: x.float().mul_(scale).add_(shift))
+
+
 class OwnImages:
-    """For a problem on flattened MNIST: its ``npz`` parameter (:data:`NPZ`) reads a user's images
-    in MNIST's place; :meth:`adopt` sizes the MLP's input and output layers by them."""
+    """For a problem on MNIST or CIFAR-10: its ``npz`` parameter (:data:`NPZ`, :data:`NPZ_CNN`)
+    reads a user's images in their place; :meth:`adopt` sizes the network's input and output
+    layers by them."""
 
     @classmethod
     def reads(cls, params: dict) -> str | Path | None:
@@ -98,10 +127,11 @@ class OwnImages:
         return Path(npz).expanduser() if npz else cls.dataset
 
     def adopt(self, sets: ImageSets) -> None:
-        """This stream's input size D and classes C from ``sets`` (MNIST's: 784 and 10)."""
-        self.input_shape = (int(sets.x_train.shape[1]),)
+        """This stream's input shape and classes C from ``sets`` (MNIST's: (784,) and 10;
+        CIFAR-10's: (3, 32, 32) and 10)."""
+        self.input_shape = tuple(int(d) for d in sets.x_train.shape[1:])
         self.num_outputs = max(sets.classes, int(sets.y_test.max()) + 1 if len(sets.y_test) else 0)
 
 
-__all__ = ["CIFAR_MEAN", "CIFAR_STD", "NPZ", "ImageSets", "OwnImages", "cifar10_sets", "flat_sets",
-           "mnist_sets"]
+__all__ = ["CIFAR_MEAN", "CIFAR_STD", "NPZ", "NPZ_CNN", "ImageSets", "OwnImages", "cifar10_sets",
+           "flat_sets", "mnist_sets", "own_cnn_sets"]

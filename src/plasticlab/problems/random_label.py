@@ -13,7 +13,7 @@ from ..data import load_cifar10
 from ..params import Param
 from ..rng import np_rng
 from .base import Problem, TaskData, affine_normalizer
-from .image_sets import CIFAR_MEAN, CIFAR_STD, NPZ, OwnImages, flat_sets
+from .image_sets import CIFAR_MEAN, CIFAR_STD, NPZ, NPZ_CNN, OwnImages, flat_sets, own_cnn_sets
 
 
 class _RandomLabel(Problem):
@@ -62,8 +62,9 @@ class RandomLabelMNIST(OwnImages, _RandomLabel):
         return x.float().mul_(2.0 / 255.0).sub_(1.0)
 
 
-class RandomLabelCIFAR(_RandomLabel):
-    """Random Label CIFAR: 1,200 fixed CIFAR-10 images, new random labels at every task."""
+class RandomLabelCIFAR(OwnImages, _RandomLabel):
+    """Random Label CIFAR: 1,200 fixed CIFAR-10 images (or ``npz`` images), new random labels at
+    every task."""
 
     name = "random_label_cifar"
     title = "Random Label CIFAR"
@@ -72,12 +73,21 @@ class RandomLabelCIFAR(_RandomLabel):
     arch = "cnn"
     input_shape = (3, 32, 32)
     num_outputs = 10
+    parameters = (*_RandomLabel.parameters, NPZ_CNN)
 
     def _dataset(self):
+        if self.params.get("npz", ""):
+            sets = own_cnn_sets(self.params["npz"], self.device)
+            self.adopt(sets)
+            self._normalize = sets.normalize
+            return sets.x_train, sets.y_train, sets.source
+        self._normalize = None
         ds = load_cifar10(self.data_dir)
         x = torch.tensor(ds.x_train.transpose(0, 3, 1, 2))
         self._scale, self._shift = (t.to(self.device) for t in affine_normalizer(CIFAR_MEAN, CIFAR_STD))
         return x, torch.tensor(ds.y_train, dtype=torch.int64), ds.source
 
     def normalize(self, x):
+        if self._normalize is not None:
+            return self._normalize(x)
         return x.float().mul_(self._scale).add_(self._shift)
