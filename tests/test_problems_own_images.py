@@ -166,3 +166,27 @@ def test_a_cifar_run_keeps_its_configuration(cifar10_dir):
     assert "npz" not in cfg.problem_params
     stream = PROBLEMS["random_label_cifar"]([0], tasks=1, steps_per_task=1, data_dir=cifar10_dir)
     assert (stream.input_shape, stream.num_outputs) == ((3, 32, 32), 10)
+
+
+def test_a_report_names_the_images_a_study_read_and_keeps_two_data_sets_apart(own_npz, tmp_path):
+    path, _ = own_npz
+    other = tmp_path / "other.npz"
+    with np.load(path) as f:
+        np.savez(other, **{k: f[k] for k in f.files})
+    out = tmp_path / "runs"
+    for npz in (path, other):
+        for method in ("baseline", "l2_init"):
+            assert main(["run", "--problem", "permuted_mnist", "--method", method, "--set", f"npz={npz}",
+                         "--set", "examples_per_task=320", "--seeds", "0-1", "--tasks", "2",
+                         "--steps-per-task", "10", "--out", str(out), "--no-progress"]) == 0
+    assert main(["report", str(out), "--formats", "png"]) == 0
+    text = (out / "report" / "report.md").read_text()
+    assert "## Permuted MNIST · Adam · on other.npz" in text
+    assert "## Permuted MNIST · Adam · on own.npz" in text
+    assert (out / "report" / "figures" / "permuted_mnist-adam-own-online_accuracy.png").is_file()
+    alone = tmp_path / "alone"  # one data set: the study is one part, still named by it
+    assert main(["run", "--problem", "permuted_mnist", "--method", "baseline", "--set", f"npz={path}",
+                 "--set", "examples_per_task=320", "--seeds", "0-1", "--tasks", "2",
+                 "--steps-per-task", "10", "--out", str(alone), "--no-progress"]) == 0
+    assert main(["report", str(alone), "--formats", "png"]) == 0
+    assert "## Permuted MNIST · Adam · on own.npz" in (alone / "report" / "report.md").read_text()

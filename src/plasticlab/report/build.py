@@ -59,6 +59,7 @@ from .data import (
     flat_settings,
     load_results,
     method_order,
+    stream_setting,
     varying_settings,
 )
 from .page import FigureRef, Report, Section, Table, write_html, write_markdown
@@ -200,7 +201,7 @@ def _measure_note(measure: Measure) -> str:
 
 
 STREAM_WORDS = {"batch_size": ("batch {}", "batch{}"), "steps_per_task": ("{} steps a task", "{}steps"),
-                "tasks": ("{} tasks", "{}tasks")}
+                "tasks": ("{} tasks", "{}tasks"), "data": ("on {}", "{}")}
 """How a section's title and its figures' file names name a stream setting (:meth:`Results.streams`)."""
 
 
@@ -212,8 +213,14 @@ def _study_section(results: Results, problem: str, optimizer: str, ctx: _Context
     study = results.studies()[(problem, optimizer)]
     headline, how = results.headline(problem, optimizer)
     headline.sort(key=lambda c: method_order(c.method))
-    stream = stream or {}
-    stem = "-".join([f"{problem}-{optimizer}", *(STREAM_WORDS[k][1].format(v) for k, v in stream.items())])
+    stream = dict(stream or {})
+    data = {stream_setting(c.config, "data") for c in study}
+    if "data" not in stream and data != {None}:
+        stream["data"] = data.pop()  # the one data set of a study on a user's images: named too
+    stream = {k: Path(v).name if k == "data" else v for k, v in stream.items()}
+    stem = "-".join([f"{problem}-{optimizer}",
+                     *(STREAM_WORDS[k][1].format(Path(v).stem if k == "data" else v)
+                       for k, v in stream.items())])
     cfg = headline[0].config
     text = (f"{cfg['tasks']} tasks × {cfg['steps_per_task']} steps, batch {cfg['batch_size']}; "
             f"{len(study)} configuration(s), {sum(c.n for c in study)} finished run(s). "

@@ -198,21 +198,24 @@ class Results:
         :data:`STREAM_SETTINGS` its configurations hold, in increasing order of them, each as
         ``(its stream settings, the Results of its configurations alone)``.
 
-        Runs with another batch size or another task length learn other tasks, so no part of a
-        report picks a best configuration across them (the ``batch-size`` study: one part per
-        batch size, each with its own step-size sweep). Within a part, a configuration's label
+        Runs with another batch size or another task length learn other tasks, and runs on
+        another data set (a user's ``npz``) other data, so no part of a report picks a best
+        configuration across them (the ``batch-size`` study: one part per batch size, each with
+        its own step-size sweep). Within a part, a configuration's label
         names only the settings that tell it apart there. A study with one stream is one part:
         ``({}, self)``.
         """
         configs = self.studies().get((problem, optimizer), [])
         by_stream: dict[tuple, list[ConfigRuns]] = {}
         for c in configs:
-            by_stream.setdefault(tuple(c.config.get(k) for k in STREAM_SETTINGS), []).append(c)
+            by_stream.setdefault(tuple(stream_setting(c.config, k) for k in STREAM_SETTINGS),
+                                 []).append(c)
         if len(by_stream) < 2:
             return [({}, self)]
         differ = [i for i, k in enumerate(STREAM_SETTINGS) if len({s[i] for s in by_stream}) > 1]
         parts = []
         for stream in sorted(by_stream, key=lambda s: tuple((s[i] is None, s[i] or 0) for i in differ)):
+            # (a data set's path sorts among paths: a setting holds one kind of value)
             members = by_stream[stream]
             labels = _labels([c.config for c in members])
             members = [replace(c, label=labels[config_key(c.config)]) for c in members]
@@ -222,8 +225,17 @@ class Results:
         return parts
 
 
-STREAM_SETTINGS = ("batch_size", "steps_per_task", "tasks")
-"""The settings that make a problem's stream of tasks (:meth:`Results.streams`)."""
+STREAM_SETTINGS = ("batch_size", "steps_per_task", "tasks", "data")
+"""The settings that make a problem's stream of tasks (:meth:`Results.streams`); ``data`` is the
+user's images a run read in its data set's place (the ``npz`` problem parameter), None for the
+problem's own."""
+
+
+def stream_setting(config: dict, key: str):
+    """The stream setting ``key`` (:data:`STREAM_SETTINGS`) of a run's ``config``."""
+    if key == "data":
+        return (config.get("problem_params") or {}).get("npz") or None
+    return config.get(key)
 
 
 def _which(measure: Measure) -> str:
