@@ -19,21 +19,26 @@ from plasticlab.run_config import Members
 OWN = ("permuted_mnist", "random_label_mnist")
 
 
-@pytest.fixture
-def own_npz(tmp_path):
-    """400 training and 100 test images, 6×6×2 (channels last), 3 classes whose pixel levels
-    differ (so they can be learnt)."""
-    rng = np.random.default_rng(0)
+def write_npz(path, shape, classes, train, test, seed, level):
+    """``train`` and ``test`` uint8 images of ``shape`` (channels last) in ``classes`` classes,
+    each class a pixel level of its own (``level`` apart), so they can be learnt; the path and
+    the training images."""
+    rng = np.random.default_rng(seed)
 
     def images(n):
-        y = rng.integers(0, 3, n)
-        x = rng.integers(0, 40, (n, 6, 6, 2)) + 60 * y[:, None, None, None]
+        y = rng.integers(0, classes, n)
+        x = rng.integers(0, level - 10, (n, *shape)) + level * y.reshape(-1, *[1] * len(shape))
         return x.astype(np.uint8), y
 
-    (x_train, y_train), (x_test, y_test) = images(400), images(100)
-    path = tmp_path / "own.npz"
+    (x_train, y_train), (x_test, y_test) = images(train), images(test)
     np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
     return path, x_train
+
+
+@pytest.fixture
+def own_npz(tmp_path):
+    """400 training and 100 test images, 6×6×2, 3 classes."""
+    return write_npz(tmp_path / "own.npz", (6, 6, 2), 3, 400, 100, seed=0, level=50)
 
 
 def config(problem, **params):
@@ -116,18 +121,8 @@ def test_an_ensemble_on_own_images_trains_member_k_as_seed_k_alone(own_npz):
 
 @pytest.fixture
 def own_colour_npz(tmp_path):
-    """300 training and 50 test colour images, 20×20×3, 4 classes, each a level of its own."""
-    rng = np.random.default_rng(1)
-
-    def images(n):
-        y = rng.integers(0, 4, n)
-        x = rng.integers(0, 50, (n, 20, 20, 3)) + 50 * y[:, None, None, None]
-        return x.astype(np.uint8), y
-
-    (x_train, y_train), (x_test, y_test) = images(300), images(50)
-    path = tmp_path / "colour.npz"
-    np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
-    return path, x_train
+    """300 training and 50 test colour images, 20×20×3, 4 classes."""
+    return write_npz(tmp_path / "colour.npz", (20, 20, 3), 4, 300, 50, seed=1, level=50)
 
 
 def test_random_label_cifar_reads_own_colour_images_normalised_by_their_own_statistics(own_colour_npz):
