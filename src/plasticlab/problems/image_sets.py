@@ -127,8 +127,11 @@ class OwnImages:
         return Path(npz).expanduser() if npz else cls.dataset
 
     def adopt(self, sets: ImageSets) -> None:
-        """This stream's input shape and classes C from ``sets`` (MNIST's: (784,) and 10;
-        CIFAR-10's: (3, 32, 32) and 10)."""
+        """This stream's input shape and classes C from ``sets`` where they are the user's;
+        MNIST's and CIFAR-10's stay the class's ((784,) or (3, 32, 32), and 10), whatever subset
+        of them a data directory holds."""
+        if not self.params.get("npz", ""):
+            return
         self.input_shape = tuple(int(d) for d in sets.x_train.shape[1:])
         self.num_outputs = max(sets.classes, int(sets.y_test.max()) + 1 if len(sets.y_test) else 0)
 

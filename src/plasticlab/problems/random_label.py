@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import torch
 
-from ..data import load_cifar10
 from ..params import Param
 from ..rng import np_rng
-from .base import Problem, TaskData, affine_normalizer
-from .image_sets import CIFAR_MEAN, CIFAR_STD, NPZ, NPZ_CNN, OwnImages, flat_sets, own_cnn_sets
+from .base import Problem, TaskData
+from .image_sets import NPZ, NPZ_CNN, OwnImages, cifar10_sets, flat_sets, own_cnn_sets
 
 
 class _RandomLabel(Problem):
@@ -76,18 +75,11 @@ class RandomLabelCIFAR(OwnImages, _RandomLabel):
     parameters = (*_RandomLabel.parameters, NPZ_CNN)
 
     def _dataset(self):
-        if self.params.get("npz", ""):
-            sets = own_cnn_sets(self.params["npz"], self.device)
-            self.adopt(sets)
-            self._normalize = sets.normalize
-            return sets.x_train, sets.y_train, sets.source
-        self._normalize = None
-        ds = load_cifar10(self.data_dir)
-        x = torch.tensor(ds.x_train.transpose(0, 3, 1, 2))
-        self._scale, self._shift = (t.to(self.device) for t in affine_normalizer(CIFAR_MEAN, CIFAR_STD))
-        return x, torch.tensor(ds.y_train, dtype=torch.int64), ds.source
+        npz = self.params.get("npz", "")
+        sets = own_cnn_sets(npz, self.device) if npz else cifar10_sets(self.data_dir, self.device)
+        self.adopt(sets)
+        self._normalize = sets.normalize
+        return sets.x_train, sets.y_train, sets.source
 
     def normalize(self, x):
-        if self._normalize is not None:
-            return self._normalize(x)
-        return x.float().mul_(self._scale).add_(self._shift)
+        return self._normalize(x)
