@@ -489,6 +489,7 @@ def test_runs_dataframe_has_flattened_config_and_summary_columns(filled_store):
         "start_time",
         "end_time",
         "error",
+        "code",
     ]
     assert list(df["seed"]) == [0, 1, 0]
     assert list(df["status"]) == ["finished", "finished", "failed"]

@@ -54,7 +54,7 @@ def test_an_export_gives_the_tables_of_its_store_for_the_finished_runs(store_dir
     finished = runs[runs["status"] == "finished"].reset_index(drop=True)
     exported = results_frame(tmp_path / "export", "runs")
     assert exported["run_id"].tolist() == finished["run_id"].tolist()
-    for column in ("seed", "method", "param.strength", "lr", "total_online_accuracy"):
+    for column in ("seed", "method", "param.strength", "lr", "total_online_accuracy", "code"):
         assert exported[column].tolist() == finished[column].tolist(), column
 
 

@@ -74,7 +74,7 @@ def runs_frame(pd: Any, runs: Sequence[dict]) -> pandas.DataFrame:
     """One row per run (as :meth:`ResultStore.runs <plasticlab.experiments.store.ResultStore.runs>`
     gives them); see :meth:`~plasticlab.experiments.store.ResultStore.to_dataframe`."""
     head = ["run_id", "status", "seed"]
-    tail = ["start_time", "end_time", "error"]
+    tail = ["start_time", "end_time", "error", "code"]
     records: list[dict[str, Any]] = []
     config_cols: dict[str, None] = {}  # ordered sets: first-seen column order
     summary_cols: dict[str, None] = {}
@@ -92,6 +92,7 @@ def runs_frame(pd: Any, runs: Sequence[dict]) -> pandas.DataFrame:
         record["start_time"] = (run.get("manifest") or {}).get("start_time")
         record["end_time"] = (run.get("manifest") or {}).get("end_time")
         record["error"] = run.get("error")
+        record["code"] = run.get("code")  # the code that trained it (git:<commit>, a version)
         records.append(record)
     columns = head + list(config_cols) + list(summary_cols) + tail
     return pd.DataFrame.from_records(records, columns=columns)

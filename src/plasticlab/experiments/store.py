@@ -446,7 +446,7 @@ class ResultStore:
         config keys flattened (``params`` as ``param.<name>``, other nested dicts as
         ``<key>.<sub>``; the config's own ``seed`` is dropped); the summary metrics (prefixed
         ``summary.`` only if a name clashes with another column); then ``start_time``,
-        ``end_time`` and ``error``.
+        ``end_time``, ``error`` and ``code`` (what trained it: ``git:<commit>`` or a version).
 
         ``kind='tasks'``: long format, one number a row — per finished run, metric, task and,
         for a list-valued metric (srank per hidden layer), entry: columns ``run_id, seed,
