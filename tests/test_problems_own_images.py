@@ -185,3 +185,33 @@ def test_a_report_names_the_images_a_study_read_and_keeps_two_data_sets_apart(ow
                  "--steps-per-task", "10", "--out", str(alone), "--no-progress"]) == 0
     assert main(["report", str(alone), "--formats", "png"]) == 0
     assert "## Permuted MNIST · Adam · on own.npz" in (alone / "report" / "report.md").read_text()
+
+
+FIELD = {  # the field's problems on own images: (problem, parameters, the images' fixture)
+    "split_mnist": ({"classes_per_task": 1, "examples_per_class": 20, "test_per_class": 5}, "own_npz"),
+    "split_cifar": ({"classes_per_task": 1, "examples_per_class": 20, "test_per_class": 5,
+                     "head": "growing"}, "own_colour_npz"),
+    "warm_start_mnist": ({"warm_fraction": 0.5}, "own_npz"),
+    "warm_start_cifar": ({"warm_fraction": 0.5}, "own_colour_npz"),
+}
+
+
+@pytest.mark.parametrize("problem", list(FIELD))
+def test_the_fields_split_and_warm_start_problems_read_own_images_too(problem, request):
+    params, fixture = FIELD[problem]
+    path, x_train = request.getfixturevalue(fixture)
+    shape = (72,) if fixture == "own_npz" else (3, 20, 20)
+    classes = 3 if fixture == "own_npz" else 4
+    stream = PROBLEMS[problem]([0, 1], tasks=2, steps_per_task=2, batch_size=4, npz=str(path), **params)
+    assert (stream.input_shape, stream.num_outputs) == (shape, classes)
+    assert PROBLEMS[problem].reads({"npz": str(path)}) == path
+    stream.start_task(1)
+    x, y = stream.batch(0)
+    assert x.shape == (2, 4, *shape) and int(y.max()) < classes
+    if params.get("head") == "growing":
+        assert stream.output_mask(1).shape == (2, classes)
+    cfg = resolve_config({"problem": problem, "method": "baseline", "tasks": 2, "steps_per_task": 2,
+                          "batch_size": 4, "problem_params": {**params, "npz": str(path)}})
+    net = EnsembleTraining(Members.from_config(cfg, [0])).net
+    with torch.no_grad():
+        assert net(torch.zeros(1, 2, *shape)).shape == (1, 2, classes)

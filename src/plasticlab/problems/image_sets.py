@@ -3,14 +3,14 @@ training and test sets, stored as uint8 on the host, with the normalisation plas
 other problems on the same data use (SPEC §3).
 
 - MNIST: images flattened to ``[N, 784]``, pixels scaled to [−1, 1] (as Permuted and Random
-  Label MNIST), for the MLP — or, in Permuted and Random Label MNIST, a ``.npz`` of your own
-  uint8 images in its place (:data:`NPZ`, :class:`OwnImages`), treated the same way;
+  Label MNIST), for the MLP (:func:`flat_sets`) — or a ``.npz`` of your own uint8 images in its
+  place (:data:`NPZ`, :class:`OwnImages`), treated the same way;
 - CIFAR-10: ``[N, 3, 32, 32]``, (x/255 − mean)/std per channel with
   :data:`CIFAR_MEAN` and :data:`CIFAR_STD` (as Random Label
   CIFAR and 5+1 CIFAR), for the CNN. The official files where they are, else the data
-  directory's ``.npz`` (the machines' 10,000-image subset: :mod:`plasticlab.data.cifar`) — or,
-  in Random Label CIFAR, a ``.npz`` of your own images (:data:`NPZ_CNN`), channels first,
-  normalised by their own training set's per-channel mean and standard deviation.
+  directory's ``.npz`` (the machines' 10,000-image subset: :mod:`plasticlab.data.cifar`) — or a
+  ``.npz`` of your own images (:data:`NPZ_CNN`, :func:`cnn_sets`), channels first, normalised by
+  their own training set's per-channel mean and standard deviation.
 
 A missing data set is the loaders' :class:`plasticlab.data.DataError`, naming the file and
 what to do; nothing is ever put in its place.
@@ -51,11 +51,6 @@ class ImageSets:
     def classes(self) -> int:
         """The number of classes, C (labels 0 … C − 1)."""
         return int(self.y_train.max()) + 1
-
-
-def mnist_sets(data_dir) -> ImageSets:
-    """MNIST from ``data_dir``, flattened, scaled to [−1, 1] by ``normalize``."""
-    return flat_sets(data_dir)
 
 
 def flat_sets(data_dir, npz: str = "") -> ImageSets:
@@ -115,10 +110,16 @@ def own_cnn_sets(npz: str, device: torch.device) -> ImageSets:
                      lambda x: x.float().mul_(scale).add_(shift))
 
 
+def cnn_sets(data_dir, npz: str, device: torch.device) -> ImageSets:
+    """CIFAR-10 from ``data_dir`` (:func:`cifar10_sets`) — or, given ``npz``, the user's images
+    (:func:`own_cnn_sets`)."""
+    return own_cnn_sets(npz, device) if npz else cifar10_sets(data_dir, device)
+
+
 class OwnImages:
     """For a problem on MNIST or CIFAR-10: its ``npz`` parameter (:data:`NPZ`, :data:`NPZ_CNN`)
-    reads a user's images in their place; :meth:`adopt` sizes the network's input and output
-    layers by them."""
+    reads a user's images in their place (:func:`flat_sets`, :func:`cnn_sets`); :meth:`adopt`
+    sizes the network's input and output layers by them."""
 
     @classmethod
     def reads(cls, params: dict) -> str | Path | None:
@@ -137,4 +138,4 @@ class OwnImages:
 
 
 __all__ = ["CIFAR_MEAN", "CIFAR_STD", "NPZ", "NPZ_CNN", "ImageSets", "OwnImages", "cifar10_sets",
-           "flat_sets", "mnist_sets", "own_cnn_sets"]
+           "cnn_sets", "flat_sets", "own_cnn_sets"]

@@ -12,7 +12,7 @@ import torch
 from ..params import Param
 from ..rng import np_rng
 from .base import Problem, TaskData
-from .image_sets import NPZ, NPZ_CNN, OwnImages, cifar10_sets, flat_sets, own_cnn_sets
+from .image_sets import NPZ, NPZ_CNN, OwnImages, cnn_sets, flat_sets
 
 
 class _RandomLabel(Problem):
@@ -75,8 +75,7 @@ class RandomLabelCIFAR(OwnImages, _RandomLabel):
     parameters = (*_RandomLabel.parameters, NPZ_CNN)
 
     def _dataset(self):
-        npz = self.params.get("npz", "")
-        sets = own_cnn_sets(npz, self.device) if npz else cifar10_sets(self.data_dir, self.device)
+        sets = cnn_sets(self.data_dir, self.params.get("npz", ""), self.device)
         self.adopt(sets)
         self._normalize = sets.normalize
         return sets.x_train, sets.y_train, sets.source

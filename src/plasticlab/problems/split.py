@@ -39,7 +39,7 @@ import torch
 from ..params import Param
 from ..rng import np_rng
 from .base import Problem, TaskData
-from .image_sets import ImageSets, cifar10_sets, mnist_sets
+from .image_sets import NPZ, NPZ_CNN, ImageSets, OwnImages, cnn_sets, flat_sets
 
 HEADS = ("fixed", "growing")
 
@@ -60,8 +60,9 @@ def split_parameters(examples_per_class: int, test_per_class: int) -> tuple[Para
     )
 
 
-class _Split(Problem):
-    """Class-incremental split of a 10-class image data set (module docstring)."""
+class _Split(OwnImages, Problem):
+    """Class-incremental split of a 10-class image data set (module docstring), or of the
+    classes of a user's ``npz``."""
 
     num_outputs = 10
     has_test_sets = True
@@ -71,6 +72,7 @@ class _Split(Problem):
 
     def load(self) -> None:
         sets = self._sets()
+        self.adopt(sets)
         self.source, self._normalize = sets.source, sets.normalize
         self.x_train, self.y_train, self.x_test, self.y_test = (
             sets.x_train, sets.y_train, sets.x_test, sets.y_test)
@@ -157,10 +159,10 @@ class SplitMNIST(_Split):
     # one epoch of a task's 10,000 images in batches of 16, as Permuted MNIST
     defaults = {"tasks": 5, "steps_per_task": 625, "batch_size": 16}
     # the scarcest digit (5) has 5,421 training and 892 test images
-    parameters = split_parameters(examples_per_class=5000, test_per_class=800)
+    parameters = (*split_parameters(examples_per_class=5000, test_per_class=800), NPZ)
 
     def _sets(self):
-        return mnist_sets(self.data_dir)
+        return flat_sets(self.data_dir, self.params.get("npz", ""))
 
 
 class SplitCIFAR(_Split):
@@ -175,10 +177,10 @@ class SplitCIFAR(_Split):
     # 10 epochs of a task's 2,000 images in batches of 32 (62 per epoch), as 5+1 CIFAR's 10
     defaults = {"tasks": 5, "steps_per_task": 620, "batch_size": 32}
     # all of the machines' subset's images (the official set has 5,000 and 1,000 per class)
-    parameters = split_parameters(examples_per_class=1000, test_per_class=200)
+    parameters = (*split_parameters(examples_per_class=1000, test_per_class=200), NPZ_CNN)
 
     def _sets(self):
-        return cifar10_sets(self.data_dir, self.device)
+        return cnn_sets(self.data_dir, self.params.get("npz", ""), self.device)
 
 
 __all__ = ["HEADS", "SplitCIFAR", "SplitMNIST"]

@@ -37,10 +37,10 @@ import torch
 from ..params import Param
 from ..rng import np_rng
 from .base import Problem, TaskData
-from .image_sets import ImageSets, cifar10_sets, mnist_sets
+from .image_sets import NPZ, NPZ_CNN, ImageSets, OwnImages, cnn_sets, flat_sets
 
 
-class _WarmStart(Problem):
+class _WarmStart(OwnImages, Problem):
     """Warm-start on an image data set (module docstring): task 0 a fraction, task 1 all of it."""
 
     num_outputs = 10
@@ -64,6 +64,7 @@ class _WarmStart(Problem):
                              f"the training set, task 1 on all of it); tasks must be 1 or 2, got "
                              f"{self.tasks}")
         sets = self._sets()
+        self.adopt(sets)
         self.source, self._normalize = sets.source, sets.normalize
         self.x_train, self.y_train, self.x_test, self.y_test = (
             sets.x_train, sets.y_train, sets.x_test, sets.y_test)
@@ -126,9 +127,10 @@ class WarmStartMNIST(_WarmStart):
     input_shape = (784,)
     # 100 epochs of the 60,000 images at batch 256 per phase (FIRE's second phase)
     defaults = {"tasks": 2, "steps_per_task": 100 * (60_000 // 256), "batch_size": 256}
+    parameters = (*_WarmStart.parameters, NPZ)
 
     def _sets(self):
-        return mnist_sets(self.data_dir)
+        return flat_sets(self.data_dir, self.params.get("npz", ""))
 
 
 class WarmStartCIFAR(_WarmStart):
@@ -143,9 +145,10 @@ class WarmStartCIFAR(_WarmStart):
     # 100 epochs at batch 256 per phase of the machines' 10,000-image subset (the official
     # 50,000 images: steps_per_task = 19,500 for FIRE's 100 epochs)
     defaults = {"tasks": 2, "steps_per_task": 100 * (10_000 // 256), "batch_size": 256}
+    parameters = (*_WarmStart.parameters, NPZ_CNN)
 
     def _sets(self):
-        return cifar10_sets(self.data_dir, self.device)
+        return cnn_sets(self.data_dir, self.params.get("npz", ""), self.device)
 
 
 __all__ = ["WarmStartCIFAR", "WarmStartMNIST"]
