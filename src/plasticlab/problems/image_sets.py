@@ -117,9 +117,9 @@ def cnn_sets(data_dir, npz: str, device: torch.device) -> ImageSets:
 
 
 class OwnImages:
-    """For a problem on MNIST or CIFAR-10: its ``npz`` parameter (:data:`NPZ`, :data:`NPZ_CNN`)
-    reads a user's images in their place (:func:`flat_sets`, :func:`cnn_sets`); :meth:`adopt`
-    sizes the network's input and output layers by them."""
+    """For a problem on MNIST (the MLP) or CIFAR-10 (the CNN): :meth:`images` reads them — or, where
+    its ``npz`` parameter (:data:`NPZ`, :data:`NPZ_CNN`) names a file, a user's images in their
+    place — and sizes the network's input and output layers by a user's images."""
 
     @classmethod
     def reads(cls, params: dict) -> str | Path | None:
@@ -127,14 +127,18 @@ class OwnImages:
         npz = params.get("npz", "")
         return Path(npz).expanduser() if npz else cls.dataset
 
-    def adopt(self, sets: ImageSets) -> None:
-        """This stream's input shape and classes C from ``sets`` where they are the user's;
-        MNIST's and CIFAR-10's stay the class's ((784,) or (3, 32, 32), and 10), whatever subset
-        of them a data directory holds."""
-        if not self.params.get("npz", ""):
-            return
-        self.input_shape = tuple(int(d) for d in sets.x_train.shape[1:])
-        self.num_outputs = max(sets.classes, int(sets.y_test.max()) + 1 if len(sets.y_test) else 0)
+    def images(self) -> ImageSets:
+        """The stream's image sets: :func:`flat_sets` for the MLP, :func:`cnn_sets` for the CNN.
+        With a user's file, this stream's input shape and classes C are theirs; MNIST's and
+        CIFAR-10's stay the class's ((784,) or (3, 32, 32), and 10), whatever subset of them a
+        data directory holds."""
+        npz = self.params.get("npz", "")
+        sets = (flat_sets(self.data_dir, npz) if self.arch == "mlp"
+                else cnn_sets(self.data_dir, npz, self.device))
+        if npz:
+            self.input_shape = tuple(int(d) for d in sets.x_train.shape[1:])
+            self.num_outputs = max(sets.classes, int(sets.y_test.max()) + 1 if len(sets.y_test) else 0)
+        return sets
 
 
 __all__ = ["CIFAR_MEAN", "CIFAR_STD", "NPZ", "NPZ_CNN", "ImageSets", "OwnImages", "cifar10_sets",

@@ -13,7 +13,7 @@ import torch
 from ..params import Param
 from ..rng import np_rng
 from .base import Problem, TaskData
-from .image_sets import NPZ, OwnImages, flat_sets
+from .image_sets import NPZ, OwnImages
 
 
 class PermutedMNIST(OwnImages, Problem):
@@ -36,8 +36,7 @@ class PermutedMNIST(OwnImages, Problem):
     has_test_sets = True
 
     def load(self) -> None:
-        sets = flat_sets(self.data_dir, self.params.get("npz", ""))
-        self.adopt(sets)
+        sets = self.images()
         self.source = sets.source
         self.x_train, self.y_train, self.x_test, self.y_test = (sets.x_train, sets.y_train,
                                                                 sets.x_test, sets.y_test)

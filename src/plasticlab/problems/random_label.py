@@ -12,18 +12,16 @@ import torch
 from ..params import Param
 from ..rng import np_rng
 from .base import Problem, TaskData
-from .image_sets import NPZ, NPZ_CNN, OwnImages, cnn_sets, flat_sets
+from .image_sets import NPZ, NPZ_CNN, OwnImages
 
 
-class _RandomLabel(Problem):
+class _RandomLabel(OwnImages, Problem):
     defaults = {"tasks": 50, "steps_per_task": 30_000, "batch_size": 16}
     parameters = (Param("examples", 1200, int, "training images, fixed for the whole run", low=1),)
 
-    def _dataset(self):
-        raise NotImplementedError
-
     def load(self) -> None:
-        x, y, self.source = self._dataset()
+        sets = self.images()
+        x, y, self.source, self._normalize = sets.x_train, sets.y_train, sets.source, sets.normalize
         n = self.params["examples"]
         if not 1 <= n <= len(x):
             raise ValueError(f"{self.name}: examples must be in 1..{len(x)}, got {n}")
@@ -38,8 +36,11 @@ class _RandomLabel(Problem):
         shuffled = np_rng(seed, self.name, "labels", task).permutation(labels)
         return TaskData(x, torch.from_numpy(shuffled))
 
+    def normalize(self, x):
+        return self._normalize(x)
 
-class RandomLabelMNIST(OwnImages, _RandomLabel):
+
+class RandomLabelMNIST(_RandomLabel):
     """Random Label MNIST: 1,200 fixed MNIST images (or ``npz`` images), new random labels at
     every task."""
 
@@ -52,16 +53,8 @@ class RandomLabelMNIST(OwnImages, _RandomLabel):
     num_outputs = 10
     parameters = (*_RandomLabel.parameters, NPZ)
 
-    def _dataset(self):
-        sets = flat_sets(self.data_dir, self.params.get("npz", ""))
-        self.adopt(sets)
-        return sets.x_train, sets.y_train, sets.source
 
-    def normalize(self, x):
-        return x.float().mul_(2.0 / 255.0).sub_(1.0)
-
-
-class RandomLabelCIFAR(OwnImages, _RandomLabel):
+class RandomLabelCIFAR(_RandomLabel):
     """Random Label CIFAR: 1,200 fixed CIFAR-10 images (or ``npz`` images), new random labels at
     every task."""
 
@@ -73,12 +66,3 @@ class RandomLabelCIFAR(OwnImages, _RandomLabel):
     input_shape = (3, 32, 32)
     num_outputs = 10
     parameters = (*_RandomLabel.parameters, NPZ_CNN)
-
-    def _dataset(self):
-        sets = cnn_sets(self.data_dir, self.params.get("npz", ""), self.device)
-        self.adopt(sets)
-        self._normalize = sets.normalize
-        return sets.x_train, sets.y_train, sets.source
-
-    def normalize(self, x):
-        return self._normalize(x)

@@ -39,7 +39,7 @@ import torch
 from ..params import Param
 from ..rng import np_rng
 from .base import Problem, TaskData
-from .image_sets import NPZ, NPZ_CNN, ImageSets, OwnImages, cnn_sets, flat_sets
+from .image_sets import NPZ, NPZ_CNN, OwnImages
 
 HEADS = ("fixed", "growing")
 
@@ -67,12 +67,8 @@ class _Split(OwnImages, Problem):
     num_outputs = 10
     has_test_sets = True
 
-    def _sets(self) -> ImageSets:
-        raise NotImplementedError
-
     def load(self) -> None:
-        sets = self._sets()
-        self.adopt(sets)
+        sets = self.images()
         self.source, self._normalize = sets.source, sets.normalize
         self.x_train, self.y_train, self.x_test, self.y_test = (
             sets.x_train, sets.y_train, sets.x_test, sets.y_test)
@@ -161,9 +157,6 @@ class SplitMNIST(_Split):
     # the scarcest digit (5) has 5,421 training and 892 test images
     parameters = (*split_parameters(examples_per_class=5000, test_per_class=800), NPZ)
 
-    def _sets(self):
-        return flat_sets(self.data_dir, self.params.get("npz", ""))
-
 
 class SplitCIFAR(_Split):
     """Split CIFAR-10: five tasks of two CIFAR-10 classes, the CNN."""
@@ -178,9 +171,6 @@ class SplitCIFAR(_Split):
     defaults = {"tasks": 5, "steps_per_task": 620, "batch_size": 32}
     # all of the machines' subset's images (the official set has 5,000 and 1,000 per class)
     parameters = (*split_parameters(examples_per_class=1000, test_per_class=200), NPZ_CNN)
-
-    def _sets(self):
-        return cnn_sets(self.data_dir, self.params.get("npz", ""), self.device)
 
 
 __all__ = ["HEADS", "SplitCIFAR", "SplitMNIST"]

@@ -37,7 +37,7 @@ import torch
 from ..params import Param
 from ..rng import np_rng
 from .base import Problem, TaskData
-from .image_sets import NPZ, NPZ_CNN, ImageSets, OwnImages, cnn_sets, flat_sets
+from .image_sets import NPZ, NPZ_CNN, OwnImages
 
 
 class _WarmStart(OwnImages, Problem):
@@ -55,16 +55,12 @@ class _WarmStart(OwnImages, Problem):
               "them, as the references)", low=0),
     )
 
-    def _sets(self) -> ImageSets:
-        raise NotImplementedError
-
     def load(self) -> None:
         if self.tasks > 2:
             raise ValueError(f"{self.name}: warm-start has two phases (task 0 on warm_fraction of "
                              f"the training set, task 1 on all of it); tasks must be 1 or 2, got "
                              f"{self.tasks}")
-        sets = self._sets()
-        self.adopt(sets)
+        sets = self.images()
         self.source, self._normalize = sets.source, sets.normalize
         self.x_train, self.y_train, self.x_test, self.y_test = (
             sets.x_train, sets.y_train, sets.x_test, sets.y_test)
@@ -129,9 +125,6 @@ class WarmStartMNIST(_WarmStart):
     defaults = {"tasks": 2, "steps_per_task": 100 * (60_000 // 256), "batch_size": 256}
     parameters = (*_WarmStart.parameters, NPZ)
 
-    def _sets(self):
-        return flat_sets(self.data_dir, self.params.get("npz", ""))
-
 
 class WarmStartCIFAR(_WarmStart):
     """Warm-start on CIFAR-10 with the CNN: 10 % of the training images, then all of them."""
@@ -146,9 +139,6 @@ class WarmStartCIFAR(_WarmStart):
     # 50,000 images: steps_per_task = 19,500 for FIRE's 100 epochs)
     defaults = {"tasks": 2, "steps_per_task": 100 * (10_000 // 256), "batch_size": 256}
     parameters = (*_WarmStart.parameters, NPZ_CNN)
-
-    def _sets(self):
-        return cnn_sets(self.data_dir, self.params.get("npz", ""), self.device)
 
 
 __all__ = ["WarmStartCIFAR", "WarmStartMNIST"]
