@@ -40,35 +40,42 @@ def results_frame(directory: str | os.PathLike, kind: str = "runs") -> pandas.Da
     study's folder under ``directory``."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
-    pd = import_pandas()
-    if not holds_results(directory) and Path(directory).is_dir():
-        studies = study_folders([directory])
-        if not studies:
-            raise ValueError(f"{directory} holds no results store ({DB_NAME}) or export, nor any "
-                             "folder below it that does")
-        frames = [_study_frame(pd, study, kind).assign(study=str(study.relative_to(directory)))
-                  for study in studies]
-        frame = pd.concat(frames, ignore_index=True)
-        return frame[["study", *(c for c in frame.columns if c != "study")]]
-    return _study_frame(pd, directory, kind)
-
-
-def _study_frame(pd, directory: str | os.PathLike, kind: str) -> pandas.DataFrame:
-    if (Path(directory) / DB_NAME).is_file():
-        with ResultStore(directory) as store:
-            return store.to_dataframe(kind)
-    runs, metrics, _ = read_results(directory)
-    return runs_frame(pd, runs) if kind == "runs" else tasks_frame(pd, task_records(runs, metrics))
+    return _frames(directory, (kind,))[kind]
 
 
 def write_tables(directory: str | os.PathLike, out: str | os.PathLike, fmt: str = "csv"
                  ) -> dict[str, tuple[Path, int]]:
     """Write ``runs.<fmt>`` and ``tasks.<fmt>`` (``fmt``: ``csv`` or ``parquet``) of the results
-    directory ``directory`` into the folder ``out``, each atomically; kind → (path, rows)."""
+    directory ``directory`` into the folder ``out``, each atomically; kind → (path, rows). Each
+    study is read once for both."""
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")
-    written = {}
-    for kind in KINDS:
-        frame = results_frame(directory, kind)
-        written[kind] = (write_frame(frame, Path(out) / f"{kind}.{fmt}"), len(frame))
-    return written
+    return {kind: (write_frame(frame, Path(out) / f"{kind}.{fmt}"), len(frame))
+            for kind, frame in _frames(directory, KINDS).items()}
+
+
+def _frames(directory: str | os.PathLike, kinds: tuple[str, ...]) -> dict[str, pandas.DataFrame]:
+    """:func:`results_frame` of each of ``kinds``, reading each study once."""
+    pd = import_pandas()
+    if holds_results(directory) or not Path(directory).is_dir():
+        return _study_frames(pd, directory, kinds)
+    studies = study_folders([directory])
+    if not studies:
+        raise ValueError(f"{directory} holds no results store ({DB_NAME}) or export, nor any "
+                         "folder below it that does")
+    parts = [(str(study.relative_to(directory)), _study_frames(pd, study, kinds)) for study in studies]
+    frames = {}
+    for kind in kinds:
+        frame = pd.concat([f[kind].assign(study=name) for name, f in parts], ignore_index=True)
+        frames[kind] = frame[["study", *(c for c in frame.columns if c != "study")]]
+    return frames
+
+
+def _study_frames(pd, directory: str | os.PathLike, kinds: tuple[str, ...]) -> dict[str, pandas.DataFrame]:
+    if (Path(directory) / DB_NAME).is_file():
+        with ResultStore(directory) as store:
+            return {kind: store.to_dataframe(kind) for kind in kinds}
+    runs, metrics, _ = read_results(directory)
+    build = {"runs": lambda: runs_frame(pd, runs),
+             "tasks": lambda: tasks_frame(pd, task_records(runs, metrics))}
+    return {kind: build[kind]() for kind in kinds}
