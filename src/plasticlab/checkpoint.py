@@ -213,18 +213,18 @@ def restore_training(state: dict, net: nn.Module, optimizer, method) -> None:
     method (built from the same config and seeds), in place."""
     net.load_state_dict(state["net"])
     device = next(net.parameters()).device
-    optimizer.load_state_dict(_to_device(state["optimizer"], device))
+    optimizer.load_state_dict(nested_to_device(state["optimizer"], device))
     method.load_state_dict(state["method"])
 
 
-def _to_device(value, device):
+def nested_to_device(value, device):
     """Every tensor of a nested list/tuple/dict moved to ``device``."""
     if isinstance(value, torch.Tensor):
         return value.to(device)
     if isinstance(value, dict):
-        return {k: _to_device(v, device) for k, v in value.items()}
+        return {k: nested_to_device(v, device) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return type(value)(_to_device(v, device) for v in value)
+        return type(value)(nested_to_device(v, device) for v in value)
     return value
 
 

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from .checkpoint import Excluded, capture, restore
+from .checkpoint import Excluded, capture, nested_to_device, restore
 
 _SCALARS = (bool, int, float, str)
 
@@ -142,7 +142,7 @@ def decode(current, saved, who: str, entry: str, device: torch.device, *, write:
                           f"another model, or with other settings?")
 
     if current is None:
-        return _to_device(saved, device) if write else current
+        return nested_to_device(saved, device) if write else current
     if isinstance(current, torch.Generator):
         if not (isinstance(saved, torch.Tensor) and saved.dtype == torch.uint8
                 and saved.shape == current.get_state().shape):
@@ -192,11 +192,3 @@ def _described(saved) -> str:
     if isinstance(saved, list | tuple):
         return f"{len(saved)} entries"
     return f"a {type(saved).__name__}"
-
-
-def _to_device(value, device: torch.device):
-    if isinstance(value, torch.Tensor):
-        return value.to(device)
-    if isinstance(value, list | tuple):
-        return [_to_device(v, device) for v in value]
-    return value
