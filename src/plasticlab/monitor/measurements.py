@@ -75,18 +75,21 @@ class ParameterBaseline:
         self.params = [p for _, group in self.groups for p in group]
         if not self.params:
             raise ValueError("Monitor: the model has no trainable parameters")
-        with torch.no_grad():
-            self.initial = {id(p): p.detach().clone() for p in self.params}
-            self.start_sq = torch.stack([sum(p.detach().double().pow(2).sum() for p in params)
-                                         for _, params in self.groups])  # ‖θ₀‖² per module
+        self._take_initial([p.detach().clone() for p in self.params])
         self.counts = torch.tensor([sum(p.numel() for p in params) for _, params in self.groups],
                                    dtype=torch.float64)
         self.group_of = torch.tensor([g for g, (_, params) in enumerate(self.groups) for _ in params])
 
-    def state_dict(self) -> dict:
+    def _take_initial(self, initial: list[torch.Tensor]) -> None:
         """θ₀ (one tensor per parameter, in :attr:`params`' order) and ‖θ₀‖² per module."""
-        return {"initial": [self.initial[id(p)].clone() for p in self.params],
-                "initial_sq": self.start_sq.clone()}
+        with torch.no_grad():
+            self.initial = {id(p): t for p, t in zip(self.params, initial, strict=True)}
+            self.start_sq = torch.stack([sum(self.initial[id(p)].double().pow(2).sum() for p in params)
+                                         for _, params in self.groups])
+
+    def state_dict(self) -> dict:
+        """θ₀, one tensor per parameter in :attr:`params`' order (‖θ₀‖² follows from it)."""
+        return {"initial": [self.initial[id(p)].clone() for p in self.params]}
 
     def load_state_dict(self, state: dict) -> None:
         """Put :meth:`state_dict`'s output back: θ₀ onto each parameter's device and dtype;
@@ -94,11 +97,10 @@ class ParameterBaseline:
         initial = state["initial"]
         shapes = [tuple(p.shape) for p in self.params]
         saved = [tuple(t.shape) for t in initial] if isinstance(initial, list) else None
-        if saved != shapes or tuple(state["initial_sq"].shape) != tuple(self.start_sq.shape):
+        if saved != shapes:
             raise ValueError(f"Monitor.load_state_dict: θ₀ is of parameters shaped {saved}, this "
                              f"model's are {shapes}: was the state saved from another model?")
-        self.initial = {id(p): t.to(p.device, p.dtype) for p, t in zip(self.params, initial, strict=True)}
-        self.start_sq = state["initial_sq"].to(self.start_sq.dtype)
+        self._take_initial([t.to(p.device, p.dtype) for p, t in zip(self.params, initial, strict=True)])
 
     @property
     def device(self) -> torch.device:
