@@ -523,6 +523,7 @@ def _module_sampler(module: nn.Module, who: str = "L2InitResample") -> Callable[
         with torch.no_grad():
             for m in resettable:
                 m.reset_parameters()
+        # walked again each draw: a reset_parameters() of one's own may put new tensors in place
         return regularized_parameters(shadow)
 
     return sample
