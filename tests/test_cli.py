@@ -124,9 +124,10 @@ def test_seed_lists_and_ranges():
         parse_seeds("1,1")
 
 
-def test_the_console_script_runs(data_dir, tmp_path):
+def test_python_dash_m_plasticlab_is_the_command(data_dir, tmp_path):
+    # where pip's scripts folder is not on PATH, `python -m plasticlab` is the command
     proc = subprocess.run(
-        [sys.executable, "-m", "plasticlab.cli", "run", *TINY, "--method", "l2_init",
+        [sys.executable, "-m", "plasticlab", "run", *TINY, "--method", "l2_init",
          "--data-dir", str(data_dir), "--out", str(tmp_path), "--json"],
         capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -89,18 +89,25 @@ def test_own_images_train_and_are_recorded_with_the_file_they_came_from(own_npz,
     assert accuracy[-1] > 1 / 3 + 0.1  # the three levels are learnt, well above chance
 
 
-def test_a_missing_npz_is_one_error_before_any_run_starts(tmp_path, capsys):
-    missing = tmp_path / "nowhere.npz"
-    with pytest.raises(DataError, match="nowhere.npz: no such file"):
-        fetch_datasets([PROBLEMS["permuted_mnist"].reads({"npz": str(missing)})])
+@pytest.mark.parametrize("fault, message", [
+    ("missing", "no such file"),
+    ("malformed", "missing array"),  # an .npz without y_test: each worker would refuse it
+])
+def test_a_missing_or_malformed_npz_is_one_error_before_any_run_starts(fault, message, tmp_path,
+                                                                        capsys):
+    path = tmp_path / "images.npz"
+    if fault == "malformed":
+        np.savez(path, x_train=np.zeros((4, 28, 28), np.uint8), y_train=np.zeros(4, np.int64),
+                 x_test=np.zeros((2, 28, 28), np.uint8))
+    with pytest.raises(DataError, match=f"images.npz: {message}"):
+        fetch_datasets([PROBLEMS["permuted_mnist"].reads({"npz": str(path)})])
     sweep = tmp_path / "own.toml"
     sweep.write_text(f'name = "own"\nproblem = "permuted_mnist"\nmethods = ["baseline", "l2_init"]\n'
                      f'seeds = "0-1"\ntasks = 1\nsteps_per_task = 5\n'
-                     f'[problem_params]\nnpz = "{missing}"\n')
+                     f'[problem_params]\nnpz = "{path}"\n')
     assert main(["sweep", str(sweep), "--out", str(tmp_path / "out"), "--workers", "2",
                  "--no-progress"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("no such file") == 1
+    assert capsys.readouterr().err.count(message) == 1
     with ResultStore(tmp_path / "out") as store:
         assert store.runs() == []
 

@@ -4,7 +4,9 @@ Every worker of a sweep loads its problem's dataset itself. With a file missing,
 would download it — eight workers, eight downloads of the same 170 MB CIFAR archive — or, with
 no network, fail with the same error, one failed ensemble for each. The driver calls
 :func:`fetch_datasets` first: what is missing is downloaded once, and a dataset that cannot be
-had is one error before any run starts. It reads no images (the workers parse their own).
+had is one error before any run starts. It reads no images of the downloadable datasets (the
+workers parse their own); a user's ``.npz`` it reads and checks once (:func:`~.npz.load_npz`),
+so that a malformed file too is one error rather than one per ensemble.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from .cifar import fetch_cifar
 from .errors import DataError
 from .imagenet import imagenet32_num_classes
 from .mnist import fetch_mnist
+from .npz import load_npz
 
 FETCHERS: dict[str, Callable[[str | os.PathLike | None], object]] = {
     "mnist": fetch_mnist,
@@ -35,11 +38,12 @@ def fetch_datasets(names: Iterable[str | os.PathLike | None],
     """Download whichever files of the datasets ``names`` are missing from ``data_dir`` (see
     :func:`~.locate.resolve_data_dir`), each dataset once; ``None`` (a problem that reads no
     dataset) is skipped; a path (a user's ``.npz``, :meth:`plasticlab.problems.Problem.reads`)
-    must name a file.
+    must name a file that :func:`~.npz.load_npz` accepts.
 
     Raises:
         DataError: a dataset's files are missing and cannot be downloaded, or a user's file is
-            not there; the message names the file, where it was looked for, and what to do.
+            not there or not a valid ``.npz``; the message names the file, where it was looked
+            for (or what is wrong in it), and what to do.
         ValueError: a name that is not a key of :data:`FETCHERS`.
     """
     wanted = {n for n in names if n is not None}
@@ -47,6 +51,7 @@ def fetch_datasets(names: Iterable[str | os.PathLike | None],
         if not path.is_file():
             raise DataError(f"{path}: no such file (the npz problem parameter names it). Pass the "
                             "path of an .npz holding x_train, y_train, x_test and y_test.")
+        load_npz(path)
     for name in sorted(n for n in wanted if not isinstance(n, os.PathLike)):
         try:
             fetch = FETCHERS[name]
