@@ -54,7 +54,7 @@ from .methods.spectral import initial_vectors, power_iteration, spectral_penalty
 from .methods.swr import reinitialize_low_utility_
 from .methods.weight_clip import clip_, init_bound
 from .nets.init import check_scheme, draw_members
-from .nets.units import sequential_hidden_layers
+from .nets.units import check_layers_current, sequential_hidden_layers
 from .optim.unit_reset import unit_reset_state
 from .optim.upgd import perturbed_update_, scaled_utility, trace_utility_, utility_max
 from .state import NamedState, check_keys
@@ -228,6 +228,7 @@ class SNR(NamedState):
     def step(self) -> None:
         """Age or record every unit from the latest training forward pass, reset the units past
         their threshold (their number is in :attr:`last_reset`), adapt on schedule."""
+        check_layers_current(self.layers, "SNR")
         if any(f is None for f in self._fired):
             raise RuntimeError("SNR.step(): no training forward pass since the last step; call it "
                                "once after each optimizer.step()")
@@ -269,6 +270,7 @@ class HareTortoise(NamedState):
     """
 
     state_attributes = ("tortoise", "steps")
+    device_attributes = ("momentum",)
 
     def __init__(self, model: nn.Module, momentum: float = 0.999, reset_period: int = 1000):
         if not 0 <= momentum <= 1 or int(reset_period) < 1:
@@ -285,6 +287,7 @@ class HareTortoise(NamedState):
     @torch.no_grad()
     def step(self) -> None:
         """θ_t ← m·θ_t + (1 − m)·θ_h; on every ``reset_period``-th step then θ_h ← θ_t."""
+        self._follow(self.hare[0].device)
         hare = [_member(p) for p in self.hare]
         tortoise = [_member(p) for p in self.tortoise.parameters()]
         follow_hare_(tortoise, hare, self.momentum)
@@ -392,6 +395,8 @@ class WeightClip(NamedState):
     a normal scheme: √3·σ) — what the engine's ``weight_clip`` computes. No state (the bounds
     come from the layers' shapes; ``state_dict()`` is empty)."""
 
+    device_attributes = ("bounds",)
+
     def __init__(self, model: nn.Module, kappa: float = 2.0, *, init: str = "torch_default"):
         if not kappa > 0:
             raise ValueError(f"WeightClip: kappa κ must be > 0, got {kappa}")
@@ -406,6 +411,7 @@ class WeightClip(NamedState):
     @torch.no_grad()
     def step(self) -> None:
         """θ ← clip(θ, −κ·s_ℓ, κ·s_ℓ) for every clipped weight and bias."""
+        self._follow(self.params[0].device)
         for p, bound in zip(self.params, self.bounds, strict=True):
             clip_(_member(p), bound)
 
@@ -433,6 +439,7 @@ class NormalizeProject(NamedState):
     @torch.no_grad()
     def step(self) -> None:
         """Project every weight, and every LayerNorm's (weight, bias), onto its initial norm."""
+        self._follow(self.groups[0][0].device)
         for group, target in zip(self.groups, self.initial_norms, strict=True):
             project_to_norm_([_member(t) for t in group], target)
 
@@ -462,6 +469,7 @@ class Spectral(NamedState):
 
     def __call__(self) -> torch.Tensor:
         """Advance the power iteration one step's worth, then the penalty (a scalar)."""
+        self._follow(self.weights[0].device)
         vectors = []
         with torch.no_grad():
             for i, w in enumerate(self.weights):

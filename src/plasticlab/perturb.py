@@ -50,6 +50,7 @@ class ShrinkPerturb(NamedState):
                              f"{self.shrink.tolist()}, noise {self.noise.tolist()}")
         self.member_dim = member_dim
 
+    device_attributes = ("shrink", "noise")
     def _view(self, t: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
         if self.member_dim and t.dim() == 1:
             return t.view(-1, *([1] * (p.dim() - 1)))
@@ -58,5 +59,6 @@ class ShrinkPerturb(NamedState):
     @torch.no_grad()
     def step(self) -> None:
         """Shrink every parameter by p and add σ times a fresh init draw."""
+        self._follow(self.params[0].device)
         for p, eps in zip(self.params, self.sampler(), strict=True):
             p.mul_(self._view(self.shrink, p)).add_(self._view(self.noise, p) * eps)

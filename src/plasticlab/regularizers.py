@@ -117,6 +117,21 @@ class Regularizer(NamedState):
     def _state_device(self) -> torch.device:
         return self.params[0].device
 
+    device_attributes = ("strength",)
+
+    def _follow_parameters(self) -> None:
+        """θ₀ and the rest after the parameters, if the model was moved since (:meth:`_follow`);
+        the kept differences θ − target anew if it was converted (``model.double()``), so that
+        they are taken in the parameters' own precision."""
+        self._follow(self.params[0].device)
+        kept = self._differences
+        if kept is not None and any(d is not None and d.dtype != p.dtype
+                                    for d, p in zip(kept, self.params, strict=True)):
+            self._differences = None
+
+    def _moved(self) -> None:
+        self._differences = None
+
     captured: bool = False
     """Whether a compiled training step computes this penalty's gradient inside its function
     (:meth:`add_grads_to_`, :mod:`plasticlab.step.compiled`): tensor operations alone, its
@@ -148,6 +163,7 @@ class Regularizer(NamedState):
 
     def value(self) -> torch.Tensor:
         """The penalty, differentiable: a scalar, or ``[K]`` per member with ``member_dim``."""
+        self._follow_parameters()
         total = 0
         for _, d in self._diffs():
             r = self.rho(d)
@@ -166,6 +182,7 @@ class Regularizer(NamedState):
         """Add the penalty's gradient λ·ρ'(θ − target) to each parameter's ``.grad``
         (:func:`add_penalty_gradient_`, the difference θ − target in a buffer kept across
         steps)."""
+        self._follow_parameters()
         targets = self.targets()
         if self._differences is None:
             self._differences = [None if t is None else torch.empty_like(p)
@@ -261,6 +278,8 @@ class HuberInit(_InitTarget):
     """Huber Init: λ·Σ huber_δ(θ − θ₀), with huber_δ(d) = ½d² for |d| ≤ δ and
     δ(|d| − ½δ) beyond; gradient λ·clamp(θ − θ₀, −δ, δ)."""
 
+    device_attributes = ("strength", "delta")
+
     def __init__(self, params, strength, delta: float = 1.0, *, member_dim: bool = False,
                  initial=None):
         super().__init__(params, strength, member_dim=member_dim, initial=initial)
@@ -308,6 +327,10 @@ class WassersteinInit(Regularizer):
         self.sorted_initial = [self._flat(t.detach()).sort(dim=-1).values for t in initial]
         # each tensor's order at the last step: where the next sort starts (rank_order)
         self._last_order: list[torch.Tensor | None] = [None] * len(self.params)
+
+    def _moved(self) -> None:
+        super()._moved()
+        self._last_order = [None] * len(self.params)
 
     def _flat(self, t: torch.Tensor) -> torch.Tensor:
         return t.flatten(1) if self.member_dim else t.flatten()
@@ -374,6 +397,10 @@ class L2InitResample(Regularizer):
         self.sampler = sampler
         self.current: list[torch.Tensor] = []
 
+    def _moved(self) -> None:
+        super()._moved()
+        self.current = []  # the last φₜ, drawn where the model was: the next call draws anew
+
     @torch.no_grad()
     def resample(self) -> None:
         """Draw a fresh φₜ."""
@@ -438,6 +465,7 @@ class EWC(Regularizer):
     def consolidate(self, fisher: Sequence[torch.Tensor]) -> None:
         """End of a task: anchor the current θ with weights ``fisher`` (one tensor per param),
         replacing the earlier anchor (``anchor="last"``) or adding to them (``"sum"``)."""
+        self._follow_parameters()
         for p, f, a, b, c in zip(self.params, fisher, self.fisher_sum, self.anchor_sum,
                                  self.anchor_sq_sum, strict=True):
             if self.anchor == "last":
@@ -451,6 +479,7 @@ class EWC(Regularizer):
         self.tasks += 1
 
     def value(self):
+        self._follow_parameters()
         total = 0
         for p, a, b, c in zip(self.params, self.fisher_sum, self.anchor_sum, self.anchor_sq_sum,
                               strict=True):
@@ -464,6 +493,7 @@ class EWC(Regularizer):
 
     @torch.no_grad()
     def add_grad_(self):
+        self._follow_parameters()
         for i, p in enumerate(self.params):
             g = self._gradient(p, i)
             if p.grad is None:
@@ -519,7 +549,11 @@ def _module_sampler(module: nn.Module, who: str = "L2InitResample") -> Callable[
                          "reset_parameters(); give the module one that draws them, or pass "
                          "sampler=… returning a fresh draw per parameter")
 
+    followed = regularized_parameters(module)[0]
+
     def sample() -> list[torch.Tensor]:
+        if next(shadow.parameters()).device != followed.device:
+            shadow.to(followed.device)  # the model was moved: draw where it is now
         with torch.no_grad():
             for m in resettable:
                 m.reset_parameters()

@@ -66,6 +66,30 @@ class NamedState:
         """Where a saved tensor goes that fills an entry still empty (None) here."""
         return torch.device("cpu")
 
+    device_attributes: tuple[str, ...] = ()
+    """Tensors besides the state that live beside the parameters (λ, a momentum): they move
+    with the state (:meth:`_follow`)."""
+
+    def _follow(self, device: torch.device) -> None:
+        """Move this drop-in's tensors (``device_attributes``, then ``state_attributes``) to
+        ``device``, where its parameters are now, if the model was moved there after the drop-in
+        was built — as ``model.to(device)`` moved the parameters themselves — so that a drop-in
+        built beside a CPU model (in a ``LightningModule.__init__``, before the trainer moves it)
+        trains where the model does. A no-op while they are where they were. Dtypes are kept (a
+        model converted after, ``model.double()``, computes the penalty in the wider type);
+        random generators are left as they are: the drop-ins' own draw on the host and copy.
+        """
+        names = self.device_attributes + self.state_attributes
+        held = _held_device([getattr(self, name) for name in names])
+        if held is None or held == device:
+            return
+        for name in names:
+            setattr(self, name, _moved(getattr(self, name), device))
+        self._moved()
+
+    def _moved(self) -> None:
+        """After :meth:`_follow` moved the tensors: drop what was kept for the old device."""
+
 
 class CoreState:
     """``state_dict()``/``load_state_dict()`` for a drop-in that runs a method's own machinery
@@ -184,6 +208,27 @@ def decode(current, saved, who: str, entry: str, device: torch.device, *, write:
             raise mismatch(f"is a {type(current).__name__} here; the state holds {saved!r}")
         return saved if write else current
     raise TypeError(f"{who}.load_state_dict: cannot load {entry}, a {type(current).__name__}")
+
+
+def _held_device(value) -> torch.device | None:
+    """The device of the first tensor (or module parameter) in ``value``; None if it holds none."""
+    if isinstance(value, torch.Tensor):
+        return value.device
+    if isinstance(value, nn.Module):
+        return next((t.device for t in value.parameters()), None)
+    if isinstance(value, list | tuple):
+        return next((d for d in map(_held_device, value) if d is not None), None)
+    return None
+
+
+def _moved(value, device: torch.device):
+    """``value`` with every tensor on ``device``: lists and tuples rebuilt, a module moved in
+    place."""
+    if isinstance(value, nn.Module):
+        return value.to(device)
+    if isinstance(value, list | tuple):
+        return type(value)(_moved(v, device) for v in value)
+    return nested_to_device(value, device)
 
 
 def _described(saved) -> str:

@@ -79,6 +79,7 @@ from ..nets import EnsembleNet
 from ..nets import init as init_schemes
 from ..nets.units import (
     HiddenLayer,
+    check_layers_current,
     hidden_layers,
     hidden_philox_keys,
     parameter_index,
@@ -612,6 +613,7 @@ class ContinualBackpropSequential(CoreState):
     def step(self) -> None:
         """Generate-and-test on the features of the latest training forward pass; call it
         after every ``optimizer.step()``."""
+        check_layers_current(self.core.layers, type(self).__name__)
         if any(f is None for f in self._features):
             raise RuntimeError(f"{type(self).__name__}.step(): no features captured since the last step; "
                                "run the model's training forward pass (with gradients enabled) first")

@@ -54,6 +54,7 @@ from ..nets import EnsembleNet
 from ..nets.init import check_scheme
 from ..nets.units import (
     HiddenLayer,
+    check_layers_current,
     dormancy_scores,
     dormant_mask,
     hidden_layers,
@@ -404,6 +405,7 @@ class ReDoSequential(CoreState):
     def recycle(self, x: torch.Tensor) -> list[int]:
         """Score the units on batch ``x`` and recycle the dormant ones now; return how many
         were recycled in each hidden layer."""
+        check_layers_current(self.recycler.layers, type(self).__name__)
         counts = self.recycler.recycle(self.activity(x), self.threshold)
         self.last_recycled = counts[0].tolist()
         return self.last_recycled

@@ -179,6 +179,20 @@ def sequential_hidden_layers(model: nn.Sequential, method: str = "this method"
     return layers, relus
 
 
+def check_layers_current(layers, who: str) -> None:
+    """Each hidden layer's ``[1, …]`` views (:func:`sequential_hidden_layers`)
+    share their parameters' storage; else a ``RuntimeError``: the model was moved or converted
+    after ``who`` was built from those views."""
+    for layer in layers:
+        if any(view.data_ptr() != param.data_ptr() for view, param in (
+                (layer.in_weight, layer.in_weight_param), (layer.out_weight, layer.out_weight_param))):
+            param = layer.in_weight_param
+            raise RuntimeError(f"{who}: the model's parameters were replaced after {who} was built "
+                               f"(moved or converted: they are now {param.dtype} on {param.device}), "
+                               f"and {who} would change the old ones; build {who} after "
+                               "model.to(device)")
+
+
 def unit_mean(features: torch.Tensor) -> torch.Tensor:
     """Mean over the batch (and space, for conv features ``[K, B, U, H, W]``) → ``[K, U]``."""
     return features.mean(dim=1) if features.dim() == 3 else features.mean(dim=(1, 3, 4))
