@@ -25,7 +25,7 @@ LAYERS = [
     {"monitor", "dropin_field", "member_independence"},
     {"experiments"},
     {"report", "integrations"},
-    {"cli", "demo"},
+    {"cli", "demo", "__main__"},
 ]
 LEVEL = {name: i for i, names in enumerate(LAYERS) for name in names}
 """A top-level module's layer."""

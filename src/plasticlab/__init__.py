@@ -33,7 +33,7 @@ its top-level module's layer:
    and what the engine guarantees;
 9. ``experiments`` — configs, presets, sweeps, the protocol, the results store, executors;
 10. ``report``, ``integrations`` — figures, tables and pages; framework callbacks;
-11. ``cli``, ``demo`` — the ``plasticlab`` command.
+11. ``cli``, ``demo``, ``__main__`` — the ``plasticlab`` command (``python -m plasticlab``).
 """
 
 from importlib import metadata as _metadata
