@@ -199,15 +199,18 @@ FIELD = {  # the field's problems on own images: (problem, parameters, the image
                      "head": "growing"}, "own_colour_npz"),
     "warm_start_mnist": ({"warm_fraction": 0.5}, "own_npz"),
     "warm_start_cifar": ({"warm_fraction": 0.5}, "own_colour_npz"),
+    # and the paper's two whose data is not here (CIFAR-100, ImageNet-32)
+    "five_plus_one_cifar": ({"hard_classes": 1, "easy_classes": 1}, "own_colour_npz"),
+    "continual_imagenet": ({"classes_per_task": 2, "train_per_class": 5}, "own_colour_npz"),
 }
 
 
 @pytest.mark.parametrize("problem", list(FIELD))
-def test_the_fields_split_and_warm_start_problems_read_own_images_too(problem, request):
+def test_the_fields_problems_and_the_papers_other_two_read_own_images_too(problem, request):
     params, fixture = FIELD[problem]
     path, x_train = request.getfixturevalue(fixture)
     shape = (72,) if fixture == "own_npz" else (3, 20, 20)
-    classes = 3 if fixture == "own_npz" else 4
+    classes = 2 if problem == "continual_imagenet" else 3 if fixture == "own_npz" else 4
     stream = PROBLEMS[problem]([0, 1], tasks=2, steps_per_task=2, batch_size=4, npz=str(path), **params)
     assert (stream.input_shape, stream.num_outputs) == (shape, classes)
     assert PROBLEMS[problem].reads({"npz": str(path)}) == path
@@ -221,3 +224,33 @@ def test_the_fields_split_and_warm_start_problems_read_own_images_too(problem, r
     net = EnsembleTraining(Members.from_config(cfg, [0])).net
     with torch.no_grad():
         assert net(torch.zeros(1, 2, *shape)).shape == (1, 2, classes)
+
+
+def test_continual_imagenet_on_own_images_takes_each_classs_first_training_images_as_stored(
+        own_colour_npz):
+    path, x_train = own_colour_npz
+    stream = PROBLEMS["continual_imagenet"]([3], tasks=2, steps_per_task=2, batch_size=4,
+                                            npz=str(path), train_per_class=5)
+    saved = np.load(path)
+    for task in range(2):
+        first, second = stream.task_classes(3, task)
+        task_data = stream.member_task(0, 3, task)
+        expected = np.concatenate([saved["x_train"][saved["y_train"] == c][:5] for c in (first, second)])
+        assert np.array_equal(task_data.x.numpy(), expected.transpose(0, 3, 1, 2))  # used as stored
+        assert task_data.y.tolist() == [0] * 5 + [1] * 5
+        # every class's test images as many as the smallest class has: one size for every run
+        smallest = np.bincount(saved["y_test"]).min()
+        assert stream.member_test(0, 3, task).y.tolist() == [0] * smallest + [1] * smallest
+    assert set(stream.task_classes(3, 0)).isdisjoint(stream.task_classes(3, 1))  # never reused
+    with pytest.raises(ValueError, match=r"3 tasks need 6 distinct classes, .*colour.npz has 4"):
+        PROBLEMS["continual_imagenet"]([3], tasks=3, steps_per_task=2, npz=str(path))
+
+
+def test_a_users_classes_are_cut_to_the_smallest_ones_size_and_an_empty_class_is_refused():
+    from plasticlab.problems.image_sets import balanced_classes
+
+    y = torch.tensor([2, 1, 0, 1, 2, 2, 0])
+    assert balanced_classes(y, 3, "own.npz", "x_train").tolist() == [True, True, True, True, True,
+                                                                     False, True]
+    with pytest.raises(ValueError, match=r"own.npz: class\(es\) \[3\] have no image in x_test"):
+        balanced_classes(y, 4, "own.npz", "x_test")

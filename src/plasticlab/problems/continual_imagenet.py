@@ -3,7 +3,11 @@
 Dohare et al.'s per-class files ``imagenet32/classes/{c}.npy`` (700 images each: the first 600
 train, the last 100 test). One random class order per run; task t uses the next two classes,
 labelled 0 and 1; 10 epochs of 1,200 images in batches of 100 (120 steps), 500 tasks. Images
-are used as stored (no rescaling), as in the reference code.
+are used as stored (no rescaling), as in the reference code. With ``npz``, a ``.npz`` of your
+own images in ImageNet-32's place: a task's classes are the file's, its training images the
+first ``train_per_class`` of each class's in ``x_train``, its test images that class's in
+``x_test`` — each class with as many as the file's smallest has, so that every run's tasks are of
+one size; they too are used as stored, and the CNN's input size follows them.
 """
 
 from __future__ import annotations
@@ -11,13 +15,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..data import imagenet32_num_classes, load_imagenet32_class
+from ..data import imagenet32_num_classes, load_imagenet32_class, load_npz
 from ..params import Param
 from ..rng import np_rng
 from .base import Problem, TaskData
+from .image_sets import NPZ_IMAGENET, ReadsOwnImages, balanced_classes, channels_first
 
 
-class ContinualImageNet(Problem):
+class ContinualImageNet(ReadsOwnImages, Problem):
     """Continual ImageNet: task t is a binary task between ImageNet-32 classes 2t and 2t + 1
     of the run's class order (the module docstring gives the schedule)."""
 
@@ -31,17 +36,35 @@ class ContinualImageNet(Problem):
     defaults = {"tasks": 500, "steps_per_task": 120, "batch_size": 100}
     parameters = (
         Param("classes_per_task", 2, int, "new classes per task (labels 0..classes_per_task-1)", low=1),
-        Param("train_per_class", 600, int, "images of each class used for training; the rest test", low=1),
+        Param("train_per_class", 600, int, "images of each class used for training; the rest test "
+              "(with npz: the first of each class's x_train, and x_test the test)", low=1),
+        NPZ_IMAGENET,
     )
     has_test_sets = True
 
     def load(self) -> None:
-        self.num_classes = imagenet32_num_classes(self.data_dir)
-        self.source = f"imagenet32/classes/*.npy ({self.num_classes} classes)"
+        npz = self.params.get("npz", "")
+        if npz:
+            ds = load_npz(npz)
+            self.own = [(channels_first(x), torch.tensor(y, dtype=torch.int64))
+                        for x, y in ((ds.x_train, ds.y_train), (ds.x_test, ds.y_test))]
+            self.num_classes = int(max(ds.y_train.max(), ds.y_test.max())) + 1
+            self.source = ds.source
+            self.input_shape = tuple(int(d) for d in self.own[0][0].shape[1:])
+            # each class as many images as the smallest, so that every run's tasks are of one size
+            self.own = [(x[keep], y[keep]) for (x, y), keep in zip(self.own, (
+                balanced_classes(self.own[0][1], self.num_classes, npz, "x_train"),
+                balanced_classes(self.own[1][1], self.num_classes, npz, "x_test")), strict=True)]
+            where = npz
+        else:
+            self.own = None
+            self.num_classes = imagenet32_num_classes(self.data_dir)
+            self.source = f"imagenet32/classes/*.npy ({self.num_classes} classes)"
+            where = "the data directory"
         needed = self.tasks * self.params["classes_per_task"]
         if needed > self.num_classes:
             raise ValueError(f"{self.name}: {self.tasks} tasks need {needed} distinct classes, "
-                             f"the data directory has {self.num_classes}; lower tasks or add classes")
+                             f"{where} has {self.num_classes}; lower tasks or add classes")
 
     def task_classes(self, seed: int, task: int) -> np.ndarray:
         """The classes of ``task`` for the run with ``seed`` (never reused)."""
@@ -53,9 +76,14 @@ class ContinualImageNet(Problem):
         n = self.params["train_per_class"]
         xs, ys = [], []
         for label, c in enumerate(self.task_classes(seed, task)):
-            images = np.asarray(load_imagenet32_class(self.data_dir, int(c))).transpose(0, 3, 1, 2)
-            part = images[:n] if train else images[n:]
-            xs.append(torch.tensor(part))
+            if self.own is not None:
+                x, y = self.own[0 if train else 1]
+                part = x[y == int(c)]
+                part = part[:n] if train else part
+            else:
+                images = np.asarray(load_imagenet32_class(self.data_dir, int(c))).transpose(0, 3, 1, 2)
+                part = torch.tensor(images[:n] if train else images[n:])
+            xs.append(part)
             ys.append(torch.full((len(part),), label, dtype=torch.int64))
         return TaskData(torch.cat(xs), torch.cat(ys))
 
