@@ -35,6 +35,7 @@ class Classifier(pl.LightningModule):
         torch.manual_seed(0)
         self.net = nn.Sequential(nn.Linear(784, 100), nn.ReLU(), nn.Linear(100, 100), nn.ReLU(),
                                  nn.Linear(100, 10))
+        # built here, beside the CPU weights: it follows them to the GPU the trainer moves them to
         self.reg = L2Init(self.net, strength=l2_init) if l2_init > 0 else None
 
     def forward(self, x):
@@ -47,6 +48,16 @@ class Classifier(pl.LightningModule):
 
     def configure_optimizers(self):
         return torch.optim.Adam(self.parameters(), lr=1e-3)
+
+    # θ₀ is L2 Init's state: into Lightning's checkpoints with the weights, so that
+    # `trainer.fit(..., ckpt_path=...)` pulls toward the first run's θ₀, not this module's
+    def on_save_checkpoint(self, checkpoint):
+        if self.reg is not None:
+            checkpoint["l2_init"] = self.reg.state_dict()
+
+    def on_load_checkpoint(self, checkpoint):
+        if self.reg is not None:
+            self.reg.load_state_dict(checkpoint["l2_init"])
 
 
 class Stream(torch.utils.data.IterableDataset):
@@ -70,6 +81,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=625)
     parser.add_argument("--every", type=int, default=100)
     parser.add_argument("--l2-init", type=float, default=0.0, help="L2 Init's λ (0: plain Adam)")
+    parser.add_argument("--accelerator", default="cpu", help="Lightning's: cpu, gpu or auto")
     args = parser.parse_args()
     torch.set_num_threads(1)
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
@@ -81,7 +93,7 @@ def main() -> None:
     probe = stream.sample_inputs(500, "probe")[0]  # 500 inputs of the first task
     callback = PlasticityCallback(probe=probe, every=args.every)
     with tempfile.TemporaryDirectory() as logs:
-        trainer = pl.Trainer(max_epochs=1, accelerator="cpu", devices=1, callbacks=[callback],
+        trainer = pl.Trainer(max_epochs=1, accelerator=args.accelerator, devices=1, callbacks=[callback],
                              logger=pl.loggers.CSVLogger(logs), enable_checkpointing=False,
                              enable_progress_bar=False, enable_model_summary=False)
         trainer.fit(Classifier(args.l2_init), torch.utils.data.DataLoader(Stream(stream), batch_size=None))

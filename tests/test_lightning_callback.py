@@ -51,21 +51,34 @@ def _trainer(tmp_path, callback, max_steps, **kwargs):
                       enable_progress_bar=False, enable_model_summary=False, **kwargs)
 
 
-def _module():
+def _module(seed: int = 0, l2_init: bool = False):
     import lightning.pytorch as pl
+
+    from plasticlab import L2Init
 
     class Tiny(pl.LightningModule):
         def __init__(self):
             super().__init__()
-            torch.manual_seed(0)
+            torch.manual_seed(seed)
             self.net = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 3))
+            self.reg = L2Init(self.net, 1e-2) if l2_init else None
 
         def forward(self, x):
             return self.net(x)
 
         def training_step(self, batch, batch_idx):
             x, y = batch
-            return nn.functional.cross_entropy(self(x), y)
+            loss = nn.functional.cross_entropy(self(x), y)
+            return loss + self.reg() if self.reg is not None else loss
+
+        # L2 Init's θ₀ in Lightning's checkpoints (docs/methods.md's pattern)
+        def on_save_checkpoint(self, checkpoint):
+            if self.reg is not None:
+                checkpoint["l2_init"] = self.reg.state_dict()
+
+        def on_load_checkpoint(self, checkpoint):
+            if self.reg is not None:
+                self.reg.load_state_dict(checkpoint["l2_init"])
 
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
@@ -181,3 +194,19 @@ def test_a_fit_resumed_from_a_checkpoint_measures_from_the_first_runs_theta0_and
     drift = (sum((a - b).pow(2).sum() for a, b in zip(theta, theta0, strict=True)).sqrt()
              / sum(b.pow(2).sum() for b in theta0).sqrt())
     assert history[-1]["weight_drift"] == pytest.approx(float(drift), rel=1e-6)
+
+
+@needs_lightning
+def test_l2_init_in_a_lightning_module_resumes_with_the_first_runs_theta0(tmp_path, quiet_lightning):
+    import lightning.pytorch as pl
+
+    first = _module(l2_init=True)
+    theta0 = [t.clone() for t in first.reg.initial]
+    trainer = _trainer(tmp_path / "first", pl.Callback(), max_steps=-1, max_epochs=1)
+    trainer.fit(first, _data())
+    trainer.save_checkpoint(tmp_path / "at8.ckpt")
+    resumed = _module(seed=1, l2_init=True)  # built on another initialisation, as a new process may
+    assert not torch.equal(resumed.reg.initial[0], theta0[0])
+    second = _trainer(tmp_path / "second", pl.Callback(), max_steps=12)
+    second.fit(resumed, _data(), ckpt_path=tmp_path / "at8.ckpt")
+    assert all(torch.equal(a, b) for a, b in zip(resumed.reg.initial, theta0, strict=True))
