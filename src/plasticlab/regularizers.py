@@ -122,11 +122,12 @@ class Regularizer(NamedState):
     def _follow_parameters(self) -> None:
         """θ₀ and the rest after the parameters, if the model was moved since (:meth:`_follow`);
         the kept differences θ − target anew if it was converted (``model.double()``), so that
-        they are taken in the parameters' own precision."""
-        self._follow(self.params[0].device)
-        kept = self._differences
-        if kept is not None and any(d is not None and d.dtype != p.dtype
-                                    for d, p in zip(kept, self.params, strict=True)):
+        they are taken in the parameters' own precision. Checked on the first parameter (a
+        model is moved and converted whole), every step, so kept to two comparisons."""
+        first = self.params[0]
+        if self.strength.device != first.device:
+            self._follow(first.device)
+        if self._differences is not None and self._differences_dtype != first.dtype:
             self._differences = None
 
     def _moved(self) -> None:
@@ -187,6 +188,7 @@ class Regularizer(NamedState):
         if self._differences is None:
             self._differences = [None if t is None else torch.empty_like(p)
                                  for p, t in zip(self.params, targets, strict=True)]
+            self._differences_dtype = self.params[0].dtype
         for p, t, difference in zip(self.params, targets, self._differences, strict=True):
             s = self.strength_for(p)
             if p.grad is None:
