@@ -8,9 +8,10 @@ once with L2 Init; a monitor watches both. The only lines the monitor asks for::
     optimizer.step()
     monitor.step()                                                 # once per training step
 
-It saves a figure of the dead units and the feature rank (srank) against the step for both
-runs, and prints them at every task end. ``--overhead`` instead times the same training with
-and without the monitor and prints the monitor's cost.
+It saves a figure of the dead units, the feature rank (srank) and the drift from θ₀ against the
+step for both runs (``plasticlab.monitor.plot``), and prints the first two at every task end.
+``--overhead`` instead times the same training with and without the monitor and prints the
+monitor's cost.
 
 Run:  python examples/monitor_any_model.py --data-dir ../shared/data
       python examples/monitor_any_model.py --data-dir ../shared/data --overhead
@@ -28,7 +29,7 @@ import torch
 from torch import nn
 
 from plasticlab import L2Init, Monitor
-from plasticlab.monitor import PlasticityWarning, TrainabilityProbe
+from plasticlab.monitor import PlasticityWarning, TrainabilityProbe, plot
 from plasticlab.problems import PermutedMNIST
 
 
@@ -89,34 +90,6 @@ def task_end_table(runs: dict[str, Monitor], tasks: int, steps: int) -> None:
             cells.append(f"{100 * row['dead_fraction']:16.1f}"
                          + "".join(f"{row[f'srank/{la}']:10d}" for la in layers))
         print(f"{task:4d}  " + "  ".join(cells))
-
-
-def save_figure(runs: dict[str, Monitor], path: Path, steps: int, probe: int) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    colors = {"baseline": "tab:red", "l2_init": "tab:blue"}
-    labels = {"baseline": "Adam", "l2_init": "Adam + L2 Init"}
-    fig, (ax_dead, ax_rank) = plt.subplots(1, 2, figsize=(9, 3.2), constrained_layout=True)
-    for name, mon in runs.items():
-        s, v = mon.history.series("dead_fraction")
-        ax_dead.plot(s, [100 * x for x in v], color=colors[name], label=labels[name], lw=1.2)
-        for i, (layer, style) in enumerate(zip(mon.history.layers("srank"), ("-", "--", ":"), strict=False)):
-            s, v = mon.history.series("srank", layer)
-            ax_rank.plot(s, v, color=colors[name], ls=style, lw=1.2,
-                         label=f"{labels[name]}, hidden layer {i + 1} (module '{layer}')")
-    ax_dead.set(xlabel="step", ylabel="dead units (%)", title="Dead units (both hidden layers)")
-    ax_rank.set(xlabel="step", ylabel="srank", title="Feature rank (srank) per hidden layer")
-    for ax in (ax_dead, ax_rank):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, frameon=False)
-    fig.suptitle(f"plasticlab.Monitor on Permuted MNIST (MLP, Adam; {steps} steps per task; "
-                 f"probe of {probe} inputs)", fontsize=9)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def overhead(args) -> None:
@@ -180,7 +153,10 @@ def main() -> None:
         for w in caught:
             print(f"[{name}] {w.category.__name__}: {w.message}")
     task_end_table(runs, args.tasks, args.steps)
-    save_figure(runs, args.figure, args.steps, args.probe)
+    plot({"Adam": runs["baseline"], "Adam + L2 Init": runs["l2_init"]}, args.figure,
+         ("dead_fraction", "srank", "weight_drift"), task_steps=args.steps,
+         title=f"plasticlab.Monitor on Permuted MNIST (MLP, Adam; {args.steps} steps per task, "
+               f"a dotted line at each task's end; probe of {args.probe} inputs)")
     print(f"figure: {args.figure}")
     if args.csv:
         for name, mon in runs.items():

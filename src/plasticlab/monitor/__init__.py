@@ -63,6 +63,7 @@ The package, one concern a module (each imports only from those listed before it
 - :mod:`~plasticlab.monitor.alerts` — :class:`Thresholds`, :class:`PlasticityWarning`, the checks;
 - :mod:`~plasticlab.monitor.mirrors` — TensorBoard and W&B, :mod:`plasticlab.loggers`' writer and
   run with the monitor's tags;
+- :mod:`~plasticlab.monitor.figure` — :func:`plot`, histories as a figure, runs overlaid;
 - :mod:`~plasticlab.monitor.monitor` — :class:`Monitor`, which ties them together.
 """
 
@@ -70,6 +71,7 @@ The package, one concern a module (each imports only from those listed before it
 from .alerts import L2_INIT_FIX as L2_INIT_FIX
 from .alerts import Alert, PlasticityWarning, Thresholds
 from .capture import ACTIVATION_TYPES, find_activation_modules
+from .figure import plot
 from .hessian_probe import HessianProbe
 from .history import OVERALL as OVERALL
 from .history import MonitorHistory
@@ -78,4 +80,4 @@ from .monitor import Monitor
 from .probe import TrainabilityProbe
 
 __all__ = ["ACTIVATION_TYPES", "Alert", "HessianProbe", "Monitor", "MonitorHistory", "PlasticityWarning",
-           "Thresholds", "TrainabilityProbe", "find_activation_modules"]
+           "Thresholds", "TrainabilityProbe", "find_activation_modules", "plot"]

@@ -16,6 +16,7 @@ from ..state import check_keys
 from .alerts import AlertChecks, Thresholds
 from .capture import Capture, feature_modules, probe_pass, remove_hooks, to_device
 from .extras import FEATURE_MEASUREMENTS, parse_monitor_measurements, row_extras
+from .figure import DEFAULT_METRICS, plot
 from .hessian_probe import HessianProbe, hessian_eigenvalue
 from .history import MonitorHistory
 from .measurements import ParameterBaseline, measure
@@ -263,6 +264,13 @@ class Monitor:
             raise ValueError("Monitor.l2_init: some parameters of the model were not there when the "
                              "monitor was made; its θ₀ does not cover them")
         return L2Init(params, strength, initial=[self._baseline.theta0(p) for p in params])
+
+    def plot(self, path=None, metrics: Sequence[str] = DEFAULT_METRICS, *, task_steps: int | None = None,
+             title: str | None = None):
+        """A figure of this monitor's history, one panel per measurement against the step (each
+        layer a line style where measured per layer), written to ``path`` when given: see
+        :func:`plasticlab.monitor.plot`, which overlays several runs."""
+        return plot(self.history, path, metrics, task_steps=task_steps, title=title)
 
     def close(self) -> None:
         """Remove the hooks and close the mirrors (also done when the monitor is collected)."""
