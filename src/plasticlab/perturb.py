@@ -30,6 +30,8 @@ class ShrinkPerturb(NamedState):
     generator (resuming the same draws takes ``torch.get_rng_state()`` saved beside the model),
     a sampler of your own keeps its own."""
 
+    device_attributes = ("shrink", "noise")
+
     def __init__(self, params: nn.Module | Iterable[torch.Tensor], shrink, noise, *,
                  sampler: Callable[[], Sequence[torch.Tensor]] | None = None,
                  member_dim: bool = False):
@@ -50,7 +52,6 @@ class ShrinkPerturb(NamedState):
                              f"{self.shrink.tolist()}, noise {self.noise.tolist()}")
         self.member_dim = member_dim
 
-    device_attributes = ("shrink", "noise")
     def _view(self, t: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
         if self.member_dim and t.dim() == 1:
             return t.view(-1, *([1] * (p.dim() - 1)))

@@ -113,6 +113,7 @@ class Regularizer(NamedState):
             raise ValueError(f"{type(self).__name__}: strength must be >= 0, got {strength.tolist()}")
         self.strength = strength
         self._differences: list[torch.Tensor | None] | None = None  # add_grad_'s kept θ − target
+        self._differences_dtype: torch.dtype | None = None  # the parameters' when they were made
 
     def _state_device(self) -> torch.device:
         return self.params[0].device
@@ -130,7 +131,7 @@ class Regularizer(NamedState):
         if self._differences is not None and self._differences_dtype != first.dtype:
             self._differences = None
 
-    def _moved(self) -> None:
+    def _after_move(self) -> None:
         self._differences = None
 
     captured: bool = False
@@ -330,8 +331,8 @@ class WassersteinInit(Regularizer):
         # each tensor's order at the last step: where the next sort starts (rank_order)
         self._last_order: list[torch.Tensor | None] = [None] * len(self.params)
 
-    def _moved(self) -> None:
-        super()._moved()
+    def _after_move(self) -> None:
+        super()._after_move()
         self._last_order = [None] * len(self.params)
 
     def _flat(self, t: torch.Tensor) -> torch.Tensor:
@@ -399,8 +400,8 @@ class L2InitResample(Regularizer):
         self.sampler = sampler
         self.current: list[torch.Tensor] = []
 
-    def _moved(self) -> None:
-        super()._moved()
+    def _after_move(self) -> None:
+        super()._after_move()
         self.current = []  # the last φₜ, drawn where the model was: the next call draws anew
 
     @torch.no_grad()

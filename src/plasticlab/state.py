@@ -84,10 +84,10 @@ class NamedState:
         if held is None or held == device:
             return
         for name in names:
-            setattr(self, name, _moved(getattr(self, name), device))
-        self._moved()
+            setattr(self, name, _moved_to(getattr(self, name), device))
+        self._after_move()
 
-    def _moved(self) -> None:
+    def _after_move(self) -> None:
         """After :meth:`_follow` moved the tensors: drop what was kept for the old device."""
 
 
@@ -221,13 +221,13 @@ def _held_device(value) -> torch.device | None:
     return None
 
 
-def _moved(value, device: torch.device):
+def _moved_to(value, device: torch.device):
     """``value`` with every tensor on ``device``: lists and tuples rebuilt, a module moved in
     place."""
     if isinstance(value, nn.Module):
         return value.to(device)
     if isinstance(value, list | tuple):
-        return type(value)(_moved(v, device) for v in value)
+        return type(value)(_moved_to(v, device) for v in value)
     return nested_to_device(value, device)
 
 
