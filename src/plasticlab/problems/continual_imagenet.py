@@ -45,16 +45,7 @@ class ContinualImageNet(ReadsOwnImages, Problem):
     def load(self) -> None:
         npz = self.params.get("npz", "")
         if npz:
-            ds = load_npz(npz)
-            self.own = [(channels_first(x), torch.tensor(y, dtype=torch.int64))
-                        for x, y in ((ds.x_train, ds.y_train), (ds.x_test, ds.y_test))]
-            self.num_classes = int(max(ds.y_train.max(), ds.y_test.max())) + 1
-            self.source = ds.source
-            self.input_shape = tuple(int(d) for d in self.own[0][0].shape[1:])
-            # each class as many images as the smallest, so that every run's tasks are of one size
-            self.own = [(x[keep], y[keep]) for (x, y), keep in zip(self.own, (
-                balanced_classes(self.own[0][1], self.num_classes, npz, "x_train"),
-                balanced_classes(self.own[1][1], self.num_classes, npz, "x_test")), strict=True)]
+            self._load_own(npz)
             where = npz
         else:
             self.own = None
@@ -65,6 +56,20 @@ class ContinualImageNet(ReadsOwnImages, Problem):
         if needed > self.num_classes:
             raise ValueError(f"{self.name}: {self.tasks} tasks need {needed} distinct classes, "
                              f"{where} has {self.num_classes}; lower tasks or add classes")
+
+    def _load_own(self, npz: str) -> None:
+        """A user's images in ImageNet-32's place: (images ``[N, C, H, W]``, labels) of the
+        training and the test split, each class cut to the smallest one's size, so that every
+        run's tasks are of one size."""
+        ds = load_npz(npz)
+        self.num_classes = int(max(ds.y_train.max(), ds.y_test.max())) + 1
+        self.own = []
+        for x, y, split in ((ds.x_train, ds.y_train, "x_train"), (ds.x_test, ds.y_test, "x_test")):
+            x, y = channels_first(x), torch.tensor(y, dtype=torch.int64)
+            keep = balanced_classes(y, self.num_classes, npz, split)
+            self.own.append((x[keep], y[keep]))
+        self.source = ds.source
+        self.input_shape = tuple(int(d) for d in self.own[0][0].shape[1:])
 
     def task_classes(self, seed: int, task: int) -> np.ndarray:
         """The classes of ``task`` for the run with ``seed`` (never reused)."""
