@@ -14,7 +14,7 @@ PACKAGE = Path(plasticlab.__file__).parent
 
 LAYERS = [
     {"params", "rng", "philox", "device", "run_config", "checkpoint", "fisher", "fast", "loggers",
-     "state"},
+     "state", "registry"},
     {"data"},
     {"problems"},
     {"nets"},

@@ -13,10 +13,11 @@ modules import one another in a circle (``tests/test_layers.py`` checks both). A
 its top-level module's layer:
 
 0. ``params``, ``rng``, ``philox``, ``device``, ``run_config``, ``checkpoint``, ``state``,
-   ``fisher``, ``fast``, ``loggers`` — typed parameters, seeded streams and a counter-based
-   generator drawn on the device, devices, the resolved run configuration and an ensemble's
-   members, safe checkpoints, the drop-ins' saved state, the Fisher information, the switch to
-   the fast paths' plain forms, the TensorBoard/W&B mirrors;
+   ``fisher``, ``fast``, ``loggers``, ``registry`` — typed parameters, seeded streams and a
+   counter-based generator drawn on the device, devices, the resolved run configuration and an
+   ensemble's members, safe checkpoints, the drop-ins' saved state, the Fisher information, the
+   switch to the fast paths' plain forms, the TensorBoard/W&B mirrors, the registries of methods
+   and problems that other packages add to;
 1. ``data`` — datasets in their official formats, checked;
 2. ``problems`` — the continual streams (SPEC §3) for K seeded members, and a task's examples
    gathered and prepared ahead;

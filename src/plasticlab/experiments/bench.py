@@ -77,7 +77,7 @@ def _samples_per_second(problem: str, method: str, members: int, steps: int, dat
     return samples_per_second(_short_config(problem, method, 1, steps, optimizer), members, data_dir)
 
 
-def relative_costs(steps: int, data_dir, methods=tuple(METHODS),
+def relative_costs(steps: int, data_dir, methods=None,
                    optimizers=tuple(o for o in OPTIMIZERS if o != "adam"), log=print,
                    arch: str = "mlp", base: float | None = None) -> tuple[dict, dict]:
     """Each method's (with Adam) and each optimizer's (training the Baseline) time per step
@@ -85,6 +85,7 @@ def relative_costs(steps: int, data_dir, methods=tuple(METHODS),
     (:data:`CALIBRATION_PROBLEMS`), whose member-samples/s is ``base`` — by default measured
     here, first, so that every cost is a ratio of two runs made the same way moments apart (a
     rate from earlier in the calibration drifts with the machine's load by 10–20 %)."""
+    methods = tuple(METHODS) if methods is None else methods  # plugins load at the first call
     problem, where = CALIBRATION_PROBLEMS[arch], f"{arch.upper()}, K=8"
     if base is None:
         base = _samples_per_second(problem, "baseline", 8, steps, data_dir)

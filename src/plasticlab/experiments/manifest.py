@@ -21,8 +21,12 @@ import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ..methods import METHODS
+from ..problems import PROBLEMS
+
 __all__ = ["build_manifest", "code_identity", "from_other_code", "git_info", "package_version",
-           "resumed_code_note", "trained_by", "trained_by_text", "trains_as_this_code", "utc_now"]
+           "plugin_origins", "resumed_code_note", "trained_by", "trained_by_text", "trains_as_this_code",
+           "utc_now"]
 
 # The directory whose git state identifies the code that ran: the installed package itself,
 # not the caller's working directory (a user may run plasticlab from their own repository).
@@ -201,13 +205,16 @@ def build_manifest(config: dict, seed: int, device: str, threads: int) -> dict:
     - ``device``, ``threads``: the torch device and the thread count the run used;
     - ``start_time``: ISO 8601 in UTC.
 
-    - ``code``: :func:`code_identity`.
+    - ``code``: :func:`code_identity`;
+    - ``plugins``, only for a run of a method or problem another package adds
+      (:mod:`plasticlab.registry`): ``{"method": …, "problem": …}``, each its entry point,
+      distribution and version — the code that plasticlab's commit does not name.
 
     ``end_time`` is added by :meth:`ResultStore.finish_run` (or ``fail_run``); the runner adds
     ``ensemble`` (the ensemble the run trained in) and, at the end, the data files' MD5s.
     """
     commit, dirty = git_info()
-    return {
+    manifest = {
         "config": copy.deepcopy(config),
         "seed": int(seed),
         "versions": {
@@ -225,3 +232,15 @@ def build_manifest(config: dict, seed: int, device: str, threads: int) -> dict:
         "threads": int(threads),
         "start_time": utc_now(),
     }
+    plugins = plugin_origins(config)
+    if plugins:
+        manifest["plugins"] = plugins
+    return manifest
+
+
+def plugin_origins(config: dict) -> dict[str, dict]:
+    """Where the run's method and problem came from, for those another package adds:
+    ``{"method": {"entry_point", "distribution", "version"}, …}``; empty for plasticlab's own."""
+    origins = {"method": METHODS.origin(config.get("method", "")),
+               "problem": PROBLEMS.origin(config.get("problem", ""))}
+    return {kind: origin for kind, origin in origins.items() if origin is not None}

@@ -2,9 +2,11 @@
 
 Adding a method: write ``methods/my_method.py`` with a :class:`Method` subclass (``name``,
 ``title``, ``description``, ``hyperparameters``, the hooks it needs and :meth:`Method.needs` declaring
-them) and add it to ``METHODS`` below.
+them) and add it to ``METHODS`` below — or, from a package of your own, name it in the entry
+points ``plasticlab.methods`` (:mod:`plasticlab.registry`).
 """
 
+from ..registry import Registry
 from .base import Method, MethodContext, Needs, PenaltyMethod
 from .baseline import Baseline
 from .c_chain import ContinualChurnReduction
@@ -35,7 +37,7 @@ from .swr import SelectiveWeightReinit
 from .wasserstein_init import WassersteinInitMethod
 from .weight_clip import WeightClipMethod
 
-METHODS: dict[str, type[Method]] = {
+METHODS: Registry = Registry("method", "plasticlab.methods", Method, {
     cls.name: cls for cls in (Baseline, L2Method, L2InitMethod, L1InitMethod, HuberInitMethod,
                               L2InitResampleMethod, ShrinkPerturbMethod, ContinualBackprop,
                               ConcatReLU, LayerNorm, ReDo, EWCMethod, L2InitEWC,
@@ -47,7 +49,9 @@ METHODS: dict[str, type[Method]] = {
                               WassersteinInitMethod, ReGraMa, DirectionAwareShrinking,
                               DeepFourierFeatures, PlasticityInjectionMethod,
                               ContinualChurnReduction)
-}
+})
+"""Every method by name: plasticlab's, then those other packages add (entry points
+``plasticlab.methods``: :mod:`plasticlab.registry`)."""
 
 
 def boundary_oracle(method: str | type[Method]) -> bool:

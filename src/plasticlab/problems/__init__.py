@@ -1,6 +1,7 @@
 """The five continual-classification problems of SPEC §3, and the field's (issue 47: warm-start,
 class-incremental split, the slowly-changing regression), as per-member seeded streams."""
 
+from ..registry import Registry
 from .base import LOSSES, Problem, TaskData
 from .continual_imagenet import ContinualImageNet
 from .five_plus_one_cifar import FivePlusOneCIFAR
@@ -10,11 +11,13 @@ from .slowly_changing_regression import SlowlyChangingRegression
 from .split import SplitCIFAR, SplitMNIST
 from .warm_start import WarmStartCIFAR, WarmStartMNIST
 
-PROBLEMS: dict[str, type[Problem]] = {
+PROBLEMS: Registry = Registry("problem", "plasticlab.problems", Problem, {
     cls.name: cls
     for cls in (PermutedMNIST, RandomLabelMNIST, RandomLabelCIFAR, FivePlusOneCIFAR, ContinualImageNet,
                 WarmStartMNIST, WarmStartCIFAR, SplitMNIST, SplitCIFAR, SlowlyChangingRegression)
-}
+})
+"""Every problem by name: plasticlab's, then those other packages add (entry points
+``plasticlab.problems``: :mod:`plasticlab.registry`)."""
 
 
 def problem_title(name: str) -> str:
