@@ -5,6 +5,7 @@ their runs record where they came from; a plugin that cannot be one is an error 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -79,7 +80,7 @@ def test_a_plugins_method_and_problem_train_in_a_sweeps_workers_and_are_recorded
     proc = subprocess.run([sys.executable, "-m", "plasticlab", "sweep", str(sweep), "--out", str(out),
                            "--data-dir", str(data_dir), "--workers", "2", "--no-progress"],
                           capture_output=True, text=True, timeout=300,
-                          env={**__import__("os").environ, "PYTHONPATH": str(plugin_path)})
+                          env={**os.environ, "PYTHONPATH": str(plugin_path)})
     assert proc.returncode == 0, proc.stderr
     with ResultStore(out) as store:
         runs = store.runs()
@@ -92,6 +93,9 @@ def test_a_plugins_method_and_problem_train_in_a_sweeps_workers_and_are_recorded
     assert manifests["my_decay"]["plugins"] == {
         "method": origin, "problem": {**origin, "entry_point": "myplugin:FewerPixels"}}
     assert manifests["baseline"]["plugins"] == {"problem": {**origin, "entry_point": "myplugin:FewerPixels"}}
+    listed = subprocess.run([sys.executable, "-m", "plasticlab", "list"], capture_output=True, text=True,
+                            timeout=120, env={**os.environ, "PYTHONPATH": str(plugin_path)}).stdout
+    assert "  my_decay               θ ← (1 − ρ)·θ after every step [from myplugin 0.3]" in listed
 
 
 class NotAMethod:

@@ -169,6 +169,12 @@ def _unfinished_seeds(config, seeds: list[int], out: Path, rerun: bool) -> list[
     return [s for s in seeds if s not in done]
 
 
+def _plugin(registry, name: str) -> str:
+    """`` [from DIST VERSION]`` for a class another package added, else nothing."""
+    origin = registry.origin(name)
+    return "" if origin is None else f" [from {origin['distribution']} {origin['version']}]"
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     """``plasticlab list``: print the registered methods, problems and optimizers with their
     hyper-parameters and defaults."""
@@ -179,7 +185,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     print("problems:")
     for name, cls in PROBLEMS.items():
         d = cls.defaults
-        print(f"  {name:<22} {cls.description}")
+        print(f"  {name:<22} {cls.description}{_plugin(PROBLEMS, name)}")
         print(f"  {'':<22} {cls.arch}, {d['tasks']} tasks × {d['steps_per_task']} steps, "
               f"batch {d['batch_size']}" + (", test sets" if cls.has_test_sets else "")
               + (f", {cls.loss} loss" if cls.loss != "cross_entropy" else ""))
@@ -187,7 +193,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             print(f"  {'':<24}{p.name} = {p.default!r}: {p.doc}")
     print("\nmethods:")
     for name, cls in METHODS.items():
-        print(f"  {name:<22} {cls.description}" + (" [boundary oracle †]" if boundary_oracle(cls) else ""))
+        print(f"  {name:<22} {cls.description}" + (" [boundary oracle †]" if boundary_oracle(cls) else "")
+              + _plugin(METHODS, name))
         for p in cls.hyperparameters:
             choices = f" ({' | '.join(p.choices)})" if p.choices else ""
             print(f"  {'':<24}{p.name} = {p.default!r}{choices}: {p.doc}")
