@@ -93,9 +93,6 @@ def test_a_plugins_method_and_problem_train_in_a_sweeps_workers_and_are_recorded
     assert manifests["my_decay"]["plugins"] == {
         "method": origin, "problem": {**origin, "entry_point": "myplugin:FewerPixels"}}
     assert manifests["baseline"]["plugins"] == {"problem": {**origin, "entry_point": "myplugin:FewerPixels"}}
-    listed = subprocess.run([sys.executable, "-m", "plasticlab", "list"], capture_output=True, text=True,
-                            timeout=120, env={**os.environ, "PYTHONPATH": str(plugin_path)}).stdout
-    assert "  my_decay               θ ← (1 − ρ)·θ after every step [from myplugin 0.3]" in listed
 
 
 class NotAMethod:
@@ -137,3 +134,20 @@ def test_plasticlabs_own_registry_loads_its_plugins_at_the_first_lookup_once(mon
     assert calls == []  # built, nothing loaded
     assert methods["l2_init"] is METHODS["l2_init"] and "l2_init" in methods and len(methods) == len(METHODS)
     assert calls == ["plasticlab.methods"] and methods.origin("l2_init") is None
+
+
+def test_plasticlab_list_names_a_plugins_distribution_and_version(plugin_path, monkeypatch, capsys):
+    import plasticlab.methods
+    import plasticlab.problems
+    from plasticlab.cli import main
+
+    builtin = {"method": dict(METHODS), "problem": dict(plasticlab.problems.PROBLEMS)}  # loaded first
+    monkeypatch.syspath_prepend(str(plugin_path))  # as if installed: its module and its metadata
+    monkeypatch.setattr(plasticlab.methods, "METHODS",
+                        Registry("method", "plasticlab.methods", Method, builtin["method"]))
+    monkeypatch.setattr(plasticlab.problems, "PROBLEMS", Registry(
+        "problem", "plasticlab.problems", plasticlab.problems.Problem, builtin["problem"]))
+    assert main(["list"]) == 0
+    listed = capsys.readouterr().out
+    assert "  my_decay               θ ← (1 − ρ)·θ after every step [from myplugin 0.3]" in listed
+    assert "  my_permuted            " in listed and listed.count("[from myplugin 0.3]") == 2
