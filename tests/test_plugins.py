@@ -151,3 +151,24 @@ def test_plasticlab_list_names_a_plugins_distribution_and_version(plugin_path, m
     listed = capsys.readouterr().out
     assert "  my_decay               θ ← (1 − ρ)·θ after every step [from myplugin 0.3]" in listed
     assert "  my_permuted            " in listed and listed.count("[from myplugin 0.3]") == 2
+
+
+def test_runs_of_a_plugin_at_another_version_or_no_longer_installed_are_said_so(plugin_path, monkeypatch):
+    import plasticlab.experiments.manifest as manifest
+
+    builtin = dict(METHODS)
+    monkeypatch.syspath_prepend(str(plugin_path))
+    monkeypatch.setattr(manifest, "METHODS", Registry("method", "plasticlab.methods", Method, builtin))
+    origin = {"entry_point": "myplugin:Decay", "distribution": "myplugin", "version": "0.3"}
+
+    def run(method, plugins):
+        return {"config": {"method": method, "problem": "permuted_mnist"}, "manifest": {"plugins": plugins}}
+
+    same = run("my_decay", {"method": origin})
+    older = run("my_decay", {"method": {**origin, "version": "0.2"}})
+    gone = run("their_decay", {"method": {**origin, "distribution": "theirs"}})
+    assert manifest.plugins_changed([same, run("baseline", {})]) is None
+    assert manifest.plugins_changed([same, older, older, gone]) == (
+        "2 run(s) of a plugin's method or problem were trained with myplugin 0.2 (myplugin 0.3 is "
+        "installed); 1 run(s) of a plugin's method or problem were trained with theirs 0.3 (no "
+        "installed package adds method 'their_decay')")

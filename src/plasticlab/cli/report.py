@@ -21,7 +21,7 @@ def write_report(directory: str, out: str | None = None, formats: str = "png,svg
     files of ``formats`` (comma-separated; png plus any of svg, pdf), print its warnings and
     where it is; with ``check``, load it in headless Chromium. The exit code: 1 when the
     check saw a problem, else 0."""
-    from ..experiments.manifest import code_identity, from_other_code
+    from ..experiments.manifest import code_identity, from_other_code, plugins_changed
     from ..experiments.progress import code_summary
     from ..report.build import build_report
     from ..report.data import load_results
@@ -40,6 +40,9 @@ def write_report(directory: str, out: str | None = None, formats: str = "png,svg
                                 f"this plasticlab ({code_identity()}): {code_summary(other_code)} "
                                 f"(`plasticlab verify {directory}` checks whether this code gives "
                                 "their numbers)")
+    plugins = plugins_changed(results.finished)
+    if plugins:
+        results.warnings.append(plugins)
     page = build_report(directory, out, formats=names, max_bins=max_bins, reps=reps, results=results)
     for warning in results.warnings:
         print(f"warning: {warning}", file=sys.stderr)

@@ -17,7 +17,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     out = Path(args.dir)
     if not (out / "results.sqlite").is_file():
         raise ValueError(f"{out} holds no results store (results.sqlite)")
-    from ..experiments.manifest import code_identity, from_other_code
+    from ..experiments.manifest import code_identity, from_other_code, plugins_changed
 
     with ResultStore(out) as store:
         runs = store.runs()
@@ -45,6 +45,9 @@ def cmd_status(args: argparse.Namespace) -> int:
               f"{out}` checks whether this code gives their numbers, `sweep --rerun` (`--only "
               "KEY=VALUE` for some of them) or `run --rerun` trains them again (earlier results "
               "are kept)")
+    plugins = plugins_changed([r for r in runs if r["status"] == "finished"])
+    if plugins:
+        print(f"  note: {plugins}")
     return 0
 
 

@@ -25,8 +25,8 @@ from ..methods import METHODS
 from ..problems import PROBLEMS
 
 __all__ = ["build_manifest", "code_identity", "from_other_code", "git_info", "package_version",
-           "plugin_origins", "resumed_code_note", "trained_by", "trained_by_text", "trains_as_this_code",
-           "utc_now"]
+           "plugin_origins", "plugins_changed", "resumed_code_note", "trained_by", "trained_by_text",
+           "trains_as_this_code", "utc_now"]
 
 # The directory whose git state identifies the code that ran: the installed package itself,
 # not the caller's working directory (a user may run plasticlab from their own repository).
@@ -157,6 +157,29 @@ def from_other_code(runs: list[dict]) -> list[dict]:
     them) that :func:`trains_as_this_code` does not vouch for: a run resumed across code
     versions counts if any of its sittings' code does."""
     return [run for run in runs if not all(map(trains_as_this_code, trained_by(run)))]
+
+
+def plugins_changed(runs: list[dict]) -> str | None:
+    """A note on the runs (dicts with their config and manifest, as the store and an export give
+    them) whose method or problem a plugin added at another version than the one installed now,
+    or that no installed package adds any more: which distribution and version trained how many
+    (the code a plasticlab commit does not name, so :func:`from_other_code` cannot see it); None
+    when there are none."""
+    changed: dict[tuple[str, str], int] = {}
+    for run in runs:
+        for kind, recorded in ((run.get("manifest") or {}).get("plugins") or {}).items():
+            registry = METHODS if kind == "method" else PROBLEMS
+            name = run["config"][kind]
+            now = registry.origin(name) if name in registry else None
+            if now != recorded:
+                installed = (f"{now['distribution']} {now['version']} is installed" if now
+                             else f"no installed package adds {kind} {name!r}")
+                key = (f"{recorded['distribution']} {recorded['version']}", installed)
+                changed[key] = changed.get(key, 0) + 1
+    if not changed:
+        return None
+    return "; ".join(f"{count} run(s) of a plugin's method or problem were trained with {was} ({now})"
+                     for (was, now), count in changed.items())
 
 
 def resumed_code_note(header: dict) -> str | None:
