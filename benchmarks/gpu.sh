@@ -4,6 +4,8 @@
 #   2. the CUDA tests (every test marked `cuda`);
 #   3. the engine's L2 Init step against the compiled torch.func peer at K = 256 and 1024, and a
 #      whole `plasticlab run --device cuda` (K = 256) against the engine (benchmarks/speed.py);
+#   3b. the L2 Init drop-in's `loss + reg()` in a plain model of 100 parameter tensors, one node
+#      of foreach kernels against its plain form (benchmarks/dropin_penalty.py);
 #   4. Shrink & Perturb's step with its noise from each member's host generator against Philox
 #      on the device (draws=philox), eager and compiled whole (--compile: one CUDA graph),
 #      K = 64, 300 steps (plasticlab run --json: steps/s, compilation included);
@@ -25,8 +27,8 @@
 #
 #     benchmarks/gpu.sh DATA_DIR [OUT_DIR]
 #
-# Budgets (seconds, each a hard timeout; 455 s in all): TESTS_S=140 (four of the CUDA tests
-# compile a step) SPEED_S=80 SP_S=25 (each of the two eager draws; the compiled one
+# Budgets (seconds, each a hard timeout; 455 s in all): TESTS_S=135 (four of the CUDA tests
+# compile a step) SPEED_S=75 PENALTY_S=10 SP_S=25 (each of the two eager draws; the compiled one
 # SP_COMPILED_S=50) GRID_S=45 (each of the three grid runs).
 set -uo pipefail
 source "$(dirname "$0")/gpu_lib.sh"
@@ -38,12 +40,15 @@ gpu_setup benchmarks/gpu.sh "$@"
     python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
 } 2>&1 | tee "$out/device.txt"
 
-timeout "${TESTS_S:-140}" python3 -m pytest -q -p no:cacheprovider -rs -m cuda tests/ 2>&1 \
+timeout "${TESTS_S:-135}" python3 -m pytest -q -p no:cacheprovider -rs -m cuda tests/ 2>&1 \
     | tee "$out/cuda_tests.txt"
 
-timeout "${SPEED_S:-80}" python3 benchmarks/speed.py --device cuda --data-dir "$data" \
+timeout "${SPEED_S:-75}" python3 benchmarks/speed.py --device cuda --data-dir "$data" \
     --archs mlp --methods l2_init --members 256,1024 --cli-members 256 --peer-members 256,1024 \
     --mlp-steps 625 --repeats 1 --verbose --csv "$out/speed_cuda.csv" 2>&1 | tee "$out/speed_cuda.txt"
+
+timeout "${PENALTY_S:-10}" python3 benchmarks/dropin_penalty.py --device cuda --repeats 3 2>&1 \
+    | tee "$out/dropin_penalty.txt"
 
 for form in generator philox philox-compiled; do
     draws=${form%-compiled} budget=${SP_S:-25} compile=()

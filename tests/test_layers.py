@@ -18,7 +18,7 @@ LAYERS = [
     {"data"},
     {"problems"},
     {"nets"},
-    {"metrics", "regularizers", "rank_order", "perturb", "optim"},
+    {"metrics", "regularizers", "rank_order", "foreach_penalty", "perturb", "optim"},
     {"methods", "measure"},
     {"step"},
     {"engine"},

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Sequence
 import torch
 from torch import nn
 
-from . import rank_order
+from . import foreach_penalty, rank_order
 from .nets.layers import EnsembleLayerNorm
 from .state import NamedState
 
@@ -166,6 +166,8 @@ class Regularizer(NamedState):
     def value(self) -> torch.Tensor:
         """The penalty, differentiable: a scalar, or ``[K]`` per member with ``member_dim``."""
         self._follow_parameters()
+        if type(self).rho is Regularizer.rho and foreach_penalty.applies(self.params, self.member_dim):
+            return foreach_penalty.quadratic_penalty(self.strength, self.params, self.targets())
         total = 0
         for _, d in self._diffs():
             r = self.rho(d)
@@ -257,14 +259,8 @@ class L2Init(_InitTarget):
     """L2 Init (regenerative regularization): (λ/2)‖θ − θ₀‖²; gradient λ(θ − θ₀).
 
     With SGD one step is θ ← (1 − αλ)θ + αλθ₀ − α∇L: a constant pull back to the initial
-    weights that keeps the network plastic.
+    weights that keeps the network plastic. ρ(d) = ½d², ρ′(d) = d: the base class's.
     """
-
-    def rho(self, d):
-        return 0.5 * d * d
-
-    def rho_grad(self, d):
-        return d
 
 
 class L1Init(_InitTarget):

@@ -1,0 +1,75 @@
+"""The quadratic penalty (λ/2)·Σ‖θ − target‖² over a whole model at once, with foreach kernels.
+
+``loss + reg()`` with :class:`plasticlab.L2Init` on a model of many parameter tensors builds, per
+tensor, a subtraction, a square, a sum and a product into the autograd graph, and as many again
+backward: for a hundred tensors over a thousand small operations a step, each a kernel launch
+on a GPU. This form computes the same penalty as one autograd node: the differences
+d = θ − target of every tensor in one ``torch._foreach_sub``, the value from their norms in one
+``torch._foreach_norm``, and the gradient λ·d·(∂loss/∂penalty) in one ``torch._foreach_mul`` —
+the gradient :class:`~plasticlab.regularizers.Regularizer` defines, d kept from the forward.
+
+Plain form: :meth:`plasticlab.regularizers.Regularizer.value` through autograd (the value up to
+rounding — here from the norms — and the gradient λ·d to the bit, or within rounding where
+autograd orders λ, ½ and the incoming gradient otherwise). Applies: a penalty whose ρ is the
+quadratic ½d² (L2, L2 Init, L2 Init + Resample, Wasserstein Init: ``Regularizer.value`` asks)
+and :func:`applies` — fast paths on (:func:`plasticlab.fast.enabled`), one model (no member
+dimension), every parameter a floating tensor on one device, autograd recording. Test:
+``tests/test_foreach_penalty.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from . import fast
+
+
+def applies(params: Sequence[torch.Tensor], member_dim: bool) -> bool:
+    """Whether a quadratic penalty's value over ``params`` may be :func:`quadratic_penalty`: fast
+    paths on, one model's parameters (no member dimension), floating tensors on one device,
+    autograd recording. (That ρ is the quadratic is the penalty's to say.)"""
+    if not fast.enabled() or member_dim or not torch.is_grad_enabled():
+        return False
+    device = params[0].device
+    return all(p.is_floating_point() and p.device == device for p in params)
+
+
+def quadratic_penalty(strength: torch.Tensor, params: Sequence[torch.Tensor],
+                      targets: Sequence[torch.Tensor | None]) -> torch.Tensor:
+    """(λ/2)·Σᵢ‖θᵢ − targetᵢ‖² (a target None: 0), a scalar whose gradient for θᵢ is
+    λ·(θᵢ − targetᵢ) times the incoming gradient, as one autograd node."""
+    if len(targets) != len(params):  # as the plain form's zip(strict=True) refuses
+        raise ValueError(f"quadratic_penalty: {len(targets)} targets for {len(params)} parameters")
+    return _QuadraticPenalty.apply(strength, len(params), *params, *targets)
+
+
+class _QuadraticPenalty(torch.autograd.Function):
+    """Forward: the penalty from the differences' norms; backward: λ·d for every parameter."""
+
+    @staticmethod
+    def forward(ctx, strength, count, *tensors):
+        params, targets = tensors[:count], tensors[count:]
+        with torch.no_grad():
+            pulled = [i for i, t in enumerate(targets) if t is not None]
+            differences = list(params)  # toward 0: θ itself
+            if pulled:
+                for i, d in zip(pulled, torch._foreach_sub([params[i] for i in pulled],
+                                                           [targets[i] for i in pulled]), strict=True):
+                    differences[i] = d
+            norms = torch.stack(torch._foreach_norm(differences))
+            value = 0.5 * strength * norms.square().sum()
+        ctx.save_for_backward(strength, *differences)  # θ itself where pulled toward 0
+        return value
+
+    @staticmethod
+    def backward(ctx, grad):
+        strength, *differences = ctx.saved_tensors
+        scaled = torch._foreach_mul(differences, strength * grad)
+        needs = ctx.needs_input_grad[2:2 + len(differences)]
+        return (None, None, *(g if need else None for g, need in zip(scaled, needs, strict=True)),
+                *([None] * len(differences)))
+
+
+__all__ = ["applies", "quadratic_penalty"]
