@@ -22,9 +22,10 @@ its top-level module's layer:
 2. ``problems`` — the continual streams (SPEC §3) for K seeded members, and a task's examples
    gathered and prepared ahead;
 3. ``nets`` — ensemble layers and their kernels, the MLP and CNN, and their units;
-4. ``metrics``, ``regularizers``, ``rank_order``, ``perturb``, ``optim`` — measurements of a
-   network, the drop-in penalties (and Wasserstein Init's sort from the last order) and Shrink &
-   Perturb, optimizers with per-element state;
+4. ``metrics``, ``regularizers``, ``rank_order``, ``foreach_penalty``, ``perturb``, ``optim`` —
+   measurements of a network, the drop-in penalties (Wasserstein Init's sort from the last
+   order, a quadratic penalty as one node of foreach kernels) and Shrink & Perturb, optimizers
+   with per-element state;
 5. ``methods``, ``measure`` — one file per plasticity method; the measurements of an
    ensemble at a task end;
 6. ``step`` — one training step, written once: task gradient → the method's gradient
