@@ -81,6 +81,9 @@ def test_it_applies_only_where_it_says():
     assert member.value().shape == (3,)  # one per member: the plain form
     with torch.no_grad():
         assert plasticlab.L2Init(model, 1e-2)().grad_fn is None
+    learnt = torch.tensor(1e-2, requires_grad=True)  # a λ of one's own to learn: the plain form's gradient
+    plasticlab.L2Init(model, learnt)().backward()
+    assert learnt.grad is not None
     frozen = model_of()
     frozen[0].requires_grad_(False)
     reg = plasticlab.L2Init([*frozen[0].parameters(), *frozen[2].parameters()], 1e-2)

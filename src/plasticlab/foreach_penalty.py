@@ -13,8 +13,8 @@ rounding — here from the norms — and the gradient λ·d to the bit, or withi
 autograd orders λ, ½ and the incoming gradient otherwise). Applies: a penalty whose ρ is the
 quadratic ½d² (L2, L2 Init, L2 Init + Resample, Wasserstein Init: ``Regularizer.value`` asks)
 and :func:`applies` — fast paths on (:func:`plasticlab.fast.enabled`), one model (no member
-dimension), every parameter a floating tensor on one device, autograd recording. Test:
-``tests/test_foreach_penalty.py``.
+dimension), every parameter a floating tensor on one device, autograd recording, λ not learnt.
+Test: ``tests/test_foreach_penalty.py``.
 """
 
 from __future__ import annotations
@@ -26,11 +26,12 @@ import torch
 from . import fast
 
 
-def applies(params: Sequence[torch.Tensor], member_dim: bool) -> bool:
+def applies(params: Sequence[torch.Tensor], member_dim: bool, strength: torch.Tensor) -> bool:
     """Whether a quadratic penalty's value over ``params`` may be :func:`quadratic_penalty`: fast
     paths on, one model's parameters (no member dimension), floating tensors on one device,
-    autograd recording. (That ρ is the quadratic is the penalty's to say.)"""
-    if not fast.enabled() or member_dim or not torch.is_grad_enabled():
+    autograd recording, a λ that is not itself learnt (this node gives λ no gradient). (That ρ
+    is the quadratic is the penalty's to say.)"""
+    if not fast.enabled() or member_dim or not torch.is_grad_enabled() or strength.requires_grad:
         return False
     device = params[0].device
     return all(p.is_floating_point() and p.device == device for p in params)

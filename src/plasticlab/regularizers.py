@@ -166,7 +166,8 @@ class Regularizer(NamedState):
     def value(self) -> torch.Tensor:
         """The penalty, differentiable: a scalar, or ``[K]`` per member with ``member_dim``."""
         self._follow_parameters()
-        if type(self).rho is Regularizer.rho and foreach_penalty.applies(self.params, self.member_dim):
+        if (type(self).rho is Regularizer.rho
+                and foreach_penalty.applies(self.params, self.member_dim, self.strength)):
             return foreach_penalty.quadratic_penalty(self.strength, self.params, self.targets())
         total = 0
         for _, d in self._diffs():
