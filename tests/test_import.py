@@ -232,7 +232,7 @@ def test_a_sitting_killed_before_an_import_is_closed_at_its_runs_last_progress_n
 
 @pytest.mark.slow
 def test_reproduce_refreshes_its_export_after_each_ensemble_and_another_machine_finishes_the_study(
-        data_dir, tmp_path, monkeypatch):
+        data_dir, tmp_path, monkeypatch, capsys):
     from plasticlab.experiments import study
 
     refreshed = []
@@ -263,12 +263,18 @@ def test_reproduce_refreshes_its_export_after_each_ensemble_and_another_machine_
     import shutil
 
     shutil.rmtree(tmp_path / "results")
-    # the next machine: the committed export imported, the same command finishes the study
-    assert main(["import", str(docs), "--out", str(tmp_path / "results" / "lambda-sensitivity")]) == 0
-    assert main(here) == 0
+    # the next machine, its results folder elsewhere: the same command, but for --out, imports
+    # the committed export's runs first and finishes the study, its sittings kept
+    elsewhere = [*argv, "--out", str(tmp_path / "elsewhere"), "--docs", str(tmp_path / "docs")]
+    assert main(elsewhere) == 0
+    said = capsys.readouterr().err
+    assert "holds this study trained into another results folder" in said
+    assert "24 finished run(s) imported into" in said
     assert len(refreshed) == 3 and refreshed[2][:3] == (36, 36, 36)
     record = json.loads((docs / "run.json").read_text())
     assert study.PARTIAL_EXPORT not in record and len(record["sittings"]) == 2
+    assert str(tmp_path / "elsewhere") in record["command"]  # the study's command: where it is now
+    assert str(tmp_path / "results") in record["sittings"][0]["command"]  # each sitting's: where it ran
     with gzip.open(docs / EXPORT_NAME, "rt") as f:  # the final export as it always was
         assert set(json.load(f)) == {"format", "runs", "task_metrics", "selection"}
     # every run as the study trained in one go gives it

@@ -17,17 +17,25 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     with writing_into(args.out, args.no_lock):  # the import enters the same lock again
         report = import_runs(args.exports, args.out, lock=not args.no_lock)
+    for line in import_lines(report, args.out):
+        print(line)
+    return 0
+
+
+def import_lines(report, out) -> list[str]:
+    """What an import did (:class:`~plasticlab.experiments.importer.ImportReport`), as the
+    command prints it: per export, the runs added to ``out`` and those it held already."""
+    lines = []
     for path, added in report.added.items():
         held = report.held[path]
-        print(f"{path}: {len(added)} finished run(s) imported into {args.out}"
-              + (f", {len(held)} already there with the same numbers" if held else ""))
+        lines.append(f"{path}: {len(added)} finished run(s) imported into {out}"
+                     + (f", {len(held)} already there with the same numbers" if held else ""))
         if added and path in report.compact:
-            print("  (a compact export: these runs keep the metrics a report reads — online "
-                  "accuracies and the accuracy matrix exactly, measurements to 7 digits — and lack "
-                  "the rest; `plasticlab export DIR --all-metrics` carries every metric)")
-    for note in report.notes:
-        print(f"  note: {note}")
-    return 0
+            lines.append("  (a compact export: these runs keep the metrics a report reads — online "
+                         "accuracies and the accuracy matrix exactly, measurements to 7 digits — and "
+                         "lack the rest; `plasticlab export DIR --all-metrics` carries every metric)")
+    lines.extend(f"  note: {note}" for note in report.notes)
+    return lines
 
 
 def register(sub) -> None:

@@ -11,6 +11,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from ..experiments.executor import EXECUTORS
+from ..experiments.importer import import_runs
 from ..experiments.study import (
     STUDY_SCALES,
     close_killed_sittings,
@@ -30,6 +31,7 @@ from ..experiments.study import (
 )
 from ..experiments.workflow import SweepRequest
 from .common import add_checkpoint_every, add_lock_option, run_guarded, writing_into
+from .import_ import import_lines
 from .report import write_report
 from .sweep import run_sweep
 
@@ -63,6 +65,16 @@ def _reproduce_study(args: argparse.Namespace, study: str, hold: ExitStack) -> i
     record_path = docs / "run.json"
     record = read_record(record_path)
     same_study = same_results(record.get("command", ""), command)
+    # the same study trained into another --out (a machine lost, its results folder with it):
+    # it goes on from its export, its sittings kept
+    moved = (not same_study and (docs / EXPORT_NAME).is_file()
+             and same_results(record.get("command", ""), command, anywhere=True))
+    if moved:
+        print(f"reproduce {study}: {docs} holds this study trained into another results folder "
+              f"(`{record['command']}`): its export's finished runs "
+              f"{'would be' if args.dry_run else 'are'} imported into {out} first, and the study "
+              "goes on there", file=sys.stderr)
+        same_study = True
     if (docs / EXPORT_NAME).is_file() and not same_study:
         # a study's published results are replaced only on purpose
         problem = (f"{docs} holds the results of `{record.get('command', 'another command')}`; "
@@ -75,6 +87,9 @@ def _reproduce_study(args: argparse.Namespace, study: str, hold: ExitStack) -> i
     if args.dry_run:  # the sweep's plan and time estimate; no record, no results, no report
         return run_guarded(run_sweep, request)
     hold.enter_context(writing_into(out, args.no_lock))  # the sweep inside holds it too
+    if moved:
+        for line in import_lines(import_runs([docs], out, lock=not args.no_lock), out):
+            print(f"reproduce {study}: {line}", file=sys.stderr)
     if not same_study:  # sittings of other results (scale, tasks, --out) do not add up
         record = {"sittings": []}
     record.update({"study": study, "scale": scale, "tasks": args.tasks, "command": command,

@@ -81,16 +81,19 @@ RUN_ONLY_FLAGS = {"--data-dir": 1, "--workers": 1, "--device": 1, "--compile": 0
 takes): two commands that differ only in these make the same results, so their sittings add up."""
 
 
-def same_results(command: str, other: str) -> bool:
+def same_results(command: str, other: str, *, anywhere: bool = False) -> bool:
     """Whether two recorded ``plasticlab sweep …`` commands make the same results: the same
     preset, ``--out``, ``--scale`` and ``--tasks``, whatever their run-only flags
-    (:data:`RUN_ONLY_FLAGS`)."""
+    (:data:`RUN_ONLY_FLAGS`); with ``anywhere``, whatever their ``--out`` too (the same study,
+    trained into another results folder: on another machine)."""
+    ignored = {**RUN_ONLY_FLAGS, "--out": 1} if anywhere else RUN_ONLY_FLAGS
+
     def what_it_trains(text: str) -> list[str]:
         words, kept = text.split(), []
         while words:
             word = words.pop(0)
-            if word in RUN_ONLY_FLAGS:
-                del words[:RUN_ONLY_FLAGS[word]]
+            if word in ignored:
+                del words[:ignored[word]]
             else:
                 kept.append(word)
         return kept
