@@ -19,14 +19,16 @@ its distribution; none is skipped in silence.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from importlib import metadata
 
 
-class Registry(Mapping):
+class Registry(MutableMapping):
     """Name → class: the package's own (``builtin``), then the classes of the entry points of
     ``group`` (each a subclass of ``base`` whose ``name`` is the entry point's), loaded at the
-    first lookup. ``kind`` ("method", "problem") names them in errors."""
+    first lookup. ``kind`` ("method", "problem") names them in errors. A class set by item
+    (``METHODS["mine"] = Mine``) is this process's alone: worker processes see entry points,
+    not it."""
 
     def __init__(self, kind: str, group: str, base: type, builtin: Mapping[str, type]):
         self.kind, self.group, self.base = kind, group, base
@@ -76,6 +78,12 @@ class Registry(Mapping):
 
     def __getitem__(self, name: str) -> type:
         return self._load()[name]
+
+    def __setitem__(self, name: str, cls: type) -> None:
+        self._load()[name] = cls
+
+    def __delitem__(self, name: str) -> None:
+        del self._load()[name]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._load())
