@@ -17,6 +17,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     from ..experiments.executor import default_workers
     from ..experiments.export import MEASUREMENT_DIGITS
+    from ..experiments.manifest import plugins_changed
     from ..experiments.verify import verify_ensembles
 
     if args.tasks < 1:
@@ -46,6 +47,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
             measured.update(check.measurements)
             differ += len(check.mismatches)
             _say(check, args.members)
+    if plugins := plugins_changed(runs):  # code that plasticlab's commit does not name
+        print(f"note: {plugins}")
     also = (f", and its task-end measurements ({', '.join(sorted(measured))}) to "
             f"{MEASUREMENT_DIGITS} significant digits") if measured else ""
     return _conclude(differ, f"{differ} run(s) differ: this code does not give their recorded numbers (a "
