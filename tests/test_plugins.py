@@ -103,6 +103,10 @@ class Misnamed(Method):
     name = "another_name"
 
 
+class MyMethod(Method):
+    name = "my_method"
+
+
 def registry(monkeypatch, *points: tuple[str, str]) -> Registry:
     builtin = dict(METHODS)  # plasticlab's own registry loaded first, with this machine's plugins
     entries = [metadata.EntryPoint(name, value, "plasticlab.methods") for name, value in points]
@@ -125,6 +129,12 @@ def test_a_plugin_that_cannot_be_one_is_an_error_naming_its_entry_point(monkeypa
     with pytest.raises(RuntimeError) as raised:
         list(methods)
     assert message in str(raised.value)
+
+
+def test_two_plugins_naming_one_method_are_refused(monkeypatch):
+    methods = registry(monkeypatch, ("my_method", f"{__name__}:MyMethod"), ("my_method", "elsewhere:Other"))
+    with pytest.raises(RuntimeError, match="names a method 'my_method' too; uninstall one of them"):
+        len(methods)
 
 
 def test_plasticlabs_own_registry_loads_its_plugins_at_the_first_lookup_once(monkeypatch):

@@ -53,6 +53,9 @@ class Registry(MutableMapping):
             if point.name in self._classes:
                 raise RuntimeError(f"{where} ({self.group}): {point.name!r} is plasticlab's own "
                                    f"{self.kind}; give the plugin's {self.kind} another name")
+            if point.name in found:
+                raise RuntimeError(f"{where} ({self.group}): {found[point.name][1]['distribution']} "
+                                   f"names a {self.kind} {point.name!r} too; uninstall one of them")
             try:
                 cls = point.load()
             except Exception as error:
@@ -81,9 +84,11 @@ class Registry(MutableMapping):
 
     def __setitem__(self, name: str, cls: type) -> None:
         self._load()[name] = cls
+        self._origins.pop(name, None)  # set by hand: this process's, no plugin's
 
     def __delitem__(self, name: str) -> None:
         del self._load()[name]
+        self._origins.pop(name, None)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._load())
