@@ -24,7 +24,7 @@ its top-level module's layer:
 3. ``nets`` — ensemble layers and their kernels, the MLP and CNN, and their units;
 4. ``metrics``, ``regularizers``, ``rank_order``, ``foreach_penalty``, ``perturb``, ``optim`` —
    measurements of a network, the drop-in penalties (Wasserstein Init's sort from the last
-   order, a quadratic penalty as one node of foreach kernels) and Shrink & Perturb, optimizers
+   order, a penalty as one node of foreach kernels) and Shrink & Perturb, optimizers
    with per-element state;
 5. ``methods``, ``measure`` — one file per plasticity method; the measurements of an
    ensemble at a task end;

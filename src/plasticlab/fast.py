@@ -52,12 +52,13 @@ the code it speeds up, beside its plain form:
   Plain form: the penalty's ``add_grad_`` before the update (bit-identical). Applies: L2 with
   one λ for every member, Adam without a decay of its own, on the CPU. Test:
   ``tests/test_regularizers.py``.
-- :mod:`plasticlab.foreach_penalty` — a drop-in quadratic penalty's value and gradient over every
+- :mod:`plasticlab.foreach_penalty` — a drop-in penalty's value and gradient over every
   parameter tensor as one autograd node of foreach kernels. Plain form:
   :meth:`plasticlab.regularizers.Regularizer.value` through autograd (the value up to rounding,
-  the gradient λ(θ − target) to the bit in the tests' loops). Applies: ρ = ½d² (L2, L2 Init,
-  L2 Init + Resample, Wasserstein Init), one model (no member dimension), floating parameters on
-  one device, autograd recording. Test: ``tests/test_foreach_penalty.py``.
+  the gradient λ·ρ′(θ − target) to the bit in the tests' loops). Applies: ρ = ½d² (L2, L2 Init,
+  L2 Init + Resample, Wasserstein Init) or |d| (L1 Init), one model (no member dimension),
+  floating parameters on one device, autograd recording, λ not learnt. Test:
+  ``tests/test_foreach_penalty.py``.
 - :mod:`plasticlab.rank_order` — Wasserstein Init's per-step stable argsort of each parameter
   tensor, sorted from the last step's order by keys of value and position. Plain form:
   ``argsort(stable=True)`` in :meth:`plasticlab.regularizers.WassersteinInit.targets`

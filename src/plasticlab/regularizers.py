@@ -166,9 +166,9 @@ class Regularizer(NamedState):
     def value(self) -> torch.Tensor:
         """The penalty, differentiable: a scalar, or ``[K]`` per member with ``member_dim``."""
         self._follow_parameters()
-        if (type(self).rho is Regularizer.rho
-                and foreach_penalty.applies(self.params, self.member_dim, self.strength)):
-            return foreach_penalty.quadratic_penalty(self.strength, self.params, self.targets())
+        kind = FOREACH_KINDS.get((type(self).rho, type(self).rho_grad))
+        if kind is not None and foreach_penalty.applies(self.params, self.member_dim, self.strength):
+            return foreach_penalty.penalty(kind, self.strength, self.params, self.targets())
         total = 0
         for _, d in self._diffs():
             r = self.rho(d)
@@ -272,6 +272,12 @@ class L1Init(_InitTarget):
 
     def rho_grad(self, d):
         return d.sign()
+
+
+FOREACH_KINDS = {(Regularizer.rho, Regularizer.rho_grad): "quadratic",
+                 (L1Init.rho, L1Init.rho_grad): "absolute"}
+"""The penalties whose value :mod:`plasticlab.foreach_penalty` computes as one node, by their ρ
+and ρ′ themselves (a subclass that defines its own computes its own)."""
 
 
 class HuberInit(_InitTarget):
