@@ -11,54 +11,35 @@ import sys
 import textwrap
 from importlib import metadata
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
 import pytest
 
+from conftest import REPO
 from plasticlab.experiments.store import ResultStore
 from plasticlab.methods import METHODS, Method
 from plasticlab.registry import Registry
 
-PLUGIN = '''
-import torch
-
-from plasticlab.methods import Method, Needs
-from plasticlab.params import Param
-from plasticlab.problems import PermutedMNIST
-
-
-class Decay(Method):
-    """θ ← (1 − ρ)·θ after every step: weight decay as a method of a package of its own."""
-
-    name = "my_decay"
-    title = "My Decay"
-    description = "θ ← (1 − ρ)·θ after every step"
-    hyperparameters = (Param("rho", 1e-3, float, "ρ: the fraction taken off", low=0),)
-
-    @classmethod
-    def needs(cls, params):
-        return Needs(after_step=True)
-
-    @torch.no_grad()
-    def after_step(self, features, x, step):
-        for p in self.net.regularized_parameters():
-            p.mul_(1 - self.hp["rho"])
-
-
-class FewerPixels(PermutedMNIST):
-    name = "my_permuted"
-    title = "My Permuted MNIST"
-'''
+PLUGIN = REPO / "examples" / "plugin"
+"""The example plugin package (its pyproject.toml names a method and a problem)."""
 
 
 @pytest.fixture
 def plugin_path(tmp_path):
-    """A folder that holds the module and an installed distribution's metadata naming it."""
-    (tmp_path / "myplugin.py").write_text(PLUGIN)
-    info = tmp_path / "myplugin-0.3.dist-info"
+    """The example package as ``pip install -e examples/plugin`` would leave it: its folder on the
+    path, and an installed distribution's metadata with its pyproject's entry points."""
+    project = tomllib.loads((PLUGIN / "pyproject.toml").read_text())["project"]
+    info = tmp_path / f"{project['name'].replace('-', '_')}-{project['version']}.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: myplugin\nVersion: 0.3\n")
-    (info / "entry_points.txt").write_text("[plasticlab.methods]\nmy_decay = myplugin:Decay\n\n"
-                                          "[plasticlab.problems]\nmy_permuted = myplugin:FewerPixels\n")
-    return tmp_path
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\n"
+                                   f"Version: {project['version']}\n")
+    (info / "entry_points.txt").write_text("".join(
+        f"[{group}]\n" + "".join(f"{name} = {value}\n" for name, value in points.items()) + "\n"
+        for group, points in project["entry-points"].items()))
+    return os.pathsep.join([str(PLUGIN), str(tmp_path)])
 
 
 def test_a_plugins_method_and_problem_train_in_a_sweeps_workers_and_are_recorded(plugin_path, data_dir,
@@ -66,33 +47,34 @@ def test_a_plugins_method_and_problem_train_in_a_sweeps_workers_and_are_recorded
     sweep = tmp_path / "sweep.toml"
     sweep.write_text(textwrap.dedent('''
         name = "plugin"
-        problem = "my_permuted"
-        methods = ["baseline", "my_decay"]
+        problem = "permuted_mnist_quick"
+        methods = ["baseline", "decay"]
         seeds = "0-1"
         tasks = 2
         steps_per_task = 20
         [problem_params]
         examples_per_task = 200
-        [params.my_decay]
+        [params.decay]
         rho = 0.01
         '''))
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "plasticlab", "sweep", str(sweep), "--out", str(out),
                            "--data-dir", str(data_dir), "--workers", "2", "--no-progress"],
                           capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(plugin_path)})
+                          env={**os.environ, "PYTHONPATH": plugin_path})
     assert proc.returncode == 0, proc.stderr
     with ResultStore(out) as store:
         runs = store.runs()
         assert sorted((r["config"]["method"], r["status"]) for r in runs) == [
             ("baseline", "finished"), ("baseline", "finished"),
-            ("my_decay", "finished"), ("my_decay", "finished")]
+            ("decay", "finished"), ("decay", "finished")]
         manifests = {r["config"]["method"]: json.loads(r["manifest"]) if isinstance(r["manifest"], str)
                      else r["manifest"] for r in runs}
-    origin = {"entry_point": "myplugin:Decay", "distribution": "myplugin", "version": "0.3"}
-    assert manifests["my_decay"]["plugins"] == {
-        "method": origin, "problem": {**origin, "entry_point": "myplugin:FewerPixels"}}
-    assert manifests["baseline"]["plugins"] == {"problem": {**origin, "entry_point": "myplugin:FewerPixels"}}
+    origin = {"entry_point": "plasticlab_decay.methods:Decay", "distribution": "plasticlab-decay",
+              "version": "0.1.0"}
+    problem = {**origin, "entry_point": "plasticlab_decay.problems:PermutedMNISTQuick"}
+    assert manifests["decay"]["plugins"] == {"method": origin, "problem": problem}
+    assert manifests["baseline"]["plugins"] == {"problem": problem}
 
 
 class NotAMethod:
@@ -152,33 +134,37 @@ def test_plasticlab_list_names_a_plugins_distribution_and_version(plugin_path, m
     from plasticlab.cli import main
 
     builtin = {"method": dict(METHODS), "problem": dict(plasticlab.problems.PROBLEMS)}  # loaded first
-    monkeypatch.syspath_prepend(str(plugin_path))  # as if installed: its module and its metadata
+    for folder in plugin_path.split(os.pathsep):  # as if installed: its modules and its metadata
+        monkeypatch.syspath_prepend(folder)
     monkeypatch.setattr(plasticlab.methods, "METHODS",
                         Registry("method", "plasticlab.methods", Method, builtin["method"]))
     monkeypatch.setattr(plasticlab.problems, "PROBLEMS", Registry(
         "problem", "plasticlab.problems", plasticlab.problems.Problem, builtin["problem"]))
     assert main(["list"]) == 0
     listed = capsys.readouterr().out
-    assert "  my_decay               θ ← (1 − ρ)·θ after every step [from myplugin 0.3]" in listed
-    assert "  my_permuted            " in listed and listed.count("[from myplugin 0.3]") == 2
+    assert ("  decay                  θ ← (1 − ρ)·θ after every step (a plugin's method) "
+            "[from plasticlab-decay 0.1.0]") in listed
+    assert "  permuted_mnist_quick   " in listed and listed.count("[from plasticlab-decay 0.1.0]") == 2
 
 
 def test_runs_of_a_plugin_at_another_version_or_no_longer_installed_are_said_so(plugin_path, monkeypatch):
     import plasticlab.experiments.manifest as manifest
 
     builtin = dict(METHODS)
-    monkeypatch.syspath_prepend(str(plugin_path))
+    for folder in plugin_path.split(os.pathsep):
+        monkeypatch.syspath_prepend(folder)
     monkeypatch.setattr(manifest, "METHODS", Registry("method", "plasticlab.methods", Method, builtin))
-    origin = {"entry_point": "myplugin:Decay", "distribution": "myplugin", "version": "0.3"}
+    origin = {"entry_point": "plasticlab_decay.methods:Decay", "distribution": "plasticlab-decay",
+              "version": "0.1.0"}
 
     def run(method, plugins):
         return {"config": {"method": method, "problem": "permuted_mnist"}, "manifest": {"plugins": plugins}}
 
-    same = run("my_decay", {"method": origin})
-    older = run("my_decay", {"method": {**origin, "version": "0.2"}})
+    same = run("decay", {"method": origin})
+    older = run("decay", {"method": {**origin, "version": "0.0.9"}})
     gone = run("their_decay", {"method": {**origin, "distribution": "theirs"}})
     assert manifest.plugins_changed([same, run("baseline", {})]) is None
     assert manifest.plugins_changed([same, older, older, gone]) == (
-        "2 run(s) of a plugin's method or problem were trained with myplugin 0.2 (myplugin 0.3 is "
-        "installed); 1 run(s) of a plugin's method or problem were trained with theirs 0.3 (no "
-        "installed package adds method 'their_decay')")
+        "2 run(s) of a plugin's method or problem were trained with plasticlab-decay 0.0.9 "
+        "(plasticlab-decay 0.1.0 is installed); 1 run(s) of a plugin's method or problem were "
+        "trained with theirs 0.1.0 (no installed package adds method 'their_decay')")
