@@ -374,3 +374,15 @@ def test_the_demo_prints_its_table_under_the_methods_titles_and_saves_its_figure
     header = next(line for line in out.splitlines() if line.split()[:1] == ["task"])
     assert header.split() == ["task", "Baseline", "L2", "Init", "λ=0.01"]
     assert "total" in out and (tmp_path / "demo" / "online_accuracy.png").is_file()
+
+
+def test_every_option_of_every_command_says_what_it_is():
+    import argparse
+
+    from plasticlab.cli import build_parser
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    silent = {name: [a.option_strings[0] if a.option_strings else a.dest for a in parser._actions
+                     if not a.help and not isinstance(a, argparse._HelpAction)]
+              for name, parser in commands.choices.items()}
+    assert {name: options for name, options in silent.items() if options} == {}

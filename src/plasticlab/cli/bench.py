@@ -23,8 +23,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     """Add ``bench`` to the ``plasticlab`` parser."""
     be = sub.add_parser("bench", help="measure this machine's speed (for sweep --dry-run)")
-    be.add_argument("--data-dir", dest="data_dir")
-    be.add_argument("--steps", type=int, default=200)
+    be.add_argument("--data-dir", dest="data_dir",
+                    help="data directory (default $PLASTICLAB_DATA, else the user cache dir)")
+    be.add_argument("--steps", type=int, default=200,
+                    help="steps a timed run (default 200)")
     be.add_argument("--no-methods", action="store_true", help="skip the per-method and per-optimizer costs")
     be.add_argument("--save", help="where to write the calibration (default: user cache)")
     be.add_argument("--workers", type=int,

@@ -157,16 +157,17 @@ def register(sub) -> None:
                          + ", ".join(f"{k} {v}" for k, v in STUDY_SCALES.items()) + ")")
     rp.add_argument("--tasks", type=int, help="run every study with this many tasks (steps per task "
                                              "unchanged): a shorter study, said so in its run record")
-    rp.add_argument("--data-dir", dest="data_dir")
-    rp.add_argument("--workers", type=int)
+    rp.add_argument("--data-dir", dest="data_dir",
+                    help="data directory (default $PLASTICLAB_DATA, else the user cache dir)")
+    rp.add_argument("--workers", type=int, help="worker processes (default one per core)")
     rp.add_argument("--executor", default="local", choices=EXECUTORS,
                     help="where the ensembles train (sweep --executor): local worker processes, "
                          "interleaved in this process, a Ray cluster, or inline in this process")
     rp.add_argument("--ray-address", dest="ray_address", help="Ray cluster (default $RAY_ADDRESS)")
-    rp.add_argument("--device")
+    rp.add_argument("--device", help="cpu | cuda | cuda:N (default cpu)")
     rp.add_argument("--compile", action="store_true",
                     help="the compiled training step where it applies (sweep --compile)")
-    rp.add_argument("--no-progress", action="store_true")
+    rp.add_argument("--no-progress", action="store_true", help="no progress bar (a log, a pipe)")
     add_checkpoint_every(rp)
     add_lock_option(rp)
     rp.add_argument("--replace", action="store_true",

@@ -239,9 +239,11 @@ def register(sub) -> None:
     run.add_argument("--set", action="append", metavar="KEY=VALUE",
                      help="any method, problem or run parameter, e.g. --set strength=1e-2")
     run.add_argument("--seeds", help="seeds: a range 0-7 or a list 0,3,5 (default 0)")
-    run.add_argument("--tasks", type=int)
-    run.add_argument("--steps-per-task", dest="steps_per_task", type=int)
-    run.add_argument("--batch-size", dest="batch_size", type=int)
+    run.add_argument("--tasks", type=int, help="tasks (default: the problem's)")
+    run.add_argument("--steps-per-task", dest="steps_per_task", type=int,
+                     help="steps a task (default: the problem's)")
+    run.add_argument("--batch-size", dest="batch_size", type=int,
+                     help="examples a step (default: the problem's)")
     run.add_argument("--data-dir", dest="data_dir",
                      help="data directory (default $PLASTICLAB_DATA, else the user cache dir)")
     run.add_argument("--out", help="results directory (default ./plasticlab-results)")
@@ -284,11 +286,14 @@ def register(sub) -> None:
     lst.set_defaults(func=cmd_list)
 
     demo = sub.add_parser("demo", help="L2 Init vs Baseline on Permuted MNIST: table and figure")
-    demo.add_argument("--data-dir", dest="data_dir")
-    demo.add_argument("--out", default="plasticlab-demo")
-    demo.add_argument("--tasks", type=int, default=20)
-    demo.add_argument("--steps-per-task", dest="steps_per_task", type=int, default=625)
-    demo.add_argument("--seeds", default="0-3")
+    demo.add_argument("--data-dir", dest="data_dir",
+                      help="data directory (default $PLASTICLAB_DATA, else the user cache dir)")
+    demo.add_argument("--out", default="plasticlab-demo",
+                      help="where the figure and the results go (default plasticlab-demo)")
+    demo.add_argument("--tasks", type=int, default=20, help="Permuted MNIST tasks (default 20)")
+    demo.add_argument("--steps-per-task", dest="steps_per_task", type=int, default=625,
+                      help="steps a task (default 625, the paper's)")
+    demo.add_argument("--seeds", default="0-3", help="seeds: a range or a list (default 0-3)")
     demo.add_argument("--workers", type=int, default=2, help="processes (one per core)")
-    demo.add_argument("--no-progress", action="store_true")
+    demo.add_argument("--no-progress", action="store_true", help="no progress bar (a log, a pipe)")
     demo.set_defaults(func=cmd_demo)

@@ -54,5 +54,5 @@ def cmd_status(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     """Add ``status`` to the ``plasticlab`` parser."""
     st = sub.add_parser("status", help="progress of a results directory")
-    st.add_argument("dir")
+    st.add_argument("dir", help="a results directory (the --out of run or sweep)")
     st.set_defaults(func=cmd_status)

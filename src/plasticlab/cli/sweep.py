@@ -221,8 +221,9 @@ def register(sub) -> None:
     sw.add_argument("--tasks", type=int,
                     help="every run's number of tasks (steps per task unchanged; before --scale)")
     sw.add_argument("--out", help="results directory (default results/<sweep name>)")
-    sw.add_argument("--data-dir", dest="data_dir")
-    sw.add_argument("--device", default="cpu")
+    sw.add_argument("--data-dir", dest="data_dir",
+                    help="data directory (default $PLASTICLAB_DATA, else the user cache dir)")
+    sw.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
     sw.add_argument("--workers", type=int,
                     help="worker processes (default: one per core); with --executor interleaved, "
                          "the ensembles this process trains at once (default: all)")
@@ -249,7 +250,7 @@ def register(sub) -> None:
     add_logging_options(sw)
     add_lock_option(sw)
     add_checkpoint_every(sw)
-    sw.add_argument("--no-progress", action="store_true")
+    sw.add_argument("--no-progress", action="store_true", help="no progress bar (a log, a pipe)")
     sw.set_defaults(func=cmd_sweep)
 
     pr = sub.add_parser("presets", help="the studies of the paper, runnable with sweep --preset")

@@ -216,7 +216,8 @@ def register(sub) -> None:
                     help="check only the first N runs of each ensemble, trained again on their own, "
                          "where member k of an ensemble is seed k alone to the bit (CPU, one thread, "
                          "Adam, SGD or UPGD); elsewhere the whole ensemble is trained (default: all runs)")
-    ve.add_argument("--data-dir", dest="data_dir")
+    ve.add_argument("--data-dir", dest="data_dir",
+                    help="data directory (default $PLASTICLAB_DATA, else the user cache dir)")
     ve.add_argument("--device", default="cpu", help="where to train (default cpu: the recorded "
                                                    "numbers are exact there)")
     ve.add_argument("--workers", type=int,
