@@ -98,3 +98,26 @@ def test_targets_that_do_not_match_the_parameters_are_refused_as_by_the_plain_fo
     reg = plasticlab.L2InitResample(model_of(), 1e-1)  # no φₜ drawn yet: no targets
     with pytest.raises(ValueError, match="0 targets for 6 parameters"):
         reg.value()
+
+
+@pytest.mark.parametrize("name", ["L2Init", "L1Init"])
+def test_a_gradient_of_the_gradient_is_the_plain_forms(name):
+    # a Hessian-vector product through the penalty (create_graph): λ·v for L2 Init, 0 for L1 Init
+    def hvp():
+        model = model_of()
+        reg = ONE_NODE[name](model)
+        params = plasticlab.regularizers.regularized_parameters(model)
+        with torch.no_grad():
+            for p in params:
+                p.add_(0.1)
+        grads = torch.autograd.grad(reg(), params, create_graph=True)
+        product = sum((g * torch.ones_like(g)).sum() for g in grads)
+        second = torch.autograd.grad(product, params, allow_unused=True, materialize_grads=True)
+        return [s.detach() for s in second]
+
+    fast_hvp = hvp()
+    with fast.plain_forms():
+        plain_hvp = hvp()
+    assert all(torch.equal(a, b) for a, b in zip(fast_hvp, plain_hvp, strict=True))
+    if name == "L2Init":
+        assert all(torch.equal(a, torch.full_like(a, 1e-1)) for a in fast_hvp)

@@ -8,7 +8,8 @@ on a GPU. This form computes the same penalty as one autograd node: the differen
 d = θ − target of every tensor in one ``torch._foreach_sub``, the value from their norms in one
 ``torch._foreach_norm`` (2-norms squared, or 1-norms), and the gradient — λ·d, or λ·sign(d) —
 times ∂loss/∂penalty in one ``torch._foreach_mul``: the gradient
-:class:`~plasticlab.regularizers.Regularizer` defines, d kept from the forward.
+:class:`~plasticlab.regularizers.Regularizer` defines, d kept from the forward (and taken again
+from θ for a gradient of the gradient, which must see it depend on θ).
 
 Plain form: :meth:`plasticlab.regularizers.Regularizer.value` through autograd (the value up to
 rounding — here from the norms — and the gradient λ·ρ′(d) to the bit in the tests' loops, or
@@ -56,34 +57,47 @@ def penalty(kind: str, strength: torch.Tensor, params: Sequence[torch.Tensor],
 
 
 class _Penalty(torch.autograd.Function):
-    """Forward: the penalty from the differences' norms; backward: λ·ρ′(d) for every parameter."""
+    """Forward: the penalty from the differences' norms; backward: λ·ρ′(d) for every parameter —
+    from the d the forward kept, or, for a gradient of the gradient (``create_graph``: a
+    Hessian-vector product), from d taken again from θ and the targets, so that it depends on θ."""
 
     @staticmethod
     def forward(ctx, kind, strength, count, *tensors):
         params, targets = tensors[:count], tensors[count:]
+        pulled = [i for i, t in enumerate(targets) if t is not None]
         with torch.no_grad():
-            pulled = [i for i, t in enumerate(targets) if t is not None]
-            differences = list(params)  # toward 0: θ itself
-            if pulled:
-                for i, d in zip(pulled, torch._foreach_sub([params[i] for i in pulled],
-                                                           [targets[i] for i in pulled]), strict=True):
-                    differences[i] = d
+            differences = _differences(params, pulled, [targets[i] for i in pulled])
             if kind == "quadratic":
                 value = 0.5 * strength * torch.stack(torch._foreach_norm(differences)).square().sum()
             else:
                 value = strength * torch.stack(torch._foreach_norm(differences, 1)).sum()
-        ctx.kind = kind
-        ctx.save_for_backward(strength, *differences)  # θ itself where pulled toward 0
+        ctx.kind, ctx.count, ctx.pulled = kind, count, pulled
+        # θ and the targets are the caller's own tensors (no copies), d the one the forward made
+        ctx.save_for_backward(strength, *differences, *params, *(targets[i] for i in pulled))
         return value
 
     @staticmethod
     def backward(ctx, grad):
-        strength, *differences = ctx.saved_tensors
-        slopes = differences if ctx.kind == "quadratic" else torch._foreach_sign(differences)
+        strength, *saved = ctx.saved_tensors
+        count = ctx.count
+        differences = saved[:count]
+        if torch.is_grad_enabled():  # create_graph: d as a function of θ
+            differences = _differences(saved[count:2 * count], ctx.pulled, saved[2 * count:])
+        slopes = list(differences) if ctx.kind == "quadratic" else torch._foreach_sign(differences)
         scaled = torch._foreach_mul(slopes, strength * grad)
-        needs = ctx.needs_input_grad[3:3 + len(differences)]
+        needs = ctx.needs_input_grad[3:3 + count]
         return (None, None, None, *(g if need else None for g, need in zip(scaled, needs, strict=True)),
-                *([None] * len(differences)))
+                *([None] * count))
+
+
+def _differences(params, pulled: list[int], targets) -> list[torch.Tensor]:
+    """θ − target for the parameters ``pulled`` (their ``targets`` in that order), in one
+    ``_foreach_sub``; θ itself for the rest (pulled toward 0)."""
+    differences = list(params)
+    if pulled:
+        for i, d in zip(pulled, torch._foreach_sub([params[i] for i in pulled], list(targets)), strict=True):
+            differences[i] = d
+    return differences
 
 
 __all__ = ["KINDS", "applies", "penalty"]
