@@ -103,8 +103,10 @@ def test_a_drop_in_built_before_model_cuda_trains_as_one_built_after(name):
             if (step + 1) % TASK == 0 and isinstance(dropin, plasticlab.EWC):
                 dropin.consolidate_model(model, x, y)
         runs.append([p.detach().cpu() for p in model.parameters()])
+    # up to rounding: a drop-in's first values (Spectral's u₀) are normalised on the device it
+    # was built on, the CPU or the GPU; a θ₀ left behind or taken again would be far off
     for a, b in zip(*runs, strict=True):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
+        torch.testing.assert_close(a, b)
 
 
 def test_a_penalty_gradient_after_model_double_is_taken_in_double():
