@@ -20,8 +20,8 @@ from plasticlab.report.browser import INSTALL_HINT, find_chromium
 REPO = Path(__file__).resolve().parents[1]
 
 CHECKS_REQUIRED = os.environ.get("PLASTICLAB_REQUIRE_CHECKS") == "1"
-"""Set by CI (.ci/run): the browser, rliable and logger checks run there, so they must not skip —
-a missing Chromium, rliable, TensorBoard or W&B fails them instead."""
+"""Set by CI (.ci/run): the browser, LaTeX, rliable and logger checks run there, so they must not
+skip — a missing Chromium, pdflatex, rliable, TensorBoard or W&B fails them instead."""
 
 
 def add_gradient_transforms(method) -> None:

@@ -135,6 +135,9 @@ def test_a_committed_report_is_the_report_of_its_committed_export(study, tmp_pat
     assert _tables_and_text(rebuilt) == _tables_and_text(committed), (
         f"docs/reproduction/{study}/report/report.md is not what results.json.gz gives now: "
         f"rebuild it with `plasticlab report docs/reproduction/{study} --formats png`")
+    # and its tables as LaTeX, a file each (tests/test_report_latex.py typesets them)
+    tables = len(re.findall(r"^\*\*Table \d+\.\*\*", rebuilt, flags=re.MULTILINE))
+    assert tables and len(list((tmp_path / "latex").glob("table-*.tex"))) == tables
 
 
 @pytest.mark.parametrize("study", STUDIES)

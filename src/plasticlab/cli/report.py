@@ -47,8 +47,8 @@ def write_report(directory: str, out: str | None = None, formats: str = "png,svg
     for warning in results.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     print(f"report: {page}")
-    print(f"        {page.parent / 'report.md'} (Markdown tables), {page.parent / 'figures'}/ "
-          f"({', '.join(names)})")
+    print(f"        {page.parent / 'report.md'} (Markdown tables), {page.parent / 'latex'}/ (LaTeX "
+          f"tables), {page.parent / 'figures'}/ ({', '.join(names)})")
     if check:
         return _check_in_browser(page)
     return 0

@@ -62,6 +62,7 @@ from .data import (
     stream_setting,
     varying_settings,
 )
+from .latex import write_latex
 from .page import FigureRef, Report, Section, Table, write_html, write_markdown
 from .plasticity_gap import REFERENCE_METHOD as FROM_SCRATCH
 from .plasticity_gap import study_gaps
@@ -74,8 +75,9 @@ def build_report(directory: str | Path, out: str | Path | None = None, *,
                  reps: int = 2000, seed: int = 0, results: Results | None = None) -> Path:
     """Write the report of ``directory`` to ``out`` (default ``directory/report``).
 
-    Produces ``index.html`` (self-contained), ``report.md``, ``runs.csv`` (when pandas is
-    installed; the page says when it is not) and every figure as
+    Produces ``index.html`` (self-contained), ``report.md``, every table as LaTeX
+    (``latex/table-N.tex`` and ``latex/tables.tex``: :mod:`plasticlab.report.latex`),
+    ``runs.csv`` (when pandas is installed; the page says when it is not) and every figure as
     ``figures/<name>.{png,svg,pdf}``. Returns the path of ``index.html``. Bootstrap intervals use
     ``reps`` resamples drawn from ``seed`` (the report is reproducible). ``results``: the
     directory already read with :func:`load_results` (read here otherwise).
@@ -106,6 +108,7 @@ def build_report(directory: str | Path, out: str | Path | None = None, *,
     report = Report(f"plasticlab report — {Path(directory).resolve().name}", sections, header,
                     warnings=list(results.warnings))
     write_markdown(report, out / "report.md")
+    write_latex(report, out / "latex")
     return write_html(report, out / "index.html")
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
-__all__ = ["FigureRef", "Report", "Section", "Table", "write_html", "write_markdown"]
+__all__ = ["FigureRef", "Report", "Section", "Table", "numeric_columns", "write_html", "write_markdown"]
 
 
 @dataclass
@@ -94,7 +94,7 @@ _NUMERIC = re.compile(r"^\s*[+\-−–]?\s*(\d|\.\d|nan\b|inf\b)", re.IGNORECASE
 _EMPTY = {"", "–", "-", "—", "n/a", "na"}
 
 
-def _numeric_columns(table: Table) -> list[bool]:
+def numeric_columns(table: Table) -> list[bool]:
     """A column is numeric when it has a value and every non-empty cell starts like a number."""
     flags = []
     for c in range(len(table.columns)):
@@ -227,7 +227,7 @@ def _figure_html(ref: FigureRef, number: int, anchor: str, base: Path) -> str:
 
 
 def _table_html(table: Table, number: int, anchor: str) -> str:
-    numeric = _numeric_columns(table)
+    numeric = numeric_columns(table)
     cls = [' class="num"' if flag else "" for flag in numeric]
     head = "".join(f"<th{cls[i]} scope=\"col\">{_esc(c)}</th>" for i, c in enumerate(table.columns))
     body = "\n".join("<tr>" + "".join(f"<td{cls[i]}>{_esc(cell)}</td>" for i, cell in enumerate(row))
@@ -314,7 +314,7 @@ def _md_cell(text: str) -> str:
 
 
 def _md_table(table: Table) -> str:
-    numeric = _numeric_columns(table)
+    numeric = numeric_columns(table)
     lines = ["| " + " | ".join(_md_cell(c) for c in table.columns) + " |",
              "|" + "|".join("---:" if flag else "---" for flag in numeric) + "|"]
     lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in table.rows]
