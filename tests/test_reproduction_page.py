@@ -135,9 +135,14 @@ def test_a_committed_report_is_the_report_of_its_committed_export(study, tmp_pat
     assert _tables_and_text(rebuilt) == _tables_and_text(committed), (
         f"docs/reproduction/{study}/report/report.md is not what results.json.gz gives now: "
         f"rebuild it with `plasticlab report docs/reproduction/{study} --formats png`")
-    # and its tables as LaTeX, a file each (tests/test_report_latex.py typesets them)
+    # and its tables as LaTeX, a file each, as committed (tests/test_report_latex.py typesets them)
     tables = len(re.findall(r"^\*\*Table \d+\.\*\*", rebuilt, flags=re.MULTILINE))
-    assert tables and len(list((tmp_path / "latex").glob("table-*.tex"))) == tables
+    latex = {p.name: p.read_text(encoding="utf-8") for p in (tmp_path / "latex").glob("*.tex")}
+    assert tables and len(latex) == tables + 1  # and tables.tex
+    assert latex == {p.name: p.read_text(encoding="utf-8")
+                     for p in (PAGE / study / "report" / "latex").glob("*.tex")}, (
+        f"docs/reproduction/{study}/report/latex/ is not what results.json.gz gives now: rebuild "
+        f"it with `plasticlab report docs/reproduction/{study} --formats png`")
 
 
 @pytest.mark.parametrize("study", STUDIES)
