@@ -544,3 +544,83 @@ def test_every_problem_and_optimizer_has_a_title_of_its_own_that_reports_name_it
         assert title("of_another_version") == "of_another_version"
     assert _study_title("permuted_mnist", "upgd_nonprotecting") == "Permuted MNIST · non-protecting UPGD"
     assert _study_title("warm_start_cifar", "sgd") == "Warm-Start CIFAR · SGD"
+
+
+def _store(folder, problems=("permuted_mnist",), seeds=SEEDS, methods=CURVES):
+    with ResultStore(folder) as store:
+        for problem in problems:
+            for (method, params) in methods:
+                for seed in seeds:
+                    _finish(store, _config(method, dict(params), problem=problem), seed,
+                            CURVES[(method, params)])
+    return folder
+
+
+def _body(markdown: str) -> list[str]:
+    # the report without its header (the directories read, when) and warnings (the command's
+    # note on runs of other code names the directories)
+    return [line for line in markdown.splitlines()
+            if line and not line.startswith(("- results:", "- generated", "# ", "> ⚠"))]
+
+
+def test_several_directories_are_reported_as_one_directory_holding_them_all(tmp_path, capsys):
+    # each problem trained into a folder of its own, reported together: the same report as
+    # one store holding both — its sections, the IQM across problems, the tables, the LaTeX
+    a = _store(tmp_path / "pm", ("permuted_mnist",))
+    b = _store(tmp_path / "rl", ("random_label_mnist",))
+    both = _store(tmp_path / "both", ("permuted_mnist", "random_label_mnist"))
+    assert main(["report", str(a), str(b), "--out", str(tmp_path / "r"), "--formats", "png",
+                 "--reps", "100"]) == 0
+    build_report(both, tmp_path / "one", formats=("png",), reps=100)
+    together = (tmp_path / "r" / "report.md").read_text()
+    assert _body(together) == _body((tmp_path / "one" / "report.md").read_text())
+    assert "## Across problems" in together and "# plasticlab report — pm + rl" in together
+    assert f"- results: {a.resolve()}\n- results: {b.resolve()}\n" in together
+    def latex(report):  # each table's file, after its first line (the report's title)
+        return [p.read_text().split("\n", 1)[1] for p in sorted((report / "latex").glob("table-*.tex"))]
+
+    assert latex(tmp_path / "r") == latex(tmp_path / "one") and len(latex(tmp_path / "r")) == 9
+    assert len((tmp_path / "r" / "runs.csv").read_text().splitlines()) == 1 + 2 * len(CURVES) * len(SEEDS)
+    # several folders need --out (no one folder's report/ to write into)
+    capsys.readouterr()
+    assert main(["report", str(a), str(b)]) == 2
+    assert "needs --out" in capsys.readouterr().err
+
+
+def test_a_configuration_in_two_directories_is_kept_once_if_they_hold_the_same_runs(tmp_path):
+    a = _store(tmp_path / "a", methods=[("baseline", ()), ("l2_init", (("strength", 1e-2),))])
+    b = _store(tmp_path / "b", methods=[("l2_init", (("strength", 1e-2),)),
+                                        ("l2_init", (("strength", 1e-3),))])
+    build_report([a, b], tmp_path / "r", formats=(), reps=100)
+    md = (tmp_path / "r" / "report.md").read_text()
+    # L2 Init at λ 1e-2 once, on its three seeds; its label now names λ (1e-3 beside it)
+    assert "- runs: 9 finished, 0 unfinished, 0 failed" in md
+    assert re.search(r"\| L2 Init strength=0\.01 \| 3 \| 85\.20 \[", md)
+    # other runs of one configuration in two places: which to show is not the report's to pick
+    c = _store(tmp_path / "c", seeds=(3, 4), methods=[("baseline", ())])
+    with pytest.raises(ValueError, match=r"Baseline \(permuted_mnist, adam\) has runs in both .*/a "
+                                         r"\(seeds 0, 1, 2\) and .*/c \(seeds 3, 4\)"):
+        build_report([a, c], tmp_path / "r2", formats=())
+    with pytest.raises(ValueError, match="given twice"):
+        build_report([a, a], tmp_path / "r3", formats=())
+
+
+def _select(folder, method, seeds=(100, 101)):
+    config = _config(method, {})
+    entry = {"problem": config["problem"], "optimizer": "adam", "method": method, "config": config}
+    (folder / "selection.json").write_text(json.dumps({"sweep": folder.name, "evaluation_seeds": list(seeds),
+                                                        "selected": [entry]}))
+
+
+def test_a_directorys_protocol_selection_speaks_for_its_own_studies_only(tmp_path):
+    a = _store(tmp_path / "a", ("permuted_mnist",), methods=[("baseline", ())])
+    b = _store(tmp_path / "b", ("random_label_mnist",), methods=[("baseline", ())])
+    _select(a, "baseline")
+    build_report([a, b], tmp_path / "r", formats=(), reps=100)  # a selected in its own study
+    c = _store(tmp_path / "c", ("permuted_mnist",), methods=[("l2_init", (("strength", 1e-2),))])
+    with pytest.raises(ValueError, match=r".*/c has runs of permuted_mnist adam \(L2 Init\), a study that "
+                                         r".*/a selected in by the protocol"):
+        build_report([a, c], tmp_path / "r2", formats=())
+    _select(b, "baseline", seeds=(200, 201))
+    with pytest.raises(ValueError, match="evaluate on other seeds"):
+        build_report([a, b], tmp_path / "r3", formats=())

@@ -11,39 +11,42 @@ from pathlib import Path
 def cmd_report(args: argparse.Namespace) -> int:
     """``plasticlab report``: build the report (tables, figures, statistics) of a results
     directory or an export."""
-    return write_report(args.dir, args.out, args.formats, max_bins=args.max_bins, reps=args.reps,
+    return write_report(args.dirs, args.out, args.formats, max_bins=args.max_bins, reps=args.reps,
                         check=args.check)
 
 
-def write_report(directory: str, out: str | None = None, formats: str = "png,svg,pdf", *,
+def write_report(directory: str | list[str], out: str | None = None, formats: str = "png,svg,pdf", *,
                  max_bins: int = 50, reps: int = 2000, check: bool = False) -> int:
-    """Build the report of ``directory`` into ``out`` (None: ``directory/report``) with figure
-    files of ``formats`` (comma-separated; png plus any of svg, pdf), print its warnings and
-    where it is; with ``check``, load it in headless Chromium. The exit code: 1 when the
-    check saw a problem, else 0."""
+    """Build the report of ``directory`` (or of several as one: then ``out`` must be given) into
+    ``out`` (None: ``directory/report``) with figure files of ``formats`` (comma-separated; png
+    plus any of svg, pdf), print its warnings and where it is; with ``check``, load it in
+    headless Chromium. The exit code: 1 when the check saw a problem, else 0."""
     from ..experiments.manifest import code_identity, from_other_code, plugins_changed
     from ..experiments.progress import code_summary
     from ..report.build import build_report
-    from ..report.data import load_results
+    from ..report.data import combine_results, load_results
 
     names = tuple(f.strip() for f in formats.split(",") if f.strip())
     unknown = sorted(set(names) - {"png", "svg", "pdf"})
     if unknown or "png" not in names:
         raise ValueError(f"--formats {formats!r}: give png plus any of svg, pdf "
                          "(the HTML page embeds the PNGs)")
+    directories = [directory] if isinstance(directory, str) else list(directory)
+    if len(directories) > 1 and out is None:
+        raise ValueError(f"a report of {len(directories)} directories needs --out: where to write it")
     if check:
         _chromium_or_error()  # before the report is built, not after: a study's takes minutes
-    results = load_results(directory)
+    results = combine_results([load_results(d) for d in directories])
     other_code = from_other_code(results.finished)
     if other_code:
         results.warnings.append(f"{len(other_code)} finished run(s) were trained by other code than "
                                 f"this plasticlab ({code_identity()}): {code_summary(other_code)} "
-                                f"(`plasticlab verify {directory}` checks whether this code gives "
-                                "their numbers)")
+                                f"(`plasticlab verify {' '.join(directories)}` checks whether this "
+                                "code gives their numbers)")
     plugins = plugins_changed(results.finished)
     if plugins:
         results.warnings.append(plugins)
-    page = build_report(directory, out, formats=names, max_bins=max_bins, reps=reps, results=results)
+    page = build_report(directories, out, formats=names, max_bins=max_bins, reps=reps, results=results)
     for warning in results.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     print(f"report: {page}")
@@ -78,10 +81,12 @@ def _chromium_or_error() -> None:
 
 def register(sub) -> None:
     """Add ``report`` to the ``plasticlab`` parser."""
-    rp = sub.add_parser("report", help="figures, tables, an HTML page and Markdown from a results "
-                                       "directory (works on partial results)")
-    rp.add_argument("dir", help="a results directory (--out of run or sweep)")
-    rp.add_argument("--out", help="where to write the report (default DIR/report)")
+    rp = sub.add_parser("report", help="figures, tables, an HTML page, Markdown and LaTeX tables from a "
+                                       "results directory, or several as one (works on partial results)")
+    rp.add_argument("dirs", nargs="+", metavar="DIR",
+                    help="a results directory (--out of run or sweep) or a study's export; several: "
+                         "one report of them all (each problem's study, and across problems)")
+    rp.add_argument("--out", help="where to write the report (default DIR/report; needed for several DIRs)")
     rp.add_argument("--formats", default="png,svg,pdf", help="figure files to write (default png,svg,pdf)")
     rp.add_argument("--max-bins", dest="max_bins", type=int, default=50,
                     help="curves with more tasks are averaged in this many bins (default 50)")

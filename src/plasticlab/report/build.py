@@ -56,6 +56,7 @@ from .data import (
     Results,
     bin_tasks,
     binning_note,
+    combine_results,
     flat_settings,
     load_results,
     method_order,
@@ -70,20 +71,28 @@ from .plasticity_gap import study_gaps
 REFERENCE_METHOD = "l2_init"
 
 
-def build_report(directory: str | Path, out: str | Path | None = None, *,
+def build_report(directory: str | Path | Sequence[str | Path], out: str | Path | None = None, *,
                  formats: Sequence[str] = ("png", "svg", "pdf"), max_bins: int = 50,
                  reps: int = 2000, seed: int = 0, results: Results | None = None) -> Path:
-    """Write the report of ``directory`` to ``out`` (default ``directory/report``).
+    """Write the report of ``directory`` — or of several results directories as one
+    (:func:`~plasticlab.report.data.combine_results`), then ``out`` must be given — to ``out``
+    (default ``directory/report``).
 
     Produces ``index.html`` (self-contained), ``report.md``, every table as LaTeX
     (``latex/table-N.tex`` and ``latex/tables.tex``: :mod:`plasticlab.report.latex`),
     ``runs.csv`` (when pandas is installed; the page says when it is not) and every figure as
     ``figures/<name>.{png,svg,pdf}``. Returns the path of ``index.html``. Bootstrap intervals use
     ``reps`` resamples drawn from ``seed`` (the report is reproducible). ``results``: the
-    directory already read with :func:`load_results` (read here otherwise).
+    directories already read (:func:`load_results`, :func:`combine_results`; read here otherwise).
     """
-    results = load_results(directory) if results is None else results
-    out = Path(out) if out is not None else Path(directory) / "report"
+    directories = [Path(directory)] if isinstance(directory, str | Path) else [Path(d) for d in directory]
+    if not directories:
+        raise ValueError("no results directory to report")
+    if results is None:
+        results = combine_results([load_results(d) for d in directories])
+    if out is None and len(directories) > 1:
+        raise ValueError("a report of several directories needs --out: where to write it")
+    out = Path(out) if out is not None else directories[0] / "report"
     fig_dir = out / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
     ctx = _Context(fig_dir, tuple(formats), max_bins, reps, seed)
@@ -96,7 +105,7 @@ def build_report(directory: str | Path, out: str | Path | None = None, *,
     if not results.configs:
         sections.append(Section("No finished runs", "The store holds no finished run yet."))
     counts = results.status_counts
-    header = [f"results: {Path(directory).resolve()}",
+    header = [*(f"results: {d.resolve()}" for d in directories),
               f"generated {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M UTC} by plasticlab "
               f"{_version()}",
               f"runs: {counts['finished']} finished, {counts['running'] + counts['interrupted']} unfinished, "
@@ -104,27 +113,30 @@ def build_report(directory: str | Path, out: str | Path | None = None, *,
               "intervals: 95 % percentile bootstrap across seeds "
               f"({reps} resamples); IQM intervals: stratified bootstrap (rliable's definitions)"]
     if results.configs:
-        header.append(_export_runs(directory, out / "runs.csv"))
-    report = Report(f"plasticlab report — {Path(directory).resolve().name}", sections, header,
-                    warnings=list(results.warnings))
+        header.append(_export_runs(directories, out / "runs.csv"))
+    report = Report(f"plasticlab report — {' + '.join(d.resolve().name for d in directories)}", sections,
+                    header, warnings=list(results.warnings))
     write_markdown(report, out / "report.md")
     write_latex(report, out / "latex")
     return write_html(report, out / "index.html")
 
 
-def _export_runs(directory, path: Path) -> str:
-    """Write every run as CSV (from the store, or from a compact export); the header line
-    saying so."""
+def _export_runs(directories: Sequence[Path], path: Path) -> str:
+    """Write every run of ``directories`` as CSV (from each store, or from a compact export;
+    a run two of them hold, once); the header line saying so."""
     from ..experiments.export import EXPORT_NAME, read_export
     from ..experiments.run_tables import write_runs_csv
     from ..experiments.store import DB_NAME, ResultStore
 
-    if (Path(directory) / DB_NAME).is_file():
-        with ResultStore(directory) as store:
-            runs = store.runs()
-    else:
-        runs = read_export(Path(directory) / EXPORT_NAME)[0]
-    write_runs_csv(runs, path)
+    runs: dict[str, dict] = {}
+    for directory in directories:
+        if (directory / DB_NAME).is_file():
+            with ResultStore(directory) as store:
+                rows = store.runs()
+        else:
+            rows = read_export(directory / EXPORT_NAME)[0]
+        runs |= {r["run_id"]: r for r in rows if r["run_id"] not in runs}
+    write_runs_csv(list(runs.values()), path)
     return f"every run's config and summary: {path.name}"
 
 

@@ -124,7 +124,7 @@ class ConfigRuns:
 
 @dataclass
 class Results:
-    """Everything a report shows about one results directory."""
+    """Everything a report shows about one results directory (or several: :attr:`sources`)."""
 
     directory: Path
     configs: list[ConfigRuns]
@@ -132,6 +132,8 @@ class Results:
     selection: dict | None = None
     warnings: list[str] = field(default_factory=list)
     finished: list[dict] = field(default_factory=list)  # the finished runs, as stored
+    #: the directories read, where several are reported as one (:func:`combine_results`)
+    sources: list[Path] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._studies: dict[tuple[str, str], list[ConfigRuns]] = {}
@@ -221,7 +223,7 @@ class Results:
             members = [replace(c, label=labels[config_key(c.config)]) for c in members]
             parts.append(({STREAM_SETTINGS[i]: stream[i] for i in differ},
                           Results(self.directory, members, self.status_counts, self.selection,
-                                  finished=self.finished)))
+                                  finished=self.finished, sources=self.sources)))
         return parts
 
 
@@ -323,6 +325,70 @@ def load_results(directory: str | Path) -> Results:
                                 "selected configuration has no finished evaluation runs yet "
                                 "(showing the best grid configuration instead)")
     return results
+
+
+def combine_results(parts: Sequence[Results]) -> Results:
+    """Several directories' results (each read by :func:`load_results`) as one, for one report:
+    a study per problem and optimizer, whichever directory each configuration's runs are in,
+    and the across-problems view of them all. Labels are made anew over every configuration
+    (a setting that tells two of them apart is named); each directory's warnings are kept,
+    after its name.
+
+    A configuration in two directories must hold the same runs there (a run two studies
+    trained: kept once); other runs of one configuration in two places are an error — import
+    one directory into the other (``plasticlab import``) to report them together. A
+    directory's protocol selection speaks for its own studies only: another directory with
+    runs of a study it selected in is an error, and so are two selections that evaluate on
+    other seeds."""
+    if len(parts) == 1:
+        return parts[0]
+    names = [str(p.directory) for p in parts]
+    if len(set(names)) < len(names):
+        raise ValueError(f"a directory is given twice: {', '.join(names)}")
+    kept: dict[str, tuple[ConfigRuns, Results]] = {}
+    for part in parts:
+        for c in part.configs:
+            key = config_key(c.config)
+            if key not in kept:
+                kept[key] = (c, part)
+                continue
+            other, where = kept[key]
+            if other.seeds != c.seeds or not np.array_equal(other.online, c.online, equal_nan=True):
+                raise ValueError(f"{c.label} ({c.problem}, {c.optimizer}) has runs in both {where.directory} "
+                                 f"(seeds {_seeds_text(other.seeds)}) and {part.directory} (seeds "
+                                 f"{_seeds_text(c.seeds)}) that are not the same runs: report them apart, "
+                                 "or import one folder into the other (`plasticlab import`)")
+    selections = [p for p in parts if p.selection]
+    seeds = {json.dumps(p.selection.get("evaluation_seeds")) for p in selections}
+    if len(seeds) > 1:
+        raise ValueError("the protocol selections of " + ", ".join(str(p.directory) for p in selections)
+                         + " evaluate on other seeds: report them apart")
+    for part in selections:
+        mine = {(e["problem"], e["optimizer"]) for e in part.selection.get("selected", [])}
+        for c, where in kept.values():
+            if where is not part and (c.problem, c.optimizer) in mine:
+                raise ValueError(f"{where.directory} has runs of {c.problem} {c.optimizer} ({c.label}), "
+                                 f"a study that {part.directory} selected in by the protocol: report "
+                                 "them apart")
+    labels = _labels([c.config for c, _ in kept.values()])
+    configs = [replace(c, label=labels[key]) for key, (c, _) in kept.items()]
+    configs.sort(key=lambda c: (c.problem, c.optimizer, method_order(c.method), c.label))
+    selection = None
+    if selections:
+        selection = {"evaluation_seeds": selections[0].selection.get("evaluation_seeds"),
+                     "selected": [e for p in selections for e in p.selection.get("selected", [])],
+                     "sweep": " + ".join(str(p.selection.get("sweep") or p.directory.name)
+                                         for p in selections)}
+    finished = list({r["run_id"]: r for p in parts for r in p.finished}.values())
+    counts = sum((p.status_counts for p in parts), Counter())
+    counts["finished"] = len(finished)
+    warnings = [f"{p.directory}: {w}" for p in parts for w in p.warnings]
+    return Results(parts[0].directory, configs, counts, selection, warnings, finished,
+                   sources=[p.directory for p in parts])
+
+
+def _seeds_text(seeds: Sequence[int]) -> str:
+    return _some([str(s) for s in seeds], 6)
 
 
 def _some(items: Sequence[str], limit: int = 8) -> str:
@@ -501,4 +567,5 @@ def binning_note(points: int, max_bins: int = 50) -> str:
 
 
 __all__ = ["INTERNALS", "PERCENT_METRICS", "ConfigRuns", "Results",
-           "bin_tasks", "binning_note", "flat_settings", "load_results", "method_order", "varying_settings"]
+           "bin_tasks", "binning_note", "combine_results", "flat_settings", "load_results", "method_order",
+           "varying_settings"]
