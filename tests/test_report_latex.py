@@ -1,5 +1,6 @@
-"""The report's tables as LaTeX (plasticlab.report.latex): what each character becomes, how a
-table is laid out, and every table of every committed report typeset by pdflatex."""
+"""The report's tables and figures as LaTeX (plasticlab.report.latex): what each character
+becomes, how a table is laid out, which file a figure includes, and every table of every
+committed report typeset by pdflatex, a committed report's figures with them."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 from conftest import needs
 from plasticlab.report.latex import PACKAGES, WRAPPED_COLUMN, latex_table, latex_text, write_latex
-from plasticlab.report.page import Report, Section, Table
+from plasticlab.report.page import FigureRef, Report, Section, Table
 
 PAGE = Path(__file__).resolve().parents[1] / "docs"
 
@@ -79,7 +80,7 @@ def test_each_table_is_a_file_numbered_as_on_the_page_with_a_caption_and_a_label
     assert labels == ["tab:permuted-mnist-adam-total-average-online-accuracy",
                       "tab:permuted-mnist-adam-forgetting",
                       "tab:permuted-mnist-adam-total-average-online-accuracy-2"]
-    document = (tmp_path / "tables.tex").read_text()
+    document = (tmp_path / "report.tex").read_text()
     assert [line for line in document.splitlines() if line.startswith(r"\input")] == [
         r"\input{table-1.tex}", r"\input{table-2.tex}", r"\input{table-3.tex}"]
     assert rf"\usepackage{{{','.join(PACKAGES)}}}" in document
@@ -118,11 +119,44 @@ def test_every_table_of_every_committed_report_typesets_with_pdflatex(tmp_path):
     assert len(sections) > 100
     files = write_latex(Report("every committed report", sections), tmp_path)
     assert len(files) == len(sections)
-    proc = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "tables.tex"],
+    proc = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "report.tex"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    log = (tmp_path / "tables.log").read_text(encoding="utf-8", errors="replace")
+    log = (tmp_path / "report.log").read_text(encoding="utf-8", errors="replace")
     assert proc.returncode == 0, log[-3000:]
     assert "Missing character" not in log
     overfull = [line for line in log.splitlines() if line.startswith("Overfull \\hbox")]
     assert not overfull, overfull[:5]
-    assert (tmp_path / "tables.pdf").stat().st_size > 10_000
+    assert (tmp_path / "report.pdf").stat().st_size > 10_000
+
+
+def test_each_figure_is_a_float_of_its_pdf_named_from_the_reports_folder(tmp_path):
+    report_dir = tmp_path / "report"
+    figures = report_dir / "figures"
+    both = FigureRef("pm-online", "Online accuracy vs task",
+                     {"png": figures / "a.png", "pdf": figures / "a.pdf"})
+    svg = FigureRef("pm-svg", "Drawn as SVG alone", {"svg": figures / "b.svg"})  # none pdflatex reads
+    png = FigureRef("pm-total", "Total accuracy.", {"png": figures / "c.png"})
+    files = write_latex(Report("r", [Section("Permuted MNIST · Adam", figures=[both, svg, png])]),
+                        report_dir / "latex")
+    assert [f.name for f in files] == ["figure-1.tex", "figure-3.tex"]  # numbered as on the page
+    first, third = (f.read_text() for f in files)
+    assert r"\includegraphics[width=\linewidth]{figures/a.pdf}" in first  # the PDF, not the PNG
+    assert r"\caption{Permuted MNIST $\cdot$ Adam: Online accuracy vs task.}" in first
+    assert r"\label{fig:pm-online}" in first
+    assert "{figures/c.png}" in third and r"\caption{Permuted MNIST $\cdot$ Adam: Total accuracy.}" in third
+    assert r"\graphicspath{{../}}" in (report_dir / "latex" / "report.tex").read_text()
+
+
+@needs_pdflatex
+def test_a_committed_reports_latex_typesets_with_its_figures(tmp_path):
+    # report.tex as committed, in its folder (its figures read from the report's figures/),
+    # its output written elsewhere
+    latex = PAGE / "reproduction" / "main-permuted_mnist-adam" / "report" / "latex"
+    proc = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error",
+                           f"-output-directory={tmp_path}", "report.tex"],
+                          cwd=latex, capture_output=True, text=True, timeout=300)
+    log = (tmp_path / "report.log").read_text(encoding="utf-8", errors="replace")
+    assert proc.returncode == 0, log[-3000:]
+    figures = len(list(latex.glob("figure-*.tex")))
+    assert figures > 10 and log.count("../figures/") >= figures  # each figure's file, read
+    assert "Missing character" not in log

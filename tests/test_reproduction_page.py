@@ -135,12 +135,15 @@ def test_a_committed_report_is_the_report_of_its_committed_export(study, tmp_pat
     assert _tables_and_text(rebuilt) == _tables_and_text(committed), (
         f"docs/reproduction/{study}/report/report.md is not what results.json.gz gives now: "
         f"rebuild it with `plasticlab report docs/reproduction/{study} --formats png`")
-    # and its tables as LaTeX, a file each, as committed (tests/test_report_latex.py typesets them)
+    # and its tables as LaTeX, a file each, as committed (tests/test_report_latex.py typesets
+    # them), and a file for each figure (rebuilt here without its image files, so without them)
     tables = len(re.findall(r"^\*\*Table \d+\.\*\*", rebuilt, flags=re.MULTILINE))
-    latex = {p.name: p.read_text(encoding="utf-8") for p in (tmp_path / "latex").glob("*.tex")}
-    assert tables and len(latex) == tables + 1  # and tables.tex
-    assert latex == {p.name: p.read_text(encoding="utf-8")
-                     for p in (PAGE / study / "report" / "latex").glob("*.tex")}, (
+    latex = {p.name: p.read_text(encoding="utf-8") for p in (tmp_path / "latex").glob("table-*.tex")}
+    committed_latex = PAGE / study / "report" / "latex"
+    assert tables and len(latex) == tables
+    figures = len(re.findall(r"^\*Figure \d+\.\*", committed, flags=re.MULTILINE))
+    assert len(list(committed_latex.glob("figure-*.tex"))) == figures
+    assert latex == {p.name: p.read_text(encoding="utf-8") for p in committed_latex.glob("table-*.tex")}, (
         f"docs/reproduction/{study}/report/latex/ is not what results.json.gz gives now: rebuild "
         f"it with `plasticlab report docs/reproduction/{study} --formats png`")
 

@@ -51,7 +51,7 @@ def write_report(directory: str | list[str], out: str | None = None, formats: st
         print(f"warning: {warning}", file=sys.stderr)
     print(f"report: {page}")
     print(f"        {page.parent / 'report.md'} (Markdown tables), {page.parent / 'latex'}/ (LaTeX "
-          f"tables), {page.parent / 'figures'}/ ({', '.join(names)})")
+          f"floats), {page.parent / 'figures'}/ ({', '.join(names)})")
     if check:
         return _check_in_browser(page)
     return 0

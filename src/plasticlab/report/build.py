@@ -78,8 +78,9 @@ def build_report(directory: str | Path | Sequence[str | Path], out: str | Path |
     (:func:`~plasticlab.report.data.combine_results`), then ``out`` must be given — to ``out``
     (default ``directory/report``).
 
-    Produces ``index.html`` (self-contained), ``report.md``, every table as LaTeX
-    (``latex/table-N.tex`` and ``latex/tables.tex``: :mod:`plasticlab.report.latex`),
+    Produces ``index.html`` (self-contained), ``report.md``, every table and figure as a LaTeX
+    float (``latex/table-N.tex``, ``latex/figure-N.tex`` and ``latex/report.tex``:
+    :mod:`plasticlab.report.latex`),
     ``runs.csv`` (when pandas is installed; the page says when it is not) and every figure as
     ``figures/<name>.{png,svg,pdf}``. Returns the path of ``index.html``. Bootstrap intervals use
     ``reps`` resamples drawn from ``seed`` (the report is reproducible). ``results``: the

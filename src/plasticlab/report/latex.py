@@ -1,12 +1,13 @@
-"""The report's tables as LaTeX, for a paper: one ``booktabs`` table float a file.
+"""The report's tables and figures as LaTeX, for a paper: one float a file.
 
 :func:`write_latex` writes each :class:`~plasticlab.report.page.Table` of a report as
-``table-N.tex`` (N: its number on the page and in ``report.md``), a ``table`` float with its
-caption — the section's title, the table's, and its note — and a label, ready for ``\\input``;
-and ``tables.tex``, a document that inputs them all, to see them typeset (``pdflatex
-tables.tex``). The floats need ``booktabs``, ``array`` (a long text column is wrapped),
-``graphicx`` (a table wider than the line is scaled to it) and ``amssymb`` (the ✓ of a
-selected configuration).
+``table-N.tex`` (N: its number on the page and in ``report.md``), a ``booktabs`` ``table``
+float with its caption — the section's title, the table's, and its note — and a label, ready
+for ``\\input``; each figure as ``figure-N.tex``, a ``figure`` float of its PDF (its PNG where
+no PDF was written) with its caption and label; and ``report.tex``, a document that inputs
+them all, to see them typeset (``pdflatex report.tex`` in that folder). The floats need
+``booktabs``, ``array`` (a long text column is wrapped), ``graphicx`` (a table wider than the
+line is scaled to it; the figures) and ``amssymb`` (the ✓ of a selected configuration).
 
 Cells are the page's formatted strings, escaped for LaTeX: its special characters, and the
 report's symbols (θ, λ, ·, ×, −, ≥, ½, †, ✓ …) as LaTeX writes them, so that ``pdflatex``
@@ -18,6 +19,7 @@ know and this module does not map (a method named in another script) is kept too
 
 from __future__ import annotations
 
+import os
 import re
 import unicodedata
 from collections.abc import Sequence
@@ -25,7 +27,7 @@ from pathlib import Path
 
 from .page import Report, Table, numeric_columns
 
-__all__ = ["PACKAGES", "latex_table", "latex_text", "write_latex"]
+__all__ = ["GRAPHICS", "PACKAGES", "latex_figure", "latex_table", "latex_text", "write_latex"]
 
 PACKAGES = ("booktabs", "array", "graphicx", "amssymb")
 """The packages the tables need: ``\\usepackage{booktabs,array,graphicx,amssymb}``."""
@@ -113,11 +115,11 @@ def latex_text(text: str, wrapped: bool = False) -> str:
     return "".join(out)
 
 
-def _label(text: str, used: set[str]) -> str:
-    """A ``\\label`` key for ``text``: ``tab:`` and its words in lower case joined by hyphens,
-    ``-2``, ``-3`` … where another table of the report has it already."""
+def _label(text: str, used: set[str], kind: str = "tab") -> str:
+    """A ``\\label`` key for ``text``: ``kind`` (``tab``, ``fig``), a colon and its words in lower
+    case joined by hyphens, ``-2``, ``-3`` … where another of the report has it already."""
     ascii_words = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
-    base = "tab:" + ("-".join(re.findall(r"[a-z0-9]+", ascii_words.lower())) or "table")
+    base = f"{kind}:" + ("-".join(re.findall(r"[a-z0-9]+", ascii_words.lower())) or kind)
     label, n = base, 1
     while label in used:
         n += 1
@@ -147,36 +149,70 @@ def latex_table(table: Table, caption: str, label: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+GRAPHICS = ("pdf", "png", "jpg", "jpeg")
+"""The figure files ``pdflatex`` includes, in the order a figure's is chosen (vector first)."""
+
+
+def latex_figure(path: str, caption: str, label: str) -> str:
+    """A ``figure`` float of the figure file ``path`` (relative to the report's folder, where
+    ``\\graphicspath`` points) at the line's width, ``caption`` (LaTeX already) and
+    ``\\label{label}`` below it."""
+    return "\n".join([r"\begin{figure}[htbp]", r"\centering",
+                      rf"\includegraphics[width=\linewidth]{{{path}}}", rf"\caption{{{caption}}}",
+                      rf"\label{{{label}}}", r"\end{figure}"]) + "\n"
+
+
 def write_latex(report: Report, folder: str | Path) -> list[Path]:
-    """Write every table of ``report`` into ``folder`` as ``table-N.tex`` (numbered as on the
-    page) and ``tables.tex``, a document inputting them all; return the tables' files. A
-    caption is the section's title and the table's, then its note; earlier ``table-*.tex``
-    files in ``folder`` (a report that had more tables) are removed."""
+    """Write every table of ``report`` into ``folder`` as ``table-N.tex`` and every figure as
+    ``figure-N.tex`` (numbered as on the page), and ``report.tex``, a document inputting them
+    all in the page's order; return the files written. A table's caption is its section's
+    title and its own, then its note; a figure's, its section's title and its caption. A
+    figure's file (:data:`GRAPHICS`: its PDF where written, else its PNG) is named relative to
+    the report's folder, ``folder``'s parent: ``\\graphicspath{{path/to/report/}}`` finds it.
+    Earlier ``table-*.tex`` and ``figure-*.tex`` files in ``folder`` (a report that had more)
+    are removed."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    for stale in folder.glob("table-*.tex"):
+    for stale in [*folder.glob("table-*.tex"), *folder.glob("figure-*.tex")]:
         stale.unlink()
     used: set[str] = set()
     files: list[Path] = []
+    tables = figures = 0
+    needs = f"% needs \\usepackage{{{','.join(PACKAGES)}}}\n"
     for section in report.sections:
         for table in section.tables:
+            tables += 1
             title = f"{section.title}: {table.title}"
             note = table.note.strip()
             caption = latex_text(title) + "." + (f" {latex_text(note)}" if note else "")
-            files.append(folder / f"table-{len(files) + 1}.tex")
-            header = (f"% {report.title}, table {len(files)}: {title}\n"
-                      f"% needs \\usepackage{{{','.join(PACKAGES)}}}\n")
-            files[-1].write_text(header + latex_table(table, caption, _label(title, used)),
+            files.append(folder / f"table-{tables}.tex")
+            files[-1].write_text(f"% {report.title}, table {tables}: {title}\n{needs}"
+                                 + latex_table(table, caption, _label(title, used)),
                                  encoding="utf-8", newline="\n")
-    (folder / "tables.tex").write_text(_document(report.title, [f.name for f in files]),
+        for ref in section.figures:
+            figures += 1
+            file = next((ref.files[f] for f in GRAPHICS if f in ref.files), None)
+            if file is None:
+                continue  # no file pdflatex reads (an SVG alone): the page shows it, a paper cannot
+            path = Path(os.path.relpath(Path(file).resolve(), folder.parent.resolve())).as_posix()
+            files.append(folder / f"figure-{figures}.tex")
+            caption = f"{section.title}: {ref.caption.strip()}"
+            caption += "" if caption.endswith((".", "?", "!")) else "."
+            files[-1].write_text(f"% {report.title}, figure {figures}: {ref.caption}\n{needs}"
+                                 "% its file is named from the report's folder: "
+                                 "\\graphicspath{{path/to/report/}}\n"
+                                 + latex_figure(path, latex_text(caption), _label(ref.stem, used, "fig")),
+                                 encoding="utf-8", newline="\n")
+    (folder / "report.tex").write_text(_document(report.title, [f.name for f in files]),
                                        encoding="utf-8", newline="\n")
     return files
 
 
 def _document(title: str, names: Sequence[str]) -> str:
-    """A LaTeX document that inputs the tables ``names`` (files beside it), each on its page."""
-    body = "\n".join(rf"\input{{{name}}}" + "\n\\clearpage" for name in names) or "No tables."
+    """A LaTeX document that inputs the tables and figures ``names`` (files beside it, their
+    figures' files from the folder above), each on its page."""
+    body = "\n".join(rf"\input{{{name}}}" + "\n\\clearpage" for name in names) or "No tables or figures."
     return "\n".join([r"\documentclass{article}", r"\usepackage[T1]{fontenc}", r"\usepackage[utf8]{inputenc}",
                       r"\usepackage[margin=2cm]{geometry}", rf"\usepackage{{{','.join(PACKAGES)}}}",
-                      rf"\title{{{latex_text(title)}}}", r"\date{}", r"\begin{document}", r"\maketitle",
-                      body, r"\end{document}", ""])
+                      r"\graphicspath{{../}}", rf"\title{{{latex_text(title)}}}", r"\date{}",
+                      r"\begin{document}", r"\maketitle", body, r"\end{document}", ""])
