@@ -30,7 +30,7 @@ from .page import Report, Table, numeric_columns
 __all__ = ["GRAPHICS", "PACKAGES", "latex_figure", "latex_table", "latex_text", "write_latex"]
 
 PACKAGES = ("booktabs", "array", "graphicx", "amssymb")
-"""The packages the tables need: ``\\usepackage{booktabs,array,graphicx,amssymb}``."""
+"""The packages the floats need: ``\\usepackage{booktabs,array,graphicx,amssymb}``."""
 
 LONG_CELL = 40
 """A text column whose longest cell has more characters than this is wrapped (:data:`WRAPPED_COLUMN`)."""
@@ -72,7 +72,7 @@ def _greek(char: str) -> str | None:
 def latex_text(text: str, wrapped: bool = False) -> str:
     """``text`` as LaTeX typesets it in a paragraph or a table cell: its special characters
     escaped, the symbols of :data:`_TEXT` and :data:`_MATH` and Greek letters written as LaTeX
-    writes them (maths runs joined: θ₀ is ``$\\theta_0$``), a hyphen before a number as a
+    writes them (maths runs joined: θ₀ is ``$\\theta_{0}$``), a hyphen before a number as a
     minus sign, "straight quotes" as LaTeX's, and line breaks as spaces. ``wrapped``: a cell of
     a wrapped column, where a line may also break after an underscore (``replacement_rate``)."""
     text = _NUMBER_MINUS.sub("−", str(text).replace("\r\n", "\n").replace("\n", " "))
