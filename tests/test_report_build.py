@@ -569,18 +569,24 @@ def test_several_directories_are_reported_as_one_directory_holding_them_all(tmp_
     a = _store(tmp_path / "pm", ("permuted_mnist",))
     b = _store(tmp_path / "rl", ("random_label_mnist",))
     both = _store(tmp_path / "both", ("permuted_mnist", "random_label_mnist"))
-    assert main(["report", str(a), str(b), "--out", str(tmp_path / "r"), "--formats", "png",
-                 "--reps", "100"]) == 0
-    build_report(both, tmp_path / "one", formats=("png",), reps=100)
+    build_report([a, b], tmp_path / "r", formats=(), reps=100)  # (the figures: the command's, below)
+    build_report(both, tmp_path / "one", formats=(), reps=100)
     together = (tmp_path / "r" / "report.md").read_text()
     assert _body(together) == _body((tmp_path / "one" / "report.md").read_text())
     assert "## Across problems" in together and "# plasticlab report — pm + rl" in together
     assert f"- results: {a.resolve()}\n- results: {b.resolve()}\n" in together
+
     def latex(report):  # each table's file, after its first line (the report's title)
         return [p.read_text().split("\n", 1)[1] for p in sorted((report / "latex").glob("table-*.tex"))]
 
     assert latex(tmp_path / "r") == latex(tmp_path / "one") and len(latex(tmp_path / "r")) == 9
     assert len((tmp_path / "r" / "runs.csv").read_text().splitlines()) == 1 + 2 * len(CURVES) * len(SEEDS)
+    # the command: the same report, with its figures
+    assert main(["report", str(a), str(b), "--out", str(tmp_path / "cli"), "--formats", "png",
+                 "--reps", "100"]) == 0
+    shown = [line for line in _body((tmp_path / "cli" / "report.md").read_text())
+             if not line.startswith("![")]
+    assert shown == _body(together.replace(" — no image file", ""))
     # several folders need --out (no one folder's report/ to write into)
     capsys.readouterr()
     assert main(["report", str(a), str(b)]) == 2
