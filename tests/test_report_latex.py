@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import needs
+from plasticlab.report import latex
 from plasticlab.report.latex import PACKAGES, WRAPPED_COLUMN, latex_table, latex_text, write_latex
 from plasticlab.report.page import FigureRef, Report, Section, Table
 
@@ -25,8 +26,9 @@ needs_pdflatex = needs(shutil.which("pdflatex") is not None,
     ("Shrink & Perturb", r"Shrink \& Perturb"),
     ("accuracy (%)", r"accuracy (\%)"),
     ("replacement_rate", r"replacement\_rate"),
-    ("a#b$c{d}e~f^g|h\\i", r"a\#b\$c\{d\}e\textasciitilde{}f\textasciicircum{}g\textbar{}h\textbackslash{}i"),
-    ("P(X > Y) + ½P(X = Y)", r"P(X $>$ Y) + \textonehalf{}P(X = Y)"),
+    ("a#b{c}d~e^f|g\\h", r"a\#b\{c\}d\textasciitilde{}e\textasciicircum{}f\textbar{}g\textbackslash{}h"),
+    ("US$ 5", r"US$\$$ 5"),  # (in maths: a text \$ is drawn from bitmaps without cm-super)
+    ("P(X > Y) + ½P(X = Y)", r"P(X $>$ Y) + $\frac{1}{2}$P(X = Y)"),
     ("θ₀", r"$\theta_{0}$"),  # one maths run, not $\theta$$_0$ (a display's $$)
     ("λ·‖θ − θ₀‖²", r"$\lambda\cdot\|\theta - \theta_{0}\|^{2}$"),
     ("s⁻¹", r"s$^{-1}$"),  # a run of superscripts is one
@@ -35,7 +37,7 @@ needs_pdflatex = needs(shutil.which("pdflatex") is not None,
     ("lr=1e-3, 5-9, non-protecting", "lr=1e-3, 5-9, non-protecting"),  # …and hyphens elsewhere
     ("−0.5 ≥ x", r"$-$0.5 $\geq$ x"),
     ('"same" — or "—"', "``same'' --- or ``---''"),
-    ("full reset †, ✓", r"full reset \textdagger{}, $\checkmark$"),
+    ("full reset †, ✓", r"full reset $\dagger$, $\checkmark$"),
     ("two\nlines", "two lines"),
     ("Müller", "Müller"),  # inputenc's UTF-8 knows it
     ("θ ", r"$\theta$ "), ("x ·", r"x $\cdot$"),  # a space at either end of a maths run
@@ -117,6 +119,9 @@ def test_every_table_of_every_committed_report_typesets_with_pdflatex(tmp_path):
     # the font, no table wider than the page
     sections = [s for path in sorted(PAGE.rglob("report.md")) for s in _markdown_tables(path)]
     assert len(sections) > 100
+    # and every character the module writes as LaTeX, each in a cell
+    every = [*latex._SPECIAL, *latex._TEXT, *latex._MATH, *latex._SCRIPTS, "θ₀", "λ", "Δ", "ü", "é"]
+    sections.append(Section("Every symbol", tables=[Table("Characters", ["text"], [[c] for c in every])]))
     files = write_latex(Report("every committed report", sections), tmp_path)
     assert len(files) == len(sections)
     proc = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "report.tex"],
@@ -124,6 +129,9 @@ def test_every_table_of_every_committed_report_typesets_with_pdflatex(tmp_path):
     log = (tmp_path / "report.log").read_text(encoding="utf-8", errors="replace")
     assert proc.returncode == 0, log[-3000:]
     assert "Missing character" not in log
+    # every glyph from an outline font: none drawn from bitmaps (a TS1 symbol where cm-super is
+    # not installed, T1 text in the default fonts) that print blurred
+    assert not re.findall(r"\S+\.\d+pk\b", log)
     overfull = [line for line in log.splitlines() if line.startswith("Overfull \\hbox")]
     assert not overfull, overfull[:5]
     assert (tmp_path / "report.pdf").stat().st_size > 10_000
@@ -160,4 +168,4 @@ def test_a_committed_reports_latex_typesets_with_its_figures(tmp_path):
     figures = len(list(latex.glob("figure-*.tex")))
     read = set(re.findall(r"^File: \.\./+(figures/\S+) Graphic file", log, flags=re.MULTILINE))
     assert figures > 10 and len(read) == figures  # each figure's file, read
-    assert "Missing character" not in log
+    assert "Missing character" not in log and not re.findall(r"\S+\.\d+pk\b", log)

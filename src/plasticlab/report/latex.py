@@ -37,19 +37,22 @@ LONG_CELL = 40
 WRAPPED_COLUMN = r">{\raggedright\arraybackslash\hyphenpenalty=10000\exhyphenpenalty=10000}p{0.3\linewidth}"
 """A wrapped column's ``array`` specification: 0.3 of the line, ragged right, words whole."""
 
-_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "#": r"\#", "_": r"\_",
             "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
             "|": r"\textbar{}"}
-_TEXT = {"—": "---", "–": "--", "…": r"\ldots{}", "½": r"\textonehalf{}", "¼": r"\textonequarter{}",
-         "¾": r"\textthreequarters{}", "†": r"\textdagger{}", "‡": r"\textdaggerdbl{}", "§": r"\S{}",
-         "¶": r"\P{}", "°": r"\textdegree{}", "‘": "`", "’": "'", "“": "``", "”": "''", "•": r"\textbullet{}",
+# Symbols of the fonts every TeX has as outlines — no TS1 ``\textonehalf``, ``\textdagger`` or
+# ``\S``, which pdflatex draws from bitmaps where cm-super is not installed (the maths fonts'
+# instead): a table typesets sharp in any installation.
+_TEXT = {"—": "---", "–": "--", "…": r"\ldots{}", "‘": "`", "’": "'", "“": "``", "”": "''",
          "\u00a0": "~", "\u2009": r"\,", "\u202f": r"\,", "⚠": r"(\textbf{!})"}
 _MATH = {"<": "<", ">": ">", "−": "-", "·": r"\cdot", "×": r"\times", "±": r"\pm", "≥": r"\geq",
          "≤": r"\leq", "≠": r"\neq", "≈": r"\approx", "∼": r"\sim", "→": r"\rightarrow",
          "←": r"\leftarrow", "⇒": r"\Rightarrow", "↑": r"\uparrow", "↓": r"\downarrow", "∞": r"\infty",
          "√": r"\surd", "∑": r"\sum", "∏": r"\prod", "∂": r"\partial", "∇": r"\nabla", "∈": r"\in",
          "∝": r"\propto", "‖": r"\|", "⊙": r"\odot", "∘": r"\circ", "✓": r"\checkmark", "∅": r"\emptyset",
-         "′": r"'", "ℓ": r"\ell"}
+         "′": r"'", "ℓ": r"\ell", "½": r"\frac{1}{2}", "¼": r"\frac{1}{4}", "¾": r"\frac{3}{4}",
+         "°": r"^\circ", "†": r"\dagger", "‡": r"\ddagger", "§": r"\mathsection", "¶": r"\mathparagraph",
+         "•": r"\bullet", "$": r"\$"}  # (a text \$ is TS1's too)
 _SCRIPTS = {"²": "^2", "³": "^3", "¹": "^1", "⁰": "^0", "⁻": "^-", "⁺": "^+", "ⁿ": "^n", "ᵀ": "^T",
             "₀": "_0", "₁": "_1", "₂": "_2", "₃": "_3", "ᵢ": "_i", "ⱼ": "_j", "ₖ": "_k", "ₜ": "_t"}
 _GREEK_CAPITALS = {"Gamma", "Delta", "Theta", "Lambda", "Xi", "Pi", "Sigma", "Upsilon", "Phi", "Psi", "Omega"}
@@ -212,7 +215,7 @@ def _document(title: str, names: Sequence[str]) -> str:
     """A LaTeX document that inputs the tables and figures ``names`` (files beside it, their
     figures' files from the folder above), each on its page."""
     body = "\n".join(rf"\input{{{name}}}" + "\n\\clearpage" for name in names) or "No tables or figures."
-    return "\n".join([r"\documentclass{article}", r"\usepackage[T1]{fontenc}", r"\usepackage[utf8]{inputenc}",
+    return "\n".join([r"\documentclass{article}", r"\usepackage[utf8]{inputenc}",
                       r"\usepackage[margin=2cm]{geometry}", rf"\usepackage{{{','.join(PACKAGES)}}}",
                       r"\graphicspath{{../}}", rf"\title{{{latex_text(title)}}}", r"\date{}",
                       r"\begin{document}", r"\maketitle", body, r"\end{document}", ""])
