@@ -29,7 +29,7 @@ import plasticlab.optim
 from plasticlab import EWC, L2Init, ShrinkPerturb
 from plasticlab.methods.cbp import ContinualBackpropSequential
 from plasticlab.methods.redo import ReDoSequential
-from plasticlab.problems import PermutedMNIST
+from plasticlab.problems import task_stream
 
 
 def mlp() -> nn.Sequential:
@@ -54,13 +54,10 @@ def train(method: str, tasks: int, steps: int, data_dir) -> list[float]:
         after_step = ContinualBackpropSequential(model, optimizer, replacement_rate=1e-4).step
     redo = ReDoSequential(model, optimizer, threshold=0.0) if method == "redo" else None
 
-    stream = PermutedMNIST([0], tasks=tasks, steps_per_task=steps, data_dir=data_dir)
     accuracy = []
-    for task in range(tasks):
-        stream.start_task(task)
+    for task in task_stream("permuted_mnist", seed=0, tasks=tasks, steps_per_task=steps, data_dir=data_dir):
         correct = 0
-        for step in range(steps):
-            x, y = (t[0] for t in stream.batch(step))
+        for step, (x, y) in enumerate(task):
             logits = model(x)
             correct += (logits.argmax(1) == y).sum().item()  # predict first, then learn
             loss = nn.functional.cross_entropy(logits, y)
@@ -74,9 +71,8 @@ def train(method: str, tasks: int, steps: int, data_dir) -> list[float]:
             if redo is not None and (step + 1) % steps == 0:
                 redo.recycle(x)
         if method == "ewc":  # EWC alone is told where tasks end
-            x, y = stream.test_examples(task, 992)
-            penalty.consolidate_model(model, x[0], y[0])
-        accuracy.append(correct / (steps * stream.batch_size))
+            penalty.consolidate_model(model, *task.test_set(992))
+        accuracy.append(correct / task.examples)
     return accuracy
 
 

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from plasticlab import SNR, SWR, UPGD, HareTortoise, L2Init, Parseval
-from plasticlab.problems import PermutedMNIST
+from plasticlab.problems import task_stream
 
 
 def mlp() -> nn.Sequential:
@@ -46,13 +46,10 @@ def train(method: str, tasks: int, steps: int, data_dir) -> list[float]:
                   "hare_tortoise": lambda: HareTortoise(model, momentum=0.999, reset_period=1000).step,
                   }.get(method, lambda: None)()
 
-    stream = PermutedMNIST([0], tasks=tasks, steps_per_task=steps, data_dir=data_dir)
     accuracy = []
-    for task in range(tasks):
-        stream.start_task(task)
+    for task in task_stream("permuted_mnist", seed=0, tasks=tasks, steps_per_task=steps, data_dir=data_dir):
         correct = 0
-        for step in range(steps):
-            x, y = (t[0] for t in stream.batch(step))
+        for x, y in task:
             logits = model(x)  # the training forward pass (SNR's hooks watch this one)
             correct += (logits.argmax(1) == y).sum().item()  # predict first, then learn
             loss = nn.functional.cross_entropy(logits, y)
@@ -63,7 +60,7 @@ def train(method: str, tasks: int, steps: int, data_dir) -> list[float]:
             optimizer.step()
             if after_step is not None:
                 after_step()  # gradients still in .grad (SWR needs them)
-        accuracy.append(correct / (steps * stream.batch_size))
+        accuracy.append(correct / task.examples)
     return accuracy
 
 

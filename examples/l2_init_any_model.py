@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from plasticlab import L2Init
-from plasticlab.problems import PermutedMNIST
+from plasticlab.problems import task_stream
 
 
 def train(use_l2_init: bool, tasks: int, steps: int, data_dir) -> list[float]:
@@ -27,22 +27,19 @@ def train(use_l2_init: bool, tasks: int, steps: int, data_dir) -> list[float]:
                           nn.Linear(100, 10))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     reg = L2Init(model, strength=1e-2) if use_l2_init else None
-    stream = PermutedMNIST([0], tasks=tasks, steps_per_task=steps, data_dir=data_dir)
     accuracy = []
-    for task in range(tasks):
-        stream.start_task(task)
+    for task in task_stream("permuted_mnist", seed=0, tasks=tasks, steps_per_task=steps, data_dir=data_dir):
         correct = 0
-        for step in range(steps):
-            x, y = stream.batch(step)  # [1, 16, 784]: one member's batch
-            logits = model(x[0])
-            correct += (logits.argmax(1) == y[0]).sum().item()  # predict first …
-            loss = nn.functional.cross_entropy(logits, y[0])
+        for x, y in task:  # x [16, 784], y [16]: the task's batches in turn
+            logits = model(x)
+            correct += (logits.argmax(1) == y).sum().item()  # predict first …
+            loss = nn.functional.cross_entropy(logits, y)
             if reg is not None:
                 loss = loss + reg()
             optimizer.zero_grad()
             loss.backward()  # … then learn
             optimizer.step()
-        accuracy.append(correct / (steps * stream.batch_size))
+        accuracy.append(correct / task.examples)
     return accuracy
 
 

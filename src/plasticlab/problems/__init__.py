@@ -1,5 +1,6 @@
 """The five continual-classification problems of SPEC §3, and the field's (issue 47: warm-start,
-class-incremental split, the slowly-changing regression), as per-member seeded streams."""
+class-incremental split, the slowly-changing regression), as per-member seeded streams; and any
+of them for one model of your own (:func:`task_stream`)."""
 
 from ..registry import Registry
 from .base import LOSSES, Problem, TaskData
@@ -9,6 +10,7 @@ from .permuted_mnist import PermutedMNIST
 from .random_label import RandomLabelCIFAR, RandomLabelMNIST
 from .slowly_changing_regression import SlowlyChangingRegression
 from .split import SplitCIFAR, SplitMNIST
+from .task_stream import StreamTask, stream_tasks
 from .warm_start import WarmStartCIFAR, WarmStartMNIST
 
 PROBLEMS: Registry = Registry("problem", "plasticlab.problems", Problem, {
@@ -35,6 +37,21 @@ def get_problem(name: str) -> type[Problem]:
         raise ValueError(f"unknown problem {name!r}; valid: {', '.join(PROBLEMS)}") from None
 
 
+def task_stream(problem: str | type[Problem], seed: int = 0, *, first_task: int = 0, data_dir=None,
+                device="cpu", **settings):
+    """The tasks of ``problem`` (a name, as ``plasticlab list`` gives them, or a problem class)
+    for one model of your own, seeded by ``seed``, from ``first_task`` (a run resumed at a task
+    end) to the last: each a :class:`StreamTask` whose batches (inputs ``[B, …]``, labels
+    ``[B]``) are those member k of an ensemble trains on when it is seed ``seed``. ``settings``:
+    the stream's (``tasks``, ``steps_per_task``, ``batch_size``) and the problem's parameters, as
+    ``plasticlab run --set`` takes them; ``data_dir`` where its data set is (default
+    ``$PLASTICLAB_DATA``, else downloaded), ``device`` where the batches are made. Each task's
+    batches are read before the next task is taken (:mod:`plasticlab.problems.task_stream`)."""
+    cls = get_problem(problem) if isinstance(problem, str) else problem
+    return stream_tasks(cls, seed, first_task=first_task, data_dir=data_dir, device=device, **settings)
+
+
 __all__ = ["LOSSES", "PROBLEMS", "ContinualImageNet", "FivePlusOneCIFAR", "PermutedMNIST", "Problem",
            "RandomLabelCIFAR", "RandomLabelMNIST", "SlowlyChangingRegression", "SplitCIFAR",
-           "SplitMNIST", "TaskData", "WarmStartCIFAR", "WarmStartMNIST", "get_problem", "problem_title"]
+           "SplitMNIST", "StreamTask", "TaskData", "WarmStartCIFAR", "WarmStartMNIST", "get_problem",
+           "problem_title", "task_stream"]
