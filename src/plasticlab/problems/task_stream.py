@@ -72,11 +72,16 @@ class StreamTask:
 
 def stream_tasks(cls: type[Problem], seed: int = 0, *, first_task: int = 0, data_dir=None,
                  device: str | torch.device = "cpu", **settings) -> Iterator[StreamTask]:
-    """:func:`plasticlab.problems.task_stream` of the problem class ``cls``."""
+    """:func:`plasticlab.problems.task_stream` of the problem class ``cls``: its data read and
+    ``first_task`` checked now, its tasks made as they are taken."""
     stream = cls([seed], data_dir=data_dir, device=device, **settings)
     if not 0 <= first_task < stream.tasks:
         raise ValueError(f"{stream.name}: first_task {first_task} is not one of its tasks "
                          f"0..{stream.tasks - 1}")
-    for task in range(first_task, stream.tasks):
-        stream.start_task(task)
-        yield StreamTask(stream, task)
+
+    def tasks() -> Iterator[StreamTask]:
+        for task in range(first_task, stream.tasks):
+            stream.start_task(task)
+            yield StreamTask(stream, task)
+
+    return tasks()

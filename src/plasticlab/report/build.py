@@ -89,10 +89,10 @@ def build_report(directory: str | Path | Sequence[str | Path], out: str | Path |
     directories = [Path(directory)] if isinstance(directory, str | Path) else [Path(d) for d in directory]
     if not directories:
         raise ValueError("no results directory to report")
-    if results is None:
-        results = combine_results([load_results(d) for d in directories])
     if out is None and len(directories) > 1:
         raise ValueError("a report of several directories needs --out: where to write it")
+    if results is None:
+        results = combine_results([load_results(d) for d in directories])
     out = Path(out) if out is not None else directories[0] / "report"
     fig_dir = out / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)

@@ -124,7 +124,8 @@ class ConfigRuns:
 
 @dataclass
 class Results:
-    """Everything a report shows about one results directory (or several: :attr:`sources`)."""
+    """Everything a report shows about one results directory (or several:
+    :func:`combine_results`)."""
 
     directory: Path
     configs: list[ConfigRuns]
@@ -132,8 +133,6 @@ class Results:
     selection: dict | None = None
     warnings: list[str] = field(default_factory=list)
     finished: list[dict] = field(default_factory=list)  # the finished runs, as stored
-    #: the directories read, where several are reported as one (:func:`combine_results`)
-    sources: list[Path] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._studies: dict[tuple[str, str], list[ConfigRuns]] = {}
@@ -223,7 +222,7 @@ class Results:
             members = [replace(c, label=labels[config_key(c.config)]) for c in members]
             parts.append(({STREAM_SETTINGS[i]: stream[i] for i in differ},
                           Results(self.directory, members, self.status_counts, self.selection,
-                                  finished=self.finished, sources=self.sources)))
+                                  finished=self.finished)))
         return parts
 
 
@@ -383,8 +382,7 @@ def combine_results(parts: Sequence[Results]) -> Results:
     counts = sum((p.status_counts for p in parts), Counter())
     counts["finished"] = len(finished)
     warnings = [f"{p.directory}: {w}" for p in parts for w in p.warnings]
-    return Results(parts[0].directory, configs, counts, selection, warnings, finished,
-                   sources=[p.directory for p in parts])
+    return Results(parts[0].directory, configs, counts, selection, warnings, finished)
 
 
 def _seeds_text(seeds: Sequence[int]) -> str:
