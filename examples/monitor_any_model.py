@@ -30,7 +30,7 @@ from torch import nn
 
 from plasticlab import L2Init, Monitor
 from plasticlab.monitor import PlasticityWarning, TrainabilityProbe, plot
-from plasticlab.problems import PermutedMNIST
+from plasticlab.problems import task_stream
 
 
 def mlp() -> nn.Sequential:
@@ -46,19 +46,17 @@ def train(use_l2_init: bool, args, monitored: bool = True, clock: list | None = 
     model = mlp()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     reg = L2Init(model, strength=args.strength) if use_l2_init else None
-    stream = PermutedMNIST([0], tasks=args.tasks, steps_per_task=args.steps, data_dir=args.data_dir)
     monitor = None
-    for task in range(args.tasks):
-        stream.start_task(task)
-        probe = stream.sample_inputs(args.probe, "probe")[0]  # [n, 784], not a training batch
+    for task in task_stream("permuted_mnist", seed=0, tasks=args.tasks, steps_per_task=args.steps,
+                            data_dir=args.data_dir):
+        probe = task.sample_inputs(args.probe)  # [n, 784], not a training batch
         if monitored and monitor is None:
             trainability = TrainabilityProbe(every=args.trainability) if args.trainability else None
             monitor = Monitor(model, probe=probe, every=args.every, trainability=trainability)
             monitor.measure()  # step 0: the network as initialised
         elif monitored:
             monitor.set_probe(probe)  # measure on the task being learned
-        for step in range(args.steps):
-            x, y = (t[0] for t in stream.batch(step))
+        for x, y in task:
             loss = nn.functional.cross_entropy(model(x), y)
             if reg is not None:
                 loss = loss + reg()

@@ -21,6 +21,7 @@ def test_seed_s_streams_the_batches_and_test_sets_its_member_in_an_ensemble_trai
     for task in task_stream(cls.name, seed=3, **settings):
         ensemble.start_task(task.index)
         batches = list(task)
+        assert torch.equal(task.sample_inputs(20), ensemble.sample_inputs(20, "probe")[k])
         assert len(batches) == len(task) == 4 and task.examples == 32 and task.reported
         for step, (x, y) in enumerate(batches):
             xs, ys = ensemble.batch(step)
@@ -52,6 +53,8 @@ def test_a_tasks_batches_after_the_stream_moved_on_are_an_error(mnist_dir):
     next(stream)  # task 1 taken: task 0's examples are gone
     with pytest.raises(RuntimeError, match="task 0's batches were asked for after the stream moved on"):
         list(first)
+    with pytest.raises(RuntimeError, match="task 0's sample_inputs were asked for after"):
+        first.sample_inputs(4)
 
 
 def test_unknown_problems_and_tasks_are_errors_that_say_what_there_is(mnist_dir):

@@ -44,12 +44,22 @@ class StreamTask:
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         for step in range(self.problem.steps_per_task):
-            if self.problem.task != self.index:
-                raise RuntimeError(f"{self.problem.name}: task {self.index}'s batches were asked for "
-                                   f"after the stream moved on to task {self.problem.task}; use each "
-                                   "task before taking the next")
+            self._check_current("batches")
             x, y = self.problem.batch(step)
             yield x[0], y[0]
+
+    def sample_inputs(self, n: int, key: str = "probe") -> torch.Tensor:
+        """``n`` of the task's training inputs ``[n, …]``, drawn without replacement from
+        (seed, task, ``key``) — a probe batch for measurements (:class:`plasticlab.Monitor`),
+        as the engine's measurements draw theirs, never one to train on."""
+        self._check_current("sample_inputs")
+        return self.problem.sample_inputs(n, key)[0]
+
+    def _check_current(self, what: str) -> None:
+        if self.problem.task != self.index:
+            raise RuntimeError(f"{self.problem.name}: task {self.index}'s {what} were asked for after "
+                               f"the stream moved on to task {self.problem.task}; use each task "
+                               "before taking the next")
 
     @property
     def examples(self) -> int:
