@@ -19,6 +19,7 @@ Run:  python examples/resume_any_model.py --data-dir ../shared/data
 from __future__ import annotations
 
 import argparse
+import itertools
 import tempfile
 from pathlib import Path
 
@@ -26,7 +27,7 @@ import torch
 from torch import nn
 
 from plasticlab import L2Init
-from plasticlab.problems import PermutedMNIST
+from plasticlab.problems import task_stream
 
 
 def build():
@@ -37,33 +38,34 @@ def build():
     return model, optimizer, L2Init(model, strength=1e-2)
 
 
-def train(model, optimizer, reg, stream, tasks: range, steps: int) -> list[float]:
-    """Online accuracy of each task in ``tasks``."""
+def train(model, optimizer, reg, tasks) -> list[float]:
+    """Online accuracy of each task of ``tasks`` (a stream's: ``task_stream``)."""
     accuracy = []
     for task in tasks:
-        stream.start_task(task)
         correct = 0
-        for step in range(steps):
-            x, y = stream.batch(step)
-            logits = model(x[0])
-            correct += (logits.argmax(1) == y[0]).sum().item()
-            loss = nn.functional.cross_entropy(logits, y[0]) + reg()
+        for x, y in task:
+            logits = model(x)
+            correct += (logits.argmax(1) == y).sum().item()
+            loss = nn.functional.cross_entropy(logits, y) + reg()
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-        accuracy.append(correct / (steps * stream.batch_size))
+        accuracy.append(correct / task.examples)
     return accuracy
 
 
 def run(tasks: int, steps: int, data_dir, stop: int | None = None, load_reg: bool = True):
     """A run of ``tasks`` tasks; with ``stop``, checkpointed after task ``stop`` − 1 and resumed
     in newly built objects (of another initialisation), with or without L2 Init's state."""
-    stream = PermutedMNIST([0], tasks=tasks, steps_per_task=steps, data_dir=data_dir)
+    def stream(first_task: int = 0):  # seed 0's tasks, from first_task (a resumed run's)
+        return task_stream("permuted_mnist", seed=0, first_task=first_task, tasks=tasks,
+                           steps_per_task=steps, data_dir=data_dir)
+
     torch.manual_seed(0)
     model, optimizer, reg = build()
     if stop is None:
-        return train(model, optimizer, reg, stream, range(tasks), steps), model
-    first = train(model, optimizer, reg, stream, range(stop), steps)
+        return train(model, optimizer, reg, stream()), model
+    first = train(model, optimizer, reg, itertools.islice(stream(), stop))
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "checkpoint.pt"
         torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
@@ -75,7 +77,7 @@ def run(tasks: int, steps: int, data_dir, stop: int | None = None, load_reg: boo
     optimizer.load_state_dict(saved["optimizer"])
     if load_reg:
         reg.load_state_dict(saved["reg"])
-    return first + train(model, optimizer, reg, stream, range(stop, tasks), steps), model
+    return first + train(model, optimizer, reg, stream(first_task=stop)), model
 
 
 def main() -> None:
