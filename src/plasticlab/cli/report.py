@@ -23,7 +23,7 @@ def write_report(directory: str | list[str], out: str | None = None, formats: st
     headless Chromium. The exit code: 1 when the check saw a problem, else 0."""
     from ..experiments.manifest import code_identity, from_other_code, plugins_changed
     from ..experiments.progress import code_summary
-    from ..report.build import build_report
+    from ..report.build import build_report, report_folder
     from ..report.data import combine_results, load_results
 
     names = tuple(f.strip() for f in formats.split(",") if f.strip())
@@ -32,8 +32,7 @@ def write_report(directory: str | list[str], out: str | None = None, formats: st
         raise ValueError(f"--formats {formats!r}: give png plus any of svg, pdf "
                          "(the HTML page embeds the PNGs)")
     directories = [directory] if isinstance(directory, str) else list(directory)
-    if len(directories) > 1 and out is None:
-        raise ValueError(f"a report of {len(directories)} directories needs --out: where to write it")
+    report_folder(directories, out)  # several without --out: an error before any is read
     if check:
         _chromium_or_error()  # before the report is built, not after: a study's takes minutes
     results = combine_results([load_results(d) for d in directories])

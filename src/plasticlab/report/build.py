@@ -87,13 +87,9 @@ def build_report(directory: str | Path | Sequence[str | Path], out: str | Path |
     directories already read (:func:`load_results`, :func:`combine_results`; read here otherwise).
     """
     directories = [Path(directory)] if isinstance(directory, str | Path) else [Path(d) for d in directory]
-    if not directories:
-        raise ValueError("no results directory to report")
-    if out is None and len(directories) > 1:
-        raise ValueError("a report of several directories needs --out: where to write it")
+    out = report_folder(directories, out)
     if results is None:
         results = combine_results([load_results(d) for d in directories])
-    out = Path(out) if out is not None else directories[0] / "report"
     fig_dir = out / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
     ctx = _Context(fig_dir, tuple(formats), max_bins, reps, seed)
@@ -120,6 +116,17 @@ def build_report(directory: str | Path | Sequence[str | Path], out: str | Path |
     write_markdown(report, out / "report.md")
     write_latex(report, out / "latex")
     return write_html(report, out / "index.html")
+
+
+def report_folder(directories: Sequence[str | Path], out: str | Path | None) -> Path:
+    """Where the report of ``directories`` is written: ``out``, or the one directory's
+    ``report/``; several directories without ``out`` (or none) are an error, before anything
+    is read."""
+    if not directories:
+        raise ValueError("no results directory to report")
+    if out is None and len(directories) > 1:
+        raise ValueError(f"a report of {len(directories)} directories needs --out: where to write it")
+    return Path(out) if out is not None else Path(directories[0]) / "report"
 
 
 def _export_runs(directories: Sequence[Path], path: Path) -> str:
@@ -766,4 +773,4 @@ def _version() -> str:
     return __version__
 
 
-__all__ = ["build_report"]
+__all__ = ["build_report", "report_folder"]

@@ -19,13 +19,12 @@ know and this module does not map (a method named in another script) is kept too
 
 from __future__ import annotations
 
-import os
 import re
 import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 
-from .page import Report, Table, numeric_columns
+from .page import Report, Table, numeric_columns, relative_path
 
 __all__ = ["GRAPHICS", "PACKAGES", "latex_figure", "latex_table", "latex_text", "write_latex"]
 
@@ -197,7 +196,7 @@ def write_latex(report: Report, folder: str | Path) -> list[Path]:
             file = next((ref.files[f] for f in GRAPHICS if f in ref.files), None)
             if file is None:
                 continue  # no file pdflatex reads (an SVG alone): the page shows it, a paper cannot
-            path = Path(os.path.relpath(Path(file).resolve(), folder.parent.resolve())).as_posix()
+            path = relative_path(file, folder.parent)
             files.append(folder / f"figure-{figures}.tex")
             caption = f"{section.title}: {ref.caption.strip()}"
             caption += "" if caption.endswith((".", "?", "!")) else "."

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
-__all__ = ["FigureRef", "Report", "Section", "Table", "numeric_columns", "write_html", "write_markdown"]
+__all__ = ["FigureRef", "Report", "Section", "Table", "numeric_columns", "relative_path", "write_html",
+           "write_markdown"]
 
 
 @dataclass
@@ -103,7 +104,7 @@ def numeric_columns(table: Table) -> list[bool]:
     return flags
 
 
-def _relative(path: Path, start: Path) -> str:
+def relative_path(path: Path, start: Path) -> str:
     """``path`` relative to the directory ``start`` with forward slashes (absolute if impossible)."""
     target = Path(path).resolve()
     try:
@@ -113,7 +114,7 @@ def _relative(path: Path, start: Path) -> str:
 
 
 def _href(path: Path, start: Path) -> str:
-    rel = _relative(path, start)
+    rel = relative_path(path, start)
     return rel if rel.startswith("file:") else quote(rel, safe="/._-~")
 
 
