@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,7 +20,7 @@ from plasticlab.experiments.config import resolve_config
 from plasticlab.experiments.store import ResultStore
 from plasticlab.report.browser import check_page
 from plasticlab.report.build import _study_title, build_report, paper_difference
-from plasticlab.report.data import bin_tasks, load_results
+from plasticlab.report.data import Results, bin_tasks, combine_results, load_results
 
 TASKS = 12
 SEEDS = (0, 1, 2)
@@ -375,10 +377,7 @@ def test_report_writes_runs_csv_without_pandas(results_dir, tmp_path, monkeypatc
 
 
 def test_streams_come_in_increasing_order_of_the_settings_that_differ_and_one_without_it_last():
-    from collections import Counter
-    from pathlib import Path
-
-    from plasticlab.report.data import ConfigRuns, Results
+    from plasticlab.report.data import ConfigRuns
 
     def runs(batch, steps):
         cfg = {"problem": "permuted_mnist", "optimizer": "adam", "method": "baseline", "params": {},
@@ -602,6 +601,7 @@ def test_a_configuration_in_two_directories_is_kept_once_if_they_hold_the_same_r
     # L2 Init at λ 1e-2 once, on its three seeds; its label now names λ (1e-3 beside it)
     assert "- runs: 9 finished, 0 unfinished, 0 failed" in md
     assert re.search(r"\| L2 Init strength=0\.01 \| 3 \| 85\.20 \[", md)
+    assert len((tmp_path / "r" / "runs.csv").read_text().splitlines()) == 1 + 9
     # other runs of one configuration in two places: which to show is not the report's to pick
     c = _store(tmp_path / "c", seeds=(3, 4), methods=[("baseline", ())])
     with pytest.raises(ValueError, match=r"Baseline \(permuted_mnist, adam\) has runs in both .*/a "
@@ -609,6 +609,19 @@ def test_a_configuration_in_two_directories_is_kept_once_if_they_hold_the_same_r
         build_report([a, c], tmp_path / "r2", formats=())
     with pytest.raises(ValueError, match="given twice"):
         build_report([a, a], tmp_path / "r3", formats=())
+
+
+def test_a_run_one_directory_finished_and_another_holds_unfinished_is_counted_finished_once():
+    # (the second folder a copy taken while the run still trained)
+    def read(name, status):
+        return Results(Path(name), [], Counter({status: 1}), runs=[{"run_id": "r1", "status": status}])
+
+    for parts in ([read("a", "running"), read("b", "finished")],
+                  [read("a", "finished"), read("b", "interrupted")]):
+        combined = combine_results(parts)
+        assert combined.runs == [{"run_id": "r1", "status": "finished"}]
+        assert combined.finished == combined.runs
+        assert combined.status_counts == Counter(finished=1)
 
 
 def _select(folder, method, seeds=(100, 101)):

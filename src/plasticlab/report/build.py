@@ -110,7 +110,7 @@ def build_report(directory: str | Path | Sequence[str | Path], out: str | Path |
               "intervals: 95 % percentile bootstrap across seeds "
               f"({reps} resamples); IQM intervals: stratified bootstrap (rliable's definitions)"]
     if results.configs:
-        header.append(_export_runs(directories, out / "runs.csv"))
+        header.append(_export_runs(results.runs, out / "runs.csv"))
     report = Report(f"plasticlab report — {' + '.join(d.resolve().name for d in directories)}", sections,
                     header, warnings=list(results.warnings))
     write_markdown(report, out / "report.md")
@@ -129,22 +129,11 @@ def report_folder(directories: Sequence[str | Path], out: str | Path | None) -> 
     return Path(out) if out is not None else Path(directories[0]) / "report"
 
 
-def _export_runs(directories: Sequence[Path], path: Path) -> str:
-    """Write every run of ``directories`` as CSV (from each store, or from a compact export;
-    a run two of them hold, once); the header line saying so."""
-    from ..experiments.export import EXPORT_NAME, read_export
+def _export_runs(runs: Sequence[dict], path: Path) -> str:
+    """Write every run read (:attr:`Results.runs`) as CSV; the header line saying so."""
     from ..experiments.run_tables import write_runs_csv
-    from ..experiments.store import DB_NAME, ResultStore
 
-    runs: dict[str, dict] = {}
-    for directory in directories:
-        if (directory / DB_NAME).is_file():
-            with ResultStore(directory) as store:
-                rows = store.runs()
-        else:
-            rows = read_export(directory / EXPORT_NAME)[0]
-        runs |= {r["run_id"]: r for r in rows if r["run_id"] not in runs}
-    write_runs_csv(list(runs.values()), path)
+    write_runs_csv(list(runs), path)
     return f"every run's config and summary: {path.name}"
 
 

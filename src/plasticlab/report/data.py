@@ -132,7 +132,13 @@ class Results:
     status_counts: Counter
     selection: dict | None = None
     warnings: list[str] = field(default_factory=list)
-    finished: list[dict] = field(default_factory=list)  # the finished runs, as stored
+    runs: list[dict] = field(default_factory=list)
+    """Every run read, whatever its status, as stored: what ``runs.csv`` lists."""
+
+    @property
+    def finished(self) -> list[dict]:
+        """The finished runs, as stored."""
+        return [r for r in self.runs if r["status"] == "finished"]
 
     def __post_init__(self) -> None:
         self._studies: dict[tuple[str, str], list[ConfigRuns]] = {}
@@ -222,7 +228,7 @@ class Results:
             members = [replace(c, label=labels[config_key(c.config)]) for c in members]
             parts.append(({STREAM_SETTINGS[i]: stream[i] for i in differ},
                           Results(self.directory, members, self.status_counts, self.selection,
-                                  finished=self.finished)))
+                                  runs=self.runs)))
         return parts
 
 
@@ -305,7 +311,7 @@ def load_results(directory: str | Path) -> Results:
     sel_path = directory / SELECTION_FILE
     if selection is None and sel_path.is_file():
         selection = json.loads(sel_path.read_text())
-    results = Results(directory, configs, counts, selection, warnings, finished)
+    results = Results(directory, configs, counts, selection, warnings, rows)
     eval_seeds = set((selection or {}).get("evaluation_seeds") or [])
     for (problem, optimizer), study in results.studies().items():
         # A protocol's winners also have evaluation seeds: compare the grid seeds only.
@@ -378,11 +384,15 @@ def combine_results(parts: Sequence[Results]) -> Results:
                      "selected": [e for p in selections for e in p.selection.get("selected", [])],
                      "sweep": " + ".join(str(p.selection.get("sweep") or p.directory.name)
                                          for p in selections)}
-    finished = list({r["run_id"]: r for p in parts for r in p.finished}.values())
-    counts = sum((p.status_counts for p in parts), Counter())
-    counts["finished"] = len(finished)
+    runs: dict[str, dict] = {}
+    for r in (r for part in parts for r in part.runs):
+        # a run two folders hold, once: finished where one of them finished it
+        kept = runs.get(r["run_id"])
+        if kept is None or (r["status"] == "finished" and kept["status"] != "finished"):
+            runs[r["run_id"]] = r
+    counts = Counter(r["status"] for r in runs.values())
     warnings = [f"{p.directory}: {w}" for p in parts for w in p.warnings]
-    return Results(parts[0].directory, configs, counts, selection, warnings, finished)
+    return Results(parts[0].directory, configs, counts, selection, warnings, list(runs.values()))
 
 
 def _seeds_text(seeds: Sequence[int]) -> str:
