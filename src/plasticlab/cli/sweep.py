@@ -12,7 +12,7 @@ from ..experiments import bench
 from ..experiments.executor import EXECUTORS
 from ..experiments.orchestrate import resumed_by_other_code, tasks_done
 from ..experiments.presets import PRESETS, get_preset
-from ..experiments.progress import hms
+from ..experiments.progress_log import hms
 from ..experiments.store import ResultStore
 from ..experiments.sweep import expand
 from ..experiments.workflow import (

@@ -38,6 +38,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sqlite3
+import sys
 import tempfile
 import threading
 import time
@@ -74,6 +75,7 @@ from .lock import writer_lock
 from .manifest import code_identity, utc_now
 from .oserrors import StorageError, storage_error
 from .pace import PACE_EVERY_S, RATE_SPAN_S, AggregatePace, RateAdmission
+from .progress_log import SweepLines, bars_shown
 from .recording import checkpoint_path, progress_bar, record_result, record_start
 from .store import CHECKPOINTS, ResultStore
 
@@ -194,9 +196,14 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
         job.options["checkpoint_every"] = job.options.get("checkpoint_every", CHECKPOINT_EVERY_S) or None
     workers = workers or (len(jobs) if executor == "interleaved" else default_workers())
     # A bar per ensemble while they all run at once; beyond that one overall bar in the driver
-    # (runs done / total, member-steps/s, ETA), advanced as ensembles finish.
-    per_job_bars = progress and (executor == "inline" or (len(jobs) <= workers and executor != "ray"))
-    overall = _overall_bar(jobs) if progress and not per_job_bars else None
+    # (runs done / total, member-steps/s, ETA), advanced as ensembles finish. In a log (no
+    # terminal: progress_log) each ensemble writes its lines wherever it trains but on Ray,
+    # and the driver one as each of several ensembles ends.
+    lines = progress and not bars_shown()
+    per_job_bars = progress and (executor == "inline" or (executor != "ray" and (
+        len(jobs) <= workers or lines)))
+    overall = (_overall_progress(jobs, lines)
+               if progress and (len(jobs) > 1 if lines else not per_job_bars) else None)
     # One writer per results folder (a command that holds it already only counts it again).
     with writer_lock(out), ResultStore(out) as store:
         run_ids: dict[int, list[str | None]] = {}
@@ -211,9 +218,7 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
             job = jobs[i]
             if overall is not None:
                 c = job.config
-                overall.update(c.tasks * c.steps_per_task * len(job.seeds))
-                overall.runs_done += len(job.seeds)
-                overall.set_postfix_str(f"runs {overall.runs_done}/{overall.runs_total}")
+                overall.ensemble_done(c.tasks * c.steps_per_task * len(job.seeds), len(job.seeds))
             try:
                 result = get_result()
             except StopRequested as stop:
@@ -313,17 +318,34 @@ def _interrupt_in_flight(store: ResultStore, exc: StorageError) -> StorageError:
     return exc
 
 
-def _overall_bar(jobs):
-    import sys
-
-    from tqdm.auto import tqdm
-
+def _overall_progress(jobs, lines: bool):
+    """The sweep's progress over all of ``jobs``' member-steps, advanced as each ensemble ends
+    (``ensemble_done``): lines in a log (:class:`~.progress_log.SweepLines`), else a bar."""
     total = sum(j.config.tasks * j.config.steps_per_task * len(j.seeds) for j in jobs)
-    bar = tqdm(total=total, unit="member-step", unit_scale=True, file=sys.stderr,
-               dynamic_ncols=True, desc="sweep")
-    bar.runs_done, bar.runs_total = 0, sum(len(j.seeds) for j in jobs)
-    bar.set_postfix_str(f"runs 0/{bar.runs_total}")
-    return bar
+    runs = sum(len(j.seeds) for j in jobs)
+    return SweepLines(total, runs) if lines else _OverallBar(total, runs)
+
+
+class _OverallBar:
+    """The sweep's tqdm bar: member-steps, and the runs done in its postfix."""
+
+    def __init__(self, member_steps: int, runs: int):
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=member_steps, unit="member-step", unit_scale=True, file=sys.stderr,
+                        dynamic_ncols=True, desc="sweep")
+        self.runs, self.total_runs = 0, runs
+        self.bar.set_postfix_str(f"runs 0/{runs}")
+
+    def ensemble_done(self, member_steps: int, runs: int) -> None:
+        """An ensemble of ``runs`` runs and ``member_steps`` member-steps ended."""
+        self.bar.update(member_steps)
+        self.runs += runs
+        self.bar.set_postfix_str(f"runs {self.runs}/{self.total_runs}")
+
+    def close(self) -> None:
+        """Close the bar."""
+        self.bar.close()
 
 
 def _run_inline(jobs, order, start, finish, data_dir, device, progress) -> None:

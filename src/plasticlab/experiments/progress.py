@@ -12,13 +12,8 @@ from ..checkpoint import CheckpointError, read_header
 from . import bench
 from .executor import default_workers
 from .orchestrate import ensemble_label, planned_ensembles, read_plan
+from .progress_log import hms
 from .store import CHECKPOINTS, STATUSES
-
-
-def hms(seconds: float) -> str:
-    """``seconds`` as ``1h02m03s``."""
-    seconds = int(round(seconds))
-    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m{seconds % 60:02d}s"
 
 
 def waiting_runs(runs: list[dict], stored_plan: dict) -> list[dict]:

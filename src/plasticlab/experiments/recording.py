@@ -7,7 +7,7 @@ Below :mod:`~plasticlab.experiments.executor` (which calls these for every job) 
 - :func:`record_start` starts an attempt at each member's run, with its manifest;
 - :func:`record_result` commits each member's metrics and summary, and returns the JSON records
   (:func:`run_record`) that ``plasticlab run --json`` prints;
-- :func:`checkpoint_path` names an ensemble's checkpoint; :func:`progress_bar` draws its steps.
+- :func:`checkpoint_path` names an ensemble's checkpoint; :func:`progress_bar` shows its steps.
 """
 
 from __future__ import annotations
@@ -197,14 +197,20 @@ def diverged_at(member) -> int | None:
 
 def progress_bar(config: RunConfig, members: int, *, enabled: bool = True, position: int = 0,
                  label: str | None = None):
-    """A tqdm bar on stderr over the run's steps, and the on_task_end callback that labels it."""
+    """The run's progress over its steps on stderr, and the on_task_end callback that shows
+    each task's end: a tqdm bar where stderr shows one (:func:`~.progress_log.bars_shown`),
+    else lines (:class:`~.progress_log.TaskLines`: a log, a pipe)."""
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=config.tasks * config.steps_per_task, unit="step", file=sys.stderr,
-               disable=not enabled, position=position, leave=True, dynamic_ncols=True,
-               desc=label or f"{config.method} {config.problem} K={members}")
+    from .progress_log import TaskLines, bars_shown
 
+    label = label or f"{config.method} {config.problem} K={members}"
     regression = get_problem(config.problem).loss == "squared_error"
+    if enabled and not bars_shown():
+        lines = TaskLines(label, config.tasks, config.steps_per_task, regression=regression)
+        return lines, lines.task_end
+    bar = tqdm(total=config.tasks * config.steps_per_task, unit="step", file=sys.stderr,
+               disable=not enabled, position=position, leave=True, dynamic_ncols=True, desc=label)
 
     def on_task_end(task: int, accs: list[float]) -> None:
         mean = sum(accs) / len(accs)
