@@ -43,6 +43,13 @@ def bars_shown(stream=None) -> bool:
     return type(stream).__module__.startswith("ipykernel")
 
 
+def task_value(values: list[float], regression: bool) -> str:
+    """The members' mean measure of a task as progress shows it: ``acc 85.0%``, or on a
+    regression ``sq. error 0.01235``."""
+    mean = sum(values) / len(values)
+    return f"sq. error {mean:.4g}" if regression else f"acc {100 * mean:.1f}%"
+
+
 def _write(stream, line: str) -> None:
     stream = sys.stderr if stream is None else stream
     stream.write(line + "\n")
@@ -74,10 +81,9 @@ class TaskLines:
         if task + 1 < self.tasks and now - self.last < self.every_s:
             return
         self.last = now
-        mean = sum(values) / len(values)
-        shown = f"sq. error {mean:.4g}" if self.regression else f"acc {100 * mean:.1f}%"
         trained = now - self.start
-        line = f"{self.label}: task {task + 1}/{self.tasks} {shown}, {hms(trained)} in"
+        line = (f"{self.label}: task {task + 1}/{self.tasks} {task_value(values, self.regression)}, "
+                f"{hms(trained)} in")
         left = (self.tasks - task - 1) * self.steps_per_task
         if left and self.steps:
             line += f", about {hms(left * trained / self.steps)} left"
@@ -114,4 +120,4 @@ class SweepLines:
         """Nothing to clear: the lines stay as written."""
 
 
-__all__ = ["LINE_EVERY_S", "SweepLines", "TaskLines", "bars_shown", "hms"]
+__all__ = ["LINE_EVERY_S", "SweepLines", "TaskLines", "bars_shown", "hms", "task_value"]

@@ -202,7 +202,7 @@ def progress_bar(config: RunConfig, members: int, *, enabled: bool = True, posit
     else lines (:class:`~.progress_log.TaskLines`: a log, a pipe)."""
     from tqdm.auto import tqdm
 
-    from .progress_log import TaskLines, bars_shown
+    from .progress_log import TaskLines, bars_shown, task_value
 
     label = label or f"{config.method} {config.problem} K={members}"
     regression = get_problem(config.problem).loss == "squared_error"
@@ -213,9 +213,7 @@ def progress_bar(config: RunConfig, members: int, *, enabled: bool = True, posit
                disable=not enabled, position=position, leave=True, dynamic_ncols=True, desc=label)
 
     def on_task_end(task: int, accs: list[float]) -> None:
-        mean = sum(accs) / len(accs)
-        shown = f"sq. error {mean:.4g}" if regression else f"acc {100 * mean:.1f}%"
-        bar.set_postfix_str(f"task {task + 1}/{config.tasks} {shown}")
+        bar.set_postfix_str(f"task {task + 1}/{config.tasks} {task_value(accs, regression)}")
 
     return bar, on_task_end
 
