@@ -195,15 +195,7 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
         job.options.setdefault("checkpoint", str(checkpoint_path(out, job.members, kind="ensemble")))
         job.options["checkpoint_every"] = job.options.get("checkpoint_every", CHECKPOINT_EVERY_S) or None
     workers = workers or (len(jobs) if executor == "interleaved" else default_workers())
-    # A bar per ensemble while they all run at once; beyond that one overall bar in the driver
-    # (runs done / total, member-steps/s, ETA), advanced as ensembles finish. In a log (no
-    # terminal: progress_log) each ensemble writes its lines wherever it trains but on Ray,
-    # and the driver one as each of several ensembles ends.
-    lines = progress and not bars_shown()
-    per_job_bars = progress and (executor == "inline" or (executor != "ray" and (
-        len(jobs) <= workers or lines)))
-    overall = (_overall_progress(jobs, lines)
-               if progress and (len(jobs) > 1 if lines else not per_job_bars) else None)
+    per_job_bars, overall = _progress(jobs, executor, workers) if progress else (False, None)
     # One writer per results folder (a command that holds it already only counts it again).
     with writer_lock(out), ResultStore(out) as store:
         run_ids: dict[int, list[str | None]] = {}
@@ -316,6 +308,18 @@ def _interrupt_in_flight(store: ResultStore, exc: StorageError) -> StorageError:
     else:
         exc.note = "the runs training were recorded as interrupted" if in_flight else ""
     return exc
+
+
+def _progress(jobs, executor: str, workers: int) -> tuple[bool, object | None]:
+    """How a sweep shows its progress: whether each ensemble shows its own, and the driver's
+    overall progress (or None). A bar per ensemble while they all run at once; beyond that one
+    overall bar in the driver (runs done / total, member-steps/s, ETA), advanced as ensembles
+    finish. In a log (no terminal: :mod:`.progress_log`) each ensemble writes its lines
+    wherever it trains but on Ray, and the driver one as each of several ensembles ends."""
+    lines = not bars_shown()
+    per_job = executor == "inline" or (executor != "ray" and (len(jobs) <= workers or lines))
+    shown = len(jobs) > 1 if lines else not per_job
+    return per_job, _overall_progress(jobs, lines) if shown else None
 
 
 def _overall_progress(jobs, lines: bool):
