@@ -497,3 +497,32 @@ def test_per_member_step_sizes_survive_a_state_dict_round_trip():
         opt.step()
     for a, b in zip(straight, params, strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("name", ["adam", "adam_gnt", "upgd", "upgd_nonprotecting", "trac"])
+def test_an_optimizer_whose_model_was_converted_after_it_was_built_says_to_build_it_after(name):
+    # its state was made beside the parameters: model.double() (or .to("cuda")) after it leaves
+    # that state behind; torch's fused kernel would fail on it with a dtype error naming neither
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    params = list(model.parameters())
+    if name == "adam_gnt":
+        optimizer = AdamGnT(params, lr=1e-3)
+    else:
+        generators = {"generators": [torch.Generator() for _ in range(4)]} if "upgd" in name else {}
+        optimizer = make_optimizer(name, params, lr=1e-3, member_dim=name != "trac", **generators)
+    model.double()
+    model(torch.randn(5, 3, dtype=torch.float64)).sum().backward()
+    with pytest.raises(RuntimeError, match=r"moved or converted after it was built \(they are now "
+                                           r"torch\.float64 on cpu, its state torch\.float32 on cpu\); "
+                                           r"build the optimizer after model\.to\(device\)"):
+        optimizer.step()
+
+
+def test_sgd_has_no_state_to_leave_behind_and_steps_after_a_conversion():
+    model = nn.Linear(3, 2)
+    optimizer = SGD(list(model.parameters()), lr=0.1)
+    model.double()
+    before = model.weight.detach().clone()
+    model(torch.randn(5, 3, dtype=torch.float64)).sum().backward()
+    optimizer.step()
+    assert torch.equal(model.weight, before.add(model.weight.grad, alpha=-0.1))

@@ -112,6 +112,8 @@ class Adam(StackedOptimizer):
         """One Adam update of every parameter from its ``.grad``. ``decay``: λ of a quadratic
         penalty λθ that the training step leaves to this update (g + (wd + λ)·θ before the
         moments, one pass fewer than adding it to ``.grad`` first, and the same numbers)."""
+        if self.params:
+            self.check_state_current(self.exp_avg[0])
         active = [i for i, p in enumerate(self.params) if p.grad is not None]
         weight_decay = self.weight_decay + decay
         if not self.fused:

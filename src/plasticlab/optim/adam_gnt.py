@@ -39,6 +39,8 @@ class AdamGnT(StackedOptimizer):
     then on a per-element count (:attr:`element_steps`).
     """
 
+    title = "AdamGnT"
+
     def __init__(self, params: Iterable[torch.Tensor], lr: float,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
         if not isinstance(lr, int | float):
@@ -62,6 +64,8 @@ class AdamGnT(StackedOptimizer):
     @torch.no_grad()
     def step(self) -> None:
         """One AdamGnT update of every parameter from its ``.grad``."""
+        if self.params:
+            self.check_state_current(self.exp_avg[0])
         active = [i for i, p in enumerate(self.params) if p.grad is not None]
         if not active:
             return

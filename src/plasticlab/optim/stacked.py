@@ -69,6 +69,20 @@ class StackedOptimizer:
         rates = [self.lr] * first.shape[0] if isinstance(self.lr, float) else self.lr
         return torch.tensor(rates, dtype=first.dtype, device=first.device)
 
+    def check_state_current(self, state: torch.Tensor) -> None:
+        """``state``, a tensor this optimizer made beside its first parameter when it was
+        built, is still on that parameter's device and in its dtype; else a ``RuntimeError``:
+        the model was moved or converted (``model.to(device)``, ``model.double()``) after the
+        optimizer was built, and its state was not. Checked on the first parameter (a model is
+        moved and converted whole), at every step, so kept to two comparisons."""
+        first = self.params[0]
+        if state.device != first.device or state.dtype != first.dtype:
+            raise RuntimeError(
+                f"{self.title}: its parameters were moved or converted after it was built (they "
+                f"are now {first.dtype} on {first.device}, its state {state.dtype} on "
+                f"{state.device}); build the optimizer after model.to(device) or model.double(), "
+                "as torch.optim's documentation advises")
+
     def zero_grad(self) -> None:
         """Drop every parameter's gradient."""
         for p in self.params:

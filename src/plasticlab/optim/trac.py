@@ -312,6 +312,7 @@ class TRAC(StackedOptimizer):
     def step(self) -> None:
         """x_t (:meth:`TracCore.prepare`), h_t, the base Adam's step on x, then the tuners and
         θ ← θ_ref + max(S, 0)·x on every tensor with a gradient."""
+        self.check_state_current(self.iterates[0])
         grads = [p.grad for p in self.params]
         active = [i for i, g in enumerate(grads) if g is not None]
         if not active:

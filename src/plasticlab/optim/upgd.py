@@ -178,6 +178,8 @@ class UPGD(StackedOptimizer):
     @torch.no_grad()
     def step(self) -> None:
         """One UPGD update of every parameter with a gradient."""
+        if self.params:
+            self.check_state_current(self.utility[0])
         active = [i for i, p in enumerate(self.params) if p.grad is not None]
         if not active:
             return
