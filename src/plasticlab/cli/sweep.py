@@ -20,6 +20,7 @@ from ..experiments.workflow import (
     SweepRequest,
     check_counts,
     finished_count,
+    grid_whole,
     load_sweep,
     plan_evaluation,
     plan_sweep,
@@ -79,7 +80,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     ensembles (resuming), then the protocol's evaluation; return the exit code."""
     return run_sweep(SweepRequest(
         file=args.file, preset=args.preset, tasks=args.tasks, out=args.out, scale=args.scale,
-        only=args.only, workers=args.workers, max_members=args.max_members, device=args.device,
+        only=args.only, shard=args.shard, workers=args.workers, max_members=args.max_members,
+        device=args.device,
         data_dir=args.data_dir, executor=args.executor, ray_address=args.ray_address,
         rerun=args.rerun, dry_run=args.dry_run, compile=args.compile, progress=not args.no_progress,
         checkpoint_every=args.checkpoint_every,
@@ -120,7 +122,12 @@ def _sweep(request: SweepRequest, hold: ExitStack) -> int:
     for message in start_grid(sp):
         print("  " + message)
     failed = [j for j in train(sp, sp.grid_plan, loggers) if j.error]
-    if sp.eval_seeds is not None:
+    if sp.eval_seeds is not None and sp.shard is not None and not grid_whole(sp):
+        print(f"\nshard {request.shard} of the grid trained; the protocol selects on the whole grid: "
+              "import every shard's folder into one (`plasticlab import SHARD_DIR … --out ALL`) and "
+              "run this sweep there — with --shard I/N again, in copies of it, to share out the "
+              "evaluation")
+    elif sp.eval_seeds is not None:
         failed += _evaluate(sp, loggers)
     done = finished_count(out)
     print(f"\n{done} runs finished in {out}; {len(failed)} ensemble(s) failed")
@@ -133,8 +140,10 @@ def _print_plan(sp: SweepPlan) -> None:
     """What a sweep will train: its runs, ensembles and steps, the protocol, a time estimate."""
     r = sp.request
     print(f"sweep {sp.name}" + (f" (scale {r.scale:g})" if r.scale else "") + f" → {sp.out}")
-    if sp.wanted:
-        print(f"  --only {' '.join(r.only)}: {len(sp.grid_runs)} of the grid's {len(sp.runs)} runs"
+    if sp.wanted or sp.shard:
+        kept = " ".join(([f"--only {' '.join(r.only)}"] if sp.wanted else [])
+                        + ([f"--shard {r.shard}"] if sp.shard else []))
+        print(f"  {kept}: {len(sp.grid_runs)} of the grid's {len(sp.runs)} runs"
               + (", and the evaluation's runs that match" if sp.eval_seeds is not None else ""))
     print("  " + _describe(sp.grid_plan, sp.workers, sp.calibration, sp.out))
     if sp.eval_seeds is not None:
@@ -244,6 +253,11 @@ def register(sub) -> None:
                     help="train only the runs whose KEY (seed, method, optimizer, lr, … ) is one of "
                          "the VALUEs; repeatable (all must match). With --rerun: train again the "
                          "runs a fix changed, e.g. --only optimizer=upgd,upgd_nonprotecting")
+    sw.add_argument("--shard", metavar="I/N",
+                    help="train the I-th of N shares of the runs (after --only): N commands, one "
+                         "per machine or array task, each into its own --out, train every run once "
+                         "between them; `plasticlab import` brings them together "
+                         "(docs/experiments.md#shards)")
     sw.add_argument("--compile", action="store_true",
                     help="take each training step through torch.compile where it applies (see "
                          "plasticlab run)")

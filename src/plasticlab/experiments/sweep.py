@@ -206,6 +206,29 @@ def only_runs(runs: Sequence[Run], wanted: dict[str, set]) -> list[Run]:
     return [r for r in runs if matches(r)]
 
 
+def parse_shard(text: str) -> tuple[int, int]:
+    """``--shard I/N`` read as (I, N): the I-th of N shares of a sweep's runs, 1 ≤ I ≤ N."""
+    index, sep, count = text.partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        i = n = 0
+    if not sep or n < 1 or not 1 <= i <= n:
+        raise ValueError(f"--shard expects I/N with 1 <= I <= N (the I-th of N shares: 1/4 … 4/4), "
+                         f"got {text!r}")
+    return i, n
+
+
+def shard_runs(runs: Sequence[Run], shard: tuple[int, int] | None) -> list[Run]:
+    """Share I of N of ``runs`` (``shard`` = (I, N); None: all of them): every N-th run in
+    their order, from the I-th — so each share holds about 1/N of every configuration's seeds,
+    and N commands given the same sweep and 1/N … N/N train every run once between them."""
+    if shard is None:
+        return list(runs)
+    i, n = shard
+    return [r for j, r in enumerate(runs) if j % n == i - 1]
+
+
 def _product(axes: dict) -> list[dict]:
     keys = list(axes)
     return [dict(zip(keys, values, strict=True)) for values in itertools.product(*axes.values())]

@@ -32,7 +32,7 @@ from .orchestrate import (
 )
 from .presets import get_preset
 from .store import ResultStore
-from .sweep import Run, expand, only_runs, run_filters
+from .sweep import Run, expand, only_runs, parse_shard, run_filters, shard_runs
 
 try:
     import tomllib
@@ -45,7 +45,8 @@ class SweepRequest:
     """What a sweep is asked to do (``plasticlab sweep``'s options): the sweep file or preset
     to load and every run's number of tasks (None: as it says), where its results go (None:
     ``results/<sweep name>``), how it is shortened (``scale``) and filtered (``only``: the
-    ``KEY=VALUE[,VALUE…]`` filters), and how and where it trains."""
+    ``KEY=VALUE[,VALUE…]`` filters; ``shard``: ``I/N``, the I-th of N shares of what they
+    keep, for N commands on N machines), and how and where it trains."""
 
     file: str | None = None
     preset: str | None = None
@@ -53,6 +54,7 @@ class SweepRequest:
     out: str | Path | None = None
     scale: float | None = None
     only: list[str] | None = None
+    shard: str | None = None  # "I/N": the I-th of N shares of the runs (parse_shard)
     workers: int | None = None
     max_members: int | None = None
     device: str = "cpu"
@@ -118,10 +120,10 @@ def check_counts(workers: int | None, max_members: int | None) -> None:
 
 @dataclass
 class SweepPlan:
-    """A sweep made ready to train: its whole grid (``runs``) and the part ``--only`` keeps
-    (``grid_runs``, filtered by ``wanted``), the protocol's evaluation seeds (None: a plain
-    grid), the workers, this machine's calibration (None: not calibrated), the largest
-    ensemble, and the plan of the grid's ensembles."""
+    """A sweep made ready to train: its whole grid (``runs``) and the part ``--only`` and
+    ``--shard`` keep (``grid_runs``, filtered by ``wanted``, then ``shard``), the protocol's
+    evaluation seeds (None: a plain grid), the workers, this machine's calibration (None: not
+    calibrated), the largest ensemble, and the plan of the grid's ensembles."""
 
     request: SweepRequest
     name: str
@@ -129,6 +131,7 @@ class SweepPlan:
     runs: list[Run]
     grid_runs: list[Run]
     wanted: dict
+    shard: tuple[int, int] | None
     eval_seeds: list[int] | None
     workers: int
     calibration: dict | None
@@ -140,15 +143,17 @@ class SweepPlan:
 
 def plan_sweep(sweep: dict, name: str, out: Path, request: SweepRequest) -> SweepPlan:
     """Expand ``sweep`` (every grid value checked against its domain), filter it by
-    ``request.only`` and plan its grid's ensembles; writes nothing. A ValueError when
-    ``--only`` would train part of a protocol sweep's grid that has not finished."""
+    ``request.only`` and ``request.shard`` and plan its grid's ensembles; writes nothing. A
+    ValueError when ``--only`` would train part of a protocol sweep's grid that has not
+    finished (a shard of it may: :func:`grid_whole` then says whether the protocol goes on)."""
+    shard = parse_shard(request.shard) if request.shard is not None else None
     runs = expand(sweep, request.scale)
     eval_seeds = protocol_seeds(sweep)
     wanted = run_filters(request.only or [], runs, eval_seeds or ())
-    grid_runs = only_runs(runs, wanted)
+    grid_runs = shard_runs(only_runs(runs, wanted), shard)
     if wanted and eval_seeds is not None:
         # The protocol selects on the whole grid: training part of it must not select on part.
-        chosen = {id(r) for r in grid_runs}
+        chosen = {id(r) for r in only_runs(runs, wanted)}
         rest, _ = pending_runs([r for r in runs if id(r) not in chosen], out)
         if rest:
             raise ValueError(f"--only trains part of a protocol sweep, whose selection needs its whole "
@@ -170,8 +175,8 @@ def plan_sweep(sweep: dict, name: str, out: Path, request: SweepRequest) -> Swee
         options["compile"] = True
     if request.checkpoint_every is not None:
         options["checkpoint_every"] = request.checkpoint_every
-    return SweepPlan(request, name, out, runs, grid_runs, wanted, eval_seeds, workers, calibration,
-                     max_members, split_for, grid_plan, options)
+    return SweepPlan(request, name, out, runs, grid_runs, wanted, shard, eval_seeds, workers,
+                     calibration, max_members, split_for, grid_plan, options)
 
 
 def start_grid(sp: SweepPlan) -> list[str]:
@@ -195,6 +200,13 @@ def train(sp: SweepPlan, p: Plan, loggers: Sequence = ()) -> list[Job]:
                                            partial(tasks_done, sp.out)))
 
 
+def grid_whole(sp: SweepPlan) -> bool:
+    """Whether every run of the protocol's grid has finished in ``out``: a shard's command
+    trains its share of the grid, and selects (then evaluates its share of the selection) only
+    once the shards' runs are brought together (``plasticlab import``)."""
+    return not pending_runs(sp.runs, sp.out)[0]
+
+
 def select(sp: SweepPlan) -> tuple[dict, Path]:
     """The protocol's selection (the best configuration per problem, optimizer and method
     among the grid's finished runs), and the ``selection.json`` it is written to."""
@@ -204,10 +216,10 @@ def select(sp: SweepPlan) -> tuple[dict, Path]:
 
 def plan_evaluation(sp: SweepPlan, selection: dict) -> Plan:
     """The plan of the protocol's evaluation (each selected configuration on the evaluation
-    seeds, as ``--only`` filters them), recorded in ``out/plan.json``."""
+    seeds, as ``--only`` and ``--shard`` filter them), recorded in ``out/plan.json``."""
     eval_runs = evaluation_runs(selection, sp.eval_seeds)
-    eval_plan = plan(only_runs(eval_runs, sp.wanted), sp.out, sp.max_members, phase="evaluation",
-                     workers=sp.split_for, rerun=sp.request.rerun,
+    eval_plan = plan(shard_runs(only_runs(eval_runs, sp.wanted), sp.shard), sp.out, sp.max_members,
+                     phase="evaluation", workers=sp.split_for, rerun=sp.request.rerun,
                      cost=bench.job_seconds(sp.request.device, sp.calibration, sp.workers))
     write_plan(sp.out, eval_runs, sp.name, "evaluation", eval_plan.ensembles)
     return eval_plan
