@@ -50,6 +50,9 @@ def test_the_shares_of_a_sweep_train_every_run_once_and_together_are_the_whole_s
     shards = [_finished(_sweep(tmp_path, data_dir, f"shard{i}", "--shard", f"{i}/3")) for i in (1, 2, 3)]
     assert sum(len(s) for s in shards) == len(whole) == 9  # (1 + 2 configurations) × 3 seeds
     assert [len(s) for s in shards] == [3, 3, 3]
+    # a share's folder plans its share alone: `status` and `report` find nothing of it left to run
+    planned = json.loads((tmp_path / "shard2" / "plan.json").read_text())["runs"]
+    assert sorted(p["run_id"] for p in planned) == sorted(shards[1])
     assert main(["import", *(str(tmp_path / f"shard{i}") for i in (1, 2, 3)), "--out",
                  str(tmp_path / "all")]) == 0
     assert _finished(tmp_path / "all") == whole  # the same runs, the same numbers, bit for bit

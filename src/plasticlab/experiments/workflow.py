@@ -183,7 +183,8 @@ def start_grid(sp: SweepPlan) -> list[str]:
     """Record the grid's runs and ensembles in ``out/plan.json``, remove the checkpoints no
     unfinished ensemble uses, and return what to tell: the checkpoints removed, and the
     ensembles to resume whose checkpoint other code trained."""
-    write_plan(sp.out, sp.runs, sp.name, "grid", sp.grid_plan.ensembles)
+    # a share's folder plans its share: the other shares' runs are not its to train
+    write_plan(sp.out, sp.grid_runs if sp.shard else sp.runs, sp.name, "grid", sp.grid_plan.ensembles)
     return tidy_checkpoints(sp.out, sp.grid_plan) + resumed_by_other_code(sp.out, sp.grid_plan)
 
 
@@ -218,10 +219,11 @@ def plan_evaluation(sp: SweepPlan, selection: dict) -> Plan:
     """The plan of the protocol's evaluation (each selected configuration on the evaluation
     seeds, as ``--only`` and ``--shard`` filter them), recorded in ``out/plan.json``."""
     eval_runs = evaluation_runs(selection, sp.eval_seeds)
-    eval_plan = plan(shard_runs(only_runs(eval_runs, sp.wanted), sp.shard), sp.out, sp.max_members,
-                     phase="evaluation", workers=sp.split_for, rerun=sp.request.rerun,
+    share = shard_runs(only_runs(eval_runs, sp.wanted), sp.shard)
+    eval_plan = plan(share, sp.out, sp.max_members, phase="evaluation", workers=sp.split_for,
+                     rerun=sp.request.rerun,
                      cost=bench.job_seconds(sp.request.device, sp.calibration, sp.workers))
-    write_plan(sp.out, eval_runs, sp.name, "evaluation", eval_plan.ensembles)
+    write_plan(sp.out, share if sp.shard else eval_runs, sp.name, "evaluation", eval_plan.ensembles)
     return eval_plan
 
 
