@@ -20,6 +20,10 @@ from plasticlab.experiments.config import resolve_config
 from plasticlab.run_config import Members
 from plasticlab.step import compiled as compiled_step
 
+# an older torch trains eagerly (test_a_torch_older_than_the_compiled_steps_…, run on this one)
+pytestmark = pytest.mark.skipif(torch.__version__ < compiled_step.COMPILE_TORCH,
+                                reason=f"the compiled step needs torch >= {compiled_step.COMPILE_TORCH}")
+
 TASKS, STEPS, BATCH = 2, 30, 16
 
 
@@ -169,6 +173,17 @@ def test_the_compiled_step_applies_only_where_it_computes_the_method(data_dir):
     from plasticlab.nets import build_network
     assert compiled_step.traceable(autograd.net)
     assert not compiled_step.traceable(build_network("cnn", 1, (3, 32, 32), 10, width=0.25))
+
+
+def test_a_torch_older_than_the_compiled_steps_trains_eagerly_and_says_so(data_dir, monkeypatch):
+    from torch.torch_version import TorchVersion
+
+    monkeypatch.setattr(torch, "__version__", TorchVersion("2.4.1+cu121"))
+    result = train_ensemble(Members.from_config(_config(), [0]), data_dir=data_dir, compile=True)
+    assert result.extra["step"] == "eager"
+    assert result.extra["step_note"] == ("compile asked for; eager: torch 2.4.1+cu121 (the compiled "
+                                         "step needs torch >= 2.6: an older dynamo cannot trace every "
+                                         "form of it)")
 
 
 def test_the_compiled_step_refuses_a_method_it_does_not_compute(data_dir):

@@ -212,12 +212,17 @@ def decode(current, saved, who: str, entry: str, device: torch.device, *, write:
 
 def _held_device(value) -> torch.device | None:
     """The device of the first tensor (or module parameter) in ``value``; None if it holds none."""
+    # Plain loops and a tuple of types: compiled steps trace this (a drop-in's _follow in a
+    # captured hook), and torch 2.6's dynamo takes neither next() with a default nor a union
+    # type in isinstance.
     if isinstance(value, torch.Tensor):
         return value.device
-    if isinstance(value, nn.Module):
-        return next((t.device for t in value.parameters()), None)
-    if isinstance(value, list | tuple):
-        return next((d for d in map(_held_device, value) if d is not None), None)
+    items = value.parameters() if isinstance(value, nn.Module) else (
+        value if isinstance(value, (list, tuple)) else ())  # noqa: UP038
+    for item in items:
+        device = _held_device(item)
+        if device is not None:
+            return device
     return None
 
 

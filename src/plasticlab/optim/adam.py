@@ -224,10 +224,11 @@ class Adam(StackedOptimizer):
         counts = self.restart_counts[index]
         if counts is None:
             counts = self.restart_counts[index] = []
-        match = next((c for c in counts if tuple(c.shape) == shape), None)
-        if match is None:
-            match = torch.full(shape, float(self.step_counts[index]), dtype=p.dtype, device=p.device)
-            counts.append(match)
+        for c in counts:  # a loop, not next() with a default: torch 2.6's dynamo traces this
+            if tuple(c.shape) == shape:
+                return c
+        match = torch.full(shape, float(self.step_counts[index]), dtype=p.dtype, device=p.device)
+        counts.append(match)
         return match
 
     def state_dict(self) -> dict:

@@ -79,6 +79,24 @@ from .mlp_backprop import ManualBackprop, minus_ones, mlp_gradients
 RECOMPILE_LIMIT = 64
 """The most ensemble shapes and method structures one process compiles the step for."""
 
+def _recompile_limits() -> dict:
+    """Dynamo's options for :data:`RECOMPILE_LIMIT`: the limit, and an error rather than an
+    eager fall-back when it is hit — under their current names (``recompile_limit``), else the
+    older ``cache_size_limit`` of torch 2.4, which has no such error (torch then falls back to
+    eager with a warning)."""
+    config = torch._dynamo.config
+    if hasattr(config, "recompile_limit"):
+        return {"recompile_limit": RECOMPILE_LIMIT, "fail_on_recompile_limit_hit": True}
+    return {"cache_size_limit": RECOMPILE_LIMIT}
+
+
+COMPILE_TORCH = "2.6"
+"""The oldest torch the compiled step is taken with: every form compiles whole with 2.6.0 and
+2.13.0 (tests/test_compiled_step.py run on each), not every one with 2.4.1 (there Concat ReLU's
+and Layer Norm's torch.func gradient, Deep Fourier features, plasticity injection, C-CHAIN,
+Normalize-and-Project and a regression's step failed to compile); an older torch trains
+eagerly, saying so."""
+
 CPU_BACKEND = "inductor"
 """The compiler the CPU's compiled step goes through. Inductor generates and compiles C++ for
 each graph (most of a compile's seconds); ``"aot_eager"`` captures the same whole graph
@@ -143,6 +161,9 @@ def why_eager(net, hand: ManualBackprop | None, chain: Chain) -> str | None:
     transform = chain.captured_transform
     if not enabled():
         return "the plain forms were asked for (plasticlab.fast.plain_forms)"
+    if torch.__version__ < COMPILE_TORCH:
+        return (f"torch {torch.__version__} (the compiled step needs torch >= {COMPILE_TORCH}: an "
+                "older dynamo cannot trace every form of it)")
     if hand is None and not traceable(net):
         return untraceable_because(net)
     host_draws = method.hp.get("draws") == "generator"  # a method with a `draws` choice
@@ -331,8 +352,7 @@ class CompiledStep:
             self._started = self.after.start(x.shape[1])  # state sized by the batch
         if self.device.type == "cuda":
             self._mark_static()  # new state too (a restart's counts), static like the rest
-        with (torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT,
-                                         fail_on_recompile_limit_hit=True),
+        with (torch._dynamo.config.patch(_recompile_limits()),
               torch._inductor.config.patch(self._inductor_options())):
             self._call(x, y, correct)
         self._compiled_for = structure
@@ -349,11 +369,12 @@ class CompiledStep:
         Philox draw: ten rounds that reuse every word twice a round), inductor inlines chains of
         up to :data:`REALIZE_OPCOUNT` operations into their readers before it writes a buffer
         (its default: 30 on CUDA, 50 on the CPU). Measured for Shrink & Perturb's step on this
-        CPU (docs/performance.md): inlined whole it ran fastest and compiled no slower."""
+        CPU (docs/performance.md): inlined whole it ran fastest and compiled no slower. (An
+        older inductor without the CPU's own setting takes the one it has.)"""
         if self.after is None or not self.after.draws:
             return {}
-        return {"realize_opcount_threshold": REALIZE_OPCOUNT,
-                "realize_cpu_opcount_threshold": REALIZE_OPCOUNT}
+        options = ("realize_opcount_threshold", "realize_cpu_opcount_threshold")
+        return {name: REALIZE_OPCOUNT for name in options if hasattr(torch._inductor.config, name)}
 
     def _call(self, x: torch.Tensor, y: torch.Tensor, correct: torch.Tensor) -> None:
         if self._minus_one is None or self._minus_one.shape[:2] != y.shape:
