@@ -79,10 +79,11 @@ from .mlp_backprop import ManualBackprop, minus_ones, mlp_gradients
 RECOMPILE_LIMIT = 64
 """The most ensemble shapes and method structures one process compiles the step for."""
 
+
 def _recompile_limits() -> dict:
     """Dynamo's options for :data:`RECOMPILE_LIMIT`: the limit, and an error rather than an
     eager fall-back when it is hit — under their current names (``recompile_limit``), else the
-    older ``cache_size_limit`` of torch 2.4, which has no such error (torch then falls back to
+    older ``cache_size_limit`` (torch 2.6's), which has no such error (torch then falls back to
     eager with a warning)."""
     config = torch._dynamo.config
     if hasattr(config, "recompile_limit"):
