@@ -150,10 +150,11 @@ def plan_sweep(sweep: dict, name: str, out: Path, request: SweepRequest) -> Swee
     runs = expand(sweep, request.scale)
     eval_seeds = protocol_seeds(sweep)
     wanted = run_filters(request.only or [], runs, eval_seeds or ())
-    grid_runs = shard_runs(only_runs(runs, wanted), shard)
+    kept = only_runs(runs, wanted)
+    grid_runs = shard_runs(kept, shard)
     if wanted and eval_seeds is not None:
         # The protocol selects on the whole grid: training part of it must not select on part.
-        chosen = {id(r) for r in only_runs(runs, wanted)}
+        chosen = {id(r) for r in kept}
         rest, _ = pending_runs([r for r in runs if id(r) not in chosen], out)
         if rest:
             raise ValueError(f"--only trains part of a protocol sweep, whose selection needs its whole "
