@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -304,18 +305,103 @@ def test_the_stored_grouping_is_reused_whatever_the_workers_and_max_members(tmp_
     assert [len(e.seeds) for e in fresh.ensembles] != [len(e.seeds) for e in first.ensembles]
 
 
-def test_an_ensemble_with_a_finished_member_trains_whole_and_records_only_the_rest(tmp_path):
+@pytest.mark.parametrize(("tasks_done", "resumed"), [(None, False), (1, False), (2, True), (7, True)])
+def test_an_ensemble_with_a_finished_member_resumes_whole_only_where_its_checkpoint_saves_more(
+        tmp_path, tasks_done, resumed):
+    # Seed 1 finished elsewhere (another --only, an import): resuming the stored 4-member
+    # ensemble trains it again. Of 8 tasks, a checkpoint after 2 saves 4 × 2 member-tasks, the
+    # same as retraining seed 1 for the 6 left costs (4 × 6 = 3 × 8); after 1 it saves less,
+    # and without a checkpoint nothing: the 3 unfinished runs are grouped anew.
+    from plasticlab import checkpoint
     from plasticlab.experiments.orchestrate import write_plan
 
-    runs = expand({"problem": "permuted_mnist", "method": "baseline", "seeds": "0-3"})
+    runs = expand({"problem": "permuted_mnist", "method": "baseline", "seeds": "0-3", "tasks": 8})
     first = plan(runs, tmp_path, max_members=16)
     write_plan(tmp_path, runs, "s", "grid", first.ensembles)
+    (stored,) = json.loads((tmp_path / "plan.json").read_text())["ensembles"]
+    if tasks_done is not None:
+        checkpoint.save(tmp_path / "checkpoints" / stored["checkpoint"], "x", {"next_task": tasks_done})
     with ResultStore(tmp_path) as store:
         rid = ResultStore.run_id(runs[1].config.to_dict(), runs[1].seed)
         store.start_run(rid, runs[1].config.to_dict(), {"seed": 1})
         store.finish_run(rid, {}, {})
-    (ensemble,) = plan(runs, tmp_path, max_members=2, workers=2).ensembles
-    assert ensemble.seeds == [0, 1, 2, 3] and ensemble.record == [True, False, True, True]
+    again = plan(runs, tmp_path, max_members=2, workers=2)
+    if resumed:
+        (ensemble,) = again.ensembles
+        assert ensemble.seeds == [0, 1, 2, 3] and ensemble.record == [True, False, True, True]
+        assert again.superseded == []
+    else:
+        assert sorted(s for e in again.ensembles for s in e.seeds) == [0, 2, 3]
+        assert all(e.record is None for e in again.ensembles)
+        assert again.superseded == [stored["checkpoint"]]
+
+
+def test_a_superseded_ensemble_leaves_the_plan_and_its_checkpoint_is_removed_saying_why(tmp_path):
+    from plasticlab import checkpoint
+    from plasticlab.experiments.orchestrate import tidy_checkpoints, write_plan
+
+    runs = expand({"problem": "permuted_mnist", "method": "baseline", "seeds": "0-3", "tasks": 8})
+    write_plan(tmp_path, runs, "s", "grid", plan(runs, tmp_path, max_members=16).ensembles)
+    (stored,) = json.loads((tmp_path / "plan.json").read_text())["ensembles"]
+    checkpoint.save(tmp_path / "checkpoints" / stored["checkpoint"], "x", {"next_task": 1})
+    with ResultStore(tmp_path) as store:
+        for r in runs[:2]:
+            rid = ResultStore.run_id(r.config.to_dict(), r.seed)
+            store.start_run(rid, r.config.to_dict(), {"seed": r.seed})
+            store.finish_run(rid, {}, {})
+    again = plan(runs, tmp_path, max_members=16)
+    write_plan(tmp_path, runs, "s", "grid", again.ensembles, again.superseded)
+    (entry,) = json.loads((tmp_path / "plan.json").read_text())["ensembles"]
+    assert entry["checkpoint"] != stored["checkpoint"] and len(entry["run_ids"]) == 2
+    (message,) = tidy_checkpoints(tmp_path, again)
+    assert message.startswith(f"removed checkpoint {tmp_path / 'checkpoints' / stored['checkpoint']} "
+                              "(at task 1): its unfinished runs train in other ensembles of this sweep")
+    assert not (tmp_path / "checkpoints" / stored["checkpoint"]).exists()
+
+
+def test_an_ensemble_straddling_the_filter_keeps_its_checkpoint_for_a_later_sweep(tmp_path):
+    # --only seed=0-1 trains seeds 0 and 1 anew; seeds 2 and 3 have not finished, and the
+    # stored ensemble's checkpoint may yet serve a sweep that trains them: kept, in the plan.
+    from plasticlab import checkpoint
+    from plasticlab.experiments.orchestrate import ensemble_entry, tidy_checkpoints, write_plan
+
+    def ensemble_checkpoint(e):
+        return ensemble_entry(e, "grid")["checkpoint"]
+
+    runs = expand({"problem": "permuted_mnist", "method": "baseline", "seeds": "0-3", "tasks": 8})
+    write_plan(tmp_path, runs, "s", "grid", plan(runs, tmp_path, max_members=16).ensembles)
+    (stored,) = json.loads((tmp_path / "plan.json").read_text())["ensembles"]
+    checkpoint.save(tmp_path / "checkpoints" / stored["checkpoint"], "x", {"next_task": 5})
+    part = plan(runs[:2], tmp_path, max_members=16)
+    assert [e.seeds for e in part.ensembles] == [[0, 1]] and part.superseded == []
+    write_plan(tmp_path, runs, "s", "grid", part.ensembles, part.superseded)
+    assert tidy_checkpoints(tmp_path, part) == []
+    assert len(json.loads((tmp_path / "plan.json").read_text())["ensembles"]) == 2
+    # the whole sweep resumes seeds 0-3 from the checkpoint; the ensemble of seeds 0-1 never started
+    again = plan(runs, tmp_path, max_members=16)
+    (whole,) = again.ensembles
+    assert whole.seeds == [0, 1, 2, 3] and whole.record == [True] * 4
+    assert again.superseded == [ensemble_checkpoint(part.ensembles[0])]
+
+
+def test_of_two_stored_ensembles_sharing_runs_the_one_with_more_saved_work_resumes(tmp_path):
+    # Seeds 0-3 planned together and stopped 20 steps into their first task; then, under
+    # --only seed=0-1, seeds 0 and 1 together, stopped after 3 tasks: a whole sweep resumes the
+    # second (6 member-tasks saved, not 4 × 0.1) and trains seeds 2 and 3 anew.
+    from plasticlab import checkpoint
+    from plasticlab.experiments.orchestrate import ensemble_entry, write_plan
+
+    runs = expand({"problem": "permuted_mnist", "method": "baseline", "seeds": "0-3", "tasks": 8,
+                   "steps_per_task": 200})
+    wide = plan(runs, tmp_path, max_members=16).ensembles
+    narrow = plan(runs[:2], tmp_path, max_members=16).ensembles
+    write_plan(tmp_path, runs, "s", "grid", [*wide, *narrow])
+    (wide_ckpt, narrow_ckpt) = (ensemble_entry(e, "grid")["checkpoint"] for e in (*wide, *narrow))
+    checkpoint.save(tmp_path / "checkpoints" / wide_ckpt, "x", {"next_task": 0, "in_flight": {"step": 20}})
+    checkpoint.save(tmp_path / "checkpoints" / narrow_ckpt, "x", {"next_task": 3})
+    again = plan(runs, tmp_path, max_members=16)
+    assert [e.seeds for e in again.ensembles] == [[0, 1], [2, 3]]
+    assert again.ensembles[0].record == [True, True] and again.superseded == [wide_ckpt]
 
 
 @pytest.mark.parametrize("grid", ["strength = [1e-2, -1]", "strength = [1e-2, nan]"])

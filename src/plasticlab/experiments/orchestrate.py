@@ -5,8 +5,10 @@ Re-running a sweep runs only what did not finish (runs are identified by config 
 killed sweep resumes where it stopped — exactly: the grouping of runs into ensembles (which
 runs, in which member order) is decided once, stored in ``plan.json`` with the ensemble's
 checkpoint name, and reused on every resume whatever ``--workers``, ``--max-members`` or the
-calibration say, so every checkpoint is picked up again. A checkpoint that no unfinished
-ensemble uses is reported and removed (:func:`tidy_checkpoints`).
+calibration say, so every checkpoint is picked up again — unless some of its members finished
+meanwhile (another sweep's ensembles, under another ``--only``) and resuming it would train
+them again for more than its checkpoint saves (:func:`worth_resuming`). A checkpoint that no
+unfinished ensemble uses is reported and removed (:func:`tidy_checkpoints`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ class Plan:
     finished_runs: int
     phase: str = "grid"
     notes: list[str] = field(default_factory=list)
+    # the checkpoint names of plan.json's ensembles whose unfinished runs this plan groups anew
+    superseded: list[str] = field(default_factory=list)
 
     @property
     def runs(self) -> int:
@@ -61,26 +65,81 @@ def plan(runs: Sequence[Run], out, max_members, phase: str = "grid", workers: in
          rerun: bool = False, cost=None) -> Plan:
     """Group the unfinished runs of ``runs`` into ensembles: the ensembles stored in
     ``plan.json`` that still have an unfinished member are reused as they are (every member,
-    in its order; the members that finished train again but are not recorded again); the
-    other runs are grouped anew (see :func:`sweep.group`, which ``cost`` is given to).
-    ``rerun``: finished runs too."""
+    in its order; the members that finished train again but are not recorded again) where
+    :func:`worth_resuming` says so — of two that share a run, the one whose checkpoint holds
+    more member-tasks; the other runs are grouped anew (see :func:`sweep.group`, which
+    ``cost`` is given to), and the stored ensembles whose unfinished runs all go to this
+    plan's ensembles are ``superseded``. ``rerun``: finished runs too."""
     todo, finished = (list(runs), 0) if rerun else pending_runs(runs, out)
     by_id = {ResultStore.run_id(r.config.to_dict(), r.seed): r for r in runs}
     unfinished = {ResultStore.run_id(r.config.to_dict(), r.seed) for r in todo}
-    ensembles, claimed = [], set()
+    candidates, passed_over = [], []
     for stored in stored_ensembles(out):
         members = stored["run_ids"]
-        if not unfinished.intersection(members) or not all(m in by_id for m in members) \
-                or claimed.intersection(members):
+        ensemble = (group([by_id[m] for m in members], len(members))
+                    if unfinished.intersection(members) and all(m in by_id for m in members) else [])
+        if len(ensemble) == 1:
+            candidates.append((stored, ensemble[0], saved_tasks(out, stored, ensemble[0].config)))
+        else:  # no unfinished member, one outside these runs, or no longer one configuration
+            passed_over.append(stored)
+    ensembles, claimed = [], set()
+    # the most saved work first: a run two stored ensembles share resumes where more is saved
+    for stored, ensemble, done in sorted(candidates, key=lambda c: -len(c[1].seeds) * (c[2] or 0)):
+        members = stored["run_ids"]
+        left = unfinished.intersection(members)
+        if claimed.intersection(members) or not worth_resuming(len(members), len(left), done,
+                                                              ensemble.config.tasks):
+            passed_over.append(stored)
             continue
-        ensemble = group([by_id[m] for m in members], len(members))
-        if len(ensemble) != 1:  # the stored members no longer share a configuration
-            continue
-        ensemble[0].record = [m in unfinished for m in members]
-        ensembles.extend(ensemble)
+        ensemble.record = [m in unfinished for m in members]
+        ensembles.append(ensemble)
         claimed.update(members)
     rest = [r for r in todo if ResultStore.run_id(r.config.to_dict(), r.seed) not in claimed]
-    return Plan(ensembles + group(rest, max_members, workers, cost), len(runs), finished, phase)
+    return Plan(ensembles + group(rest, max_members, workers, cost), len(runs), finished, phase,
+                superseded=_superseded(out, passed_over, unfinished))
+
+
+def _superseded(out, passed_over: Sequence[dict], unfinished: set[str]) -> list[str]:
+    """The checkpoint names of the ``passed_over`` ``plan.json`` ensembles that a plan training
+    the runs ``unfinished`` replaces: those that share a run with it and have no checkpoint, or
+    whose every unfinished run it trains (their checkpoint of no more use)."""
+    sharing = [s for s in passed_over if unfinished.intersection(s["run_ids"])]
+    outside = {m for s in sharing for m in s["run_ids"]} - unfinished
+    finished = set()
+    if outside and (Path(out) / "results.sqlite").exists():  # opening creates it: not for a --dry-run
+        with ResultStore(out) as store:
+            finished = {m for m in outside if store.is_finished(m)}
+    return [s["checkpoint"] for s in sharing
+            if not (Path(out) / CHECKPOINTS / s["checkpoint"]).is_file()
+            or all(m in unfinished or m in finished for m in s["run_ids"])]
+
+
+def saved_tasks(out, stored: dict, config: RunConfig) -> float | None:
+    """The tasks d a ``plan.json`` ensemble's checkpoint has done (with the fraction of the
+    task in flight); None without a checkpoint, 0 with one that cannot be read (the sweep then
+    names it, :func:`tidy_checkpoints`)."""
+    from .. import checkpoint as ckpt
+
+    path = Path(out) / CHECKPOINTS / stored["checkpoint"]
+    if not path.is_file():
+        return None
+    try:
+        header = ckpt.read_header(path)
+    except (ckpt.CheckpointError, OSError):
+        return 0.0
+    return (header.get("next_task") or 0) + (header.get("steps_in_task") or 0) / config.steps_per_task
+
+
+def worth_resuming(members: int, unfinished: int, done: float | None, tasks: int) -> bool:
+    """Whether to train a stored ensemble of K = ``members`` runs, U = ``unfinished`` of them
+    not finished, as it was grouped, rather than its unfinished runs in an ensemble of their
+    own: yes while none has finished; otherwise only from a checkpoint (``done``: its d of T =
+    ``tasks`` tasks done, :func:`saved_tasks`) that saves more than the finished members'
+    training costs, K·(1 − d/T) ≤ U member-tasks. Member k's numbers are seed k's whatever its
+    ensemble, so either way the runs end the same."""
+    if unfinished == members:
+        return True
+    return done is not None and members * (1 - done / tasks) <= unfinished
 
 
 def stored_ensembles(out) -> list[dict]:
@@ -153,8 +212,9 @@ def tidy_checkpoints(out, p: Plan) -> list[str]:
         except (ckpt.CheckpointError, OSError) as exc:
             what = f"unusable: {exc}"
         path.unlink()
-        messages.append(f"removed checkpoint {path} ({what}): no unfinished ensemble of this sweep "
-                        "uses it")
+        why = ("its unfinished runs train in other ensembles of this sweep" if path.name in p.superseded
+               else "no unfinished ensemble of this sweep uses it")
+        messages.append(f"removed checkpoint {path} ({what}): {why}")
     return messages
 
 
@@ -219,9 +279,10 @@ def evaluation_runs(selection: dict, seeds: Sequence[int]) -> list[Run]:
 
 
 def write_plan(out, runs: Sequence[Run], sweep_name: str, phase: str,
-               ensembles: Sequence[Ensemble] = ()) -> Path:
+               ensembles: Sequence[Ensemble] = (), superseded: Sequence[str] = ()) -> Path:
     """Record every run a sweep intends to make, and the ``ensembles`` it groups them into,
-    in ``out/plan.json`` (added to what is there; written atomically).
+    in ``out/plan.json`` (added to what is there, less the ensembles named in ``superseded``:
+    :attr:`Plan.superseded`; written atomically).
 
     ``plasticlab report`` compares it with the store to say which planned runs have not
     finished — a sweep that is still running, or one that was stopped; :func:`plan` reuses
@@ -230,7 +291,9 @@ def write_plan(out, runs: Sequence[Run], sweep_name: str, phase: str,
     path = Path(out) / PLAN_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     planned = json.loads(path.read_text()) if path.is_file() else {"sweep": sweep_name, "runs": []}
-    stored = planned.setdefault("ensembles", [])
+    # an ensemble a plan superseded is not to train: kept, `status` would count its runs twice
+    stored = planned["ensembles"] = [e for e in planned.get("ensembles", [])
+                                     if e["checkpoint"] not in superseded]
     known = {e["checkpoint"] for e in stored}
     for e in ensembles:
         entry = ensemble_entry(e, phase)
@@ -304,4 +367,5 @@ def protocol_seeds(sweep: dict) -> list[int] | None:
 
 __all__ = ["PLAN_FILE", "SELECTION_FILE", "Plan", "evaluation_runs", "grid_selection", "pending_runs",
            "plan", "planned_runs", "protocol_seeds", "read_plan", "resumed_by_other_code", "run_plan",
-           "stored_ensembles", "sweep_runs", "tidy_checkpoints", "write_plan", "write_selection"]
+           "saved_tasks", "stored_ensembles", "sweep_runs", "tidy_checkpoints", "worth_resuming",
+           "write_plan", "write_selection"]

@@ -185,7 +185,8 @@ def start_grid(sp: SweepPlan) -> list[str]:
     unfinished ensemble uses, and return what to tell: the checkpoints removed, and the
     ensembles to resume whose checkpoint other code trained."""
     # a share's folder plans its share: the other shares' runs are not its to train
-    write_plan(sp.out, sp.grid_runs if sp.shard else sp.runs, sp.name, "grid", sp.grid_plan.ensembles)
+    write_plan(sp.out, sp.grid_runs if sp.shard else sp.runs, sp.name, "grid", sp.grid_plan.ensembles,
+               sp.grid_plan.superseded)
     return tidy_checkpoints(sp.out, sp.grid_plan) + resumed_by_other_code(sp.out, sp.grid_plan)
 
 
@@ -224,7 +225,8 @@ def plan_evaluation(sp: SweepPlan, selection: dict) -> Plan:
     eval_plan = plan(share, sp.out, sp.max_members, phase="evaluation", workers=sp.split_for,
                      rerun=sp.request.rerun,
                      cost=bench.job_seconds(sp.request.device, sp.calibration, sp.workers))
-    write_plan(sp.out, share if sp.shard else eval_runs, sp.name, "evaluation", eval_plan.ensembles)
+    write_plan(sp.out, share if sp.shard else eval_runs, sp.name, "evaluation", eval_plan.ensembles,
+               eval_plan.superseded)
     return eval_plan
 
 
