@@ -69,6 +69,36 @@ def test_a_sweep_writes_a_line_as_each_ensemble_ends():
         "sweep: 8/8 runs, 4,000 of 4,000 member-steps (100 %), 0h04m00s in"]
 
 
+def test_the_sweeps_line_counts_the_runs_of_a_failed_ensemble_and_says_so():
+    clock, out = Clock(), io.StringIO()
+    sweep = SweepLines(member_steps=4000, runs=8, clock=clock, stream=out)
+    clock.now += 60
+    sweep.ensemble_done(1000, 2, failed=True)
+    clock.now += 60
+    sweep.ensemble_done(1000, 2)
+    assert out.getvalue().splitlines() == [
+        "sweep: 2/8 runs (2 failed), 1,000 of 4,000 member-steps (25 %), 0h01m00s in, about 0h03m00s left",
+        "sweep: 4/8 runs (2 failed), 2,000 of 4,000 member-steps (50 %), 0h02m00s in, about 0h02m00s left"]
+
+
+def test_a_resumed_ensemble_counts_only_the_member_steps_its_checkpoint_leaves(tmp_path):
+    from plasticlab import checkpoint
+    from plasticlab.experiments.executor import Job, member_steps_left
+    from plasticlab.experiments.orchestrate import plan
+    from plasticlab.experiments.sweep import expand
+
+    runs = expand({"problem": "permuted_mnist", "method": "baseline", "seeds": "0-2", "tasks": 4,
+                   "steps_per_task": 100})
+    (ensemble,) = plan(runs, tmp_path, max_members=16).ensembles
+    job = Job(ensemble.members, options={"checkpoint": str(tmp_path / "e.ckpt")})
+    assert member_steps_left(job) == 3 * 400  # no checkpoint: every step
+    # saved 30 steps into the second task: 400 - 130 steps left for each of the 3 members
+    checkpoint.save(tmp_path / "e.ckpt", "x", {"next_task": 1, "in_flight": {"step": 30}})
+    assert member_steps_left(job) == 3 * 270
+    (tmp_path / "e.ckpt").write_bytes(b"not a checkpoint")  # trained from the start: all of them
+    assert member_steps_left(job) == 3 * 400
+
+
 class _Stream(io.StringIO):
     def __init__(self, tty: bool):
         super().__init__()

@@ -195,7 +195,8 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
         job.options.setdefault("checkpoint", str(checkpoint_path(out, job.members, kind="ensemble")))
         job.options["checkpoint_every"] = job.options.get("checkpoint_every", CHECKPOINT_EVERY_S) or None
     workers = workers or (len(jobs) if executor == "interleaved" else default_workers())
-    per_job_bars, overall = _progress(jobs, executor, workers) if progress else (False, None)
+    steps_left = [member_steps_left(job) for job in jobs]
+    per_job_bars, overall = _progress(jobs, steps_left, executor, workers) if progress else (False, None)
     # One writer per results folder (a command that holds it already only counts it again).
     with writer_lock(out), ResultStore(out) as store:
         run_ids: dict[int, list[str | None]] = {}
@@ -208,9 +209,6 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
 
         def finish(i: int, get_result: Callable[[], EnsembleResult]) -> None:
             job = jobs[i]
-            if overall is not None:
-                c = job.config
-                overall.ensemble_done(c.tasks * c.steps_per_task * len(job.seeds), len(job.seeds))
             try:
                 result = get_result()
             except StopRequested as stop:
@@ -235,6 +233,8 @@ def run_jobs(jobs: Sequence[Job], *, out: str | Path, data_dir=None, device: str
             if job.error is not None:
                 for rid in filter(None, run_ids.get(i, ())):
                     store.fail_run(rid, job.error)
+            if overall is not None:
+                overall.ensemble_done(steps_left[i], len(job.seeds), failed=job.error is not None)
             if on_done is not None:
                 on_done(job)
 
@@ -310,24 +310,40 @@ def _interrupt_in_flight(store: ResultStore, exc: StorageError) -> StorageError:
     return exc
 
 
-def _progress(jobs, executor: str, workers: int) -> tuple[bool, object | None]:
+def member_steps_left(job: Job) -> int:
+    """The member-steps ``job`` has left to train: tasks × steps per task × K, less what its
+    checkpoint (``job.options["checkpoint"]``) holds; all of them without a readable one."""
+    from ..checkpoint import CheckpointError, read_header
+
+    c = job.config
+    steps = c.tasks * c.steps_per_task
+    path = Path(job.options.get("checkpoint") or "")
+    done = 0
+    if path.is_file():
+        try:
+            header = read_header(path)
+            done = (header.get("next_task") or 0) * c.steps_per_task + (header.get("steps_in_task") or 0)
+        except (CheckpointError, OSError):
+            pass  # the job says so as it starts, and trains from the first task
+    return max(steps - done, 0) * len(job.seeds)
+
+
+def _progress(jobs, steps_left: Sequence[int], executor: str, workers: int) -> tuple[bool, object | None]:
     """How a sweep shows its progress: whether each ensemble shows its own, and the driver's
     overall progress (or None). A bar per ensemble while they all run at once; beyond that one
     overall bar in the driver (runs done / total, member-steps/s, ETA), advanced as ensembles
     finish. In a log (no terminal: :mod:`.progress_log`) each ensemble writes its lines
-    wherever it trains but on Ray, and the driver one as each of several ensembles ends."""
+    wherever it trains but on Ray, and the driver one as each of several ensembles ends.
+    ``steps_left``: each job's member-steps left (:func:`member_steps_left`), what the overall
+    progress counts, so that a resumed sweep's pace is its own."""
     lines = not bars_shown()
     per_job = executor == "inline" or (executor != "ray" and (len(jobs) <= workers or lines))
     shown = len(jobs) > 1 if lines else not per_job
-    return per_job, _overall_progress(jobs, lines) if shown else None
-
-
-def _overall_progress(jobs, lines: bool):
-    """The sweep's progress over all of ``jobs``' member-steps, advanced as each ensemble ends
-    (``ensemble_done``): lines in a log (:class:`~.progress_log.SweepLines`), else a bar."""
-    total = sum(j.config.tasks * j.config.steps_per_task * len(j.seeds) for j in jobs)
-    runs = sum(len(j.seeds) for j in jobs)
-    return SweepLines(total, runs) if lines else _OverallBar(total, runs)
+    if not shown:
+        return per_job, None
+    # over the member-steps left (``steps_left``, job by job), advanced as each ensemble ends
+    total, runs = sum(steps_left), sum(len(j.seeds) for j in jobs)
+    return per_job, SweepLines(total, runs) if lines else _OverallBar(total, runs)
 
 
 class _OverallBar:
@@ -338,14 +354,17 @@ class _OverallBar:
 
         self.bar = tqdm(total=member_steps, unit="member-step", unit_scale=True, file=sys.stderr,
                         dynamic_ncols=True, desc="sweep")
-        self.runs, self.total_runs = 0, runs
+        self.runs, self.failed, self.total_runs = 0, 0, runs
         self.bar.set_postfix_str(f"runs 0/{runs}")
 
-    def ensemble_done(self, member_steps: int, runs: int) -> None:
-        """An ensemble of ``runs`` runs and ``member_steps`` member-steps ended."""
+    def ensemble_done(self, member_steps: int, runs: int, failed: bool = False) -> None:
+        """An ensemble of ``runs`` runs and ``member_steps`` member-steps ended, finished or
+        ``failed``."""
         self.bar.update(member_steps)
         self.runs += runs
-        self.bar.set_postfix_str(f"runs {self.runs}/{self.total_runs}")
+        self.failed += runs if failed else 0
+        self.bar.set_postfix_str(f"runs {self.runs}/{self.total_runs}"
+                                 + (f", {self.failed} failed" if self.failed else ""))
 
     def close(self) -> None:
         """Close the bar."""

@@ -95,24 +95,28 @@ class TaskLines:
 
 class SweepLines:
     """A sweep's progress as lines: :meth:`ensemble_done` as each of its ensembles ends.
-    ``member_steps`` and ``runs``: the sweep's totals."""
+    ``member_steps`` and ``runs``: the sweep's totals (a resumed ensemble's member-steps: those
+    left after its checkpoint)."""
 
     def __init__(self, member_steps: int, runs: int, *, clock: Callable[[], float] = time.monotonic,
                  stream=None):
         self.total_steps, self.total_runs = member_steps, runs
-        self.steps = self.runs = 0
+        self.steps = self.runs = self.failed = 0
         self.clock, self.stream = clock, stream
         self.start = clock()
 
-    def ensemble_done(self, member_steps: int, runs: int) -> None:
-        """An ensemble of ``runs`` runs and ``member_steps`` member-steps ended (finished,
-        failed or stopped): a line."""
+    def ensemble_done(self, member_steps: int, runs: int, failed: bool = False) -> None:
+        """An ensemble of ``runs`` runs and ``member_steps`` member-steps ended, finished or
+        ``failed`` (one stopped by a signal has not: it resumes): a line."""
         self.steps += member_steps
         self.runs += runs
+        self.failed += runs if failed else 0
         elapsed = self.clock() - self.start
-        line = (f"sweep: {self.runs}/{self.total_runs} runs, {self.steps:,} of {self.total_steps:,} "
-                f"member-steps ({100 * self.steps / self.total_steps:.0f} %), {hms(elapsed)} in")
-        if self.steps < self.total_steps:
+        line = (f"sweep: {self.runs}/{self.total_runs} runs"
+                + (f" ({self.failed} failed)" if self.failed else "")
+                + f", {self.steps:,} of {self.total_steps:,} member-steps "
+                f"({100 * self.steps / max(self.total_steps, 1):.0f} %), {hms(elapsed)} in")
+        if 0 < self.steps < self.total_steps:
             line += f", about {hms((self.total_steps - self.steps) * elapsed / self.steps)} left"
         _write(self.stream, line)
 
