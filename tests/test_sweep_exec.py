@@ -402,6 +402,30 @@ def test_status_names_an_ensemble_a_worker_has_taken_before_its_first_checkpoint
     assert any(line.startswith("    and 1 ensemble(s) of the plan not started (2 runs)") for line in lines)
 
 
+def test_status_counts_a_run_a_later_plan_grouped_anew_in_its_newest_ensemble_only(
+        data_dir, tmp_path, capsys):
+    from plasticlab import checkpoint
+
+    out = tmp_path / "out"
+    assert main(["sweep", str(write_sweep(tmp_path, methods=("l2_init",), steps=10)), "--out", str(out),
+                 "--data-dir", str(data_dir), "--workers", "1", "--no-progress", *INLINE]) == 0
+    plan = json.loads((out / "plan.json").read_text())
+    checkpoint.save(out / "checkpoints" / plan["ensembles"][0]["checkpoint"], "x",
+                    {"next_task": 1, "wall": 1.0})
+    # a plan.json as plasticlab wrote it before it dropped superseded ensembles: two new runs
+    # planned together, then (another --only) the first of them alone; neither started
+    new = [{**r, "run_id": f"new-{r['seed']}", "seed": r["seed"] + 10} for r in plan["runs"]]
+    plan["runs"] += new
+    plan["ensembles"] += [
+        {"phase": "grid", "run_ids": [r["run_id"] for r in new], "checkpoint": "ensemble-old.ckpt"},
+        {"phase": "grid", "run_ids": [new[0]["run_id"]], "checkpoint": "ensemble-newer.ckpt"}]
+    (out / "plan.json").write_text(json.dumps(plan))
+    capsys.readouterr()
+    assert main(["status", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "and 1 ensemble(s) of the plan not started (1 runs)" in text, text
+
+
 def test_status_counts_the_plans_runs_not_started_as_to_run(data_dir, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["sweep", str(write_sweep(tmp_path, methods=("l2_init", "l2"), steps=5)), "--out",

@@ -71,7 +71,14 @@ def ensemble_progress(out: Path, runs: dict[str, dict], stored_plan: dict | None
     # A worker marks an ensemble's runs 'running' when it takes them; the first checkpoint
     # comes only at the first task's end, so such an ensemble has started without one.
     started = [e for e in unsaved if any(runs.get(r, {}).get("status") == "running" for r in e["run_ids"])]
-    waiting = [e for e in unsaved if e not in started]
+    # A run a later plan grouped anew (written before plasticlab dropped superseded ensembles
+    # from plan.json) is not waiting twice: the newest entry holding it stands.
+    regrouped, later = set(), set()
+    for e in reversed(stored_plan.get("ensembles", [])):
+        if later.intersection(e["run_ids"]):
+            regrouped.add(e["checkpoint"])
+        later.update(e["run_ids"])
+    waiting = [e for e in unsaved if e not in started and e["checkpoint"] not in regrouped]
     for e, ensemble in zip(started, planned_ensembles(stored_plan, started), strict=True):
         label = ensemble_label(ensemble) if ensemble is not None else e["checkpoint"]
         lines.append(f"{label}: started, no task end saved yet (its first task is training, or a "
