@@ -127,6 +127,12 @@ class CheckpointWriter:
             raise error
 
 
+def steps_done(header: dict, steps_per_task: int) -> int:
+    """The steps of its run a checkpoint with ``header`` has trained: its tasks done, each of
+    ``steps_per_task`` steps, and the steps of the task in flight."""
+    return (header.get("next_task") or 0) * steps_per_task + (header.get("steps_in_task") or 0)
+
+
 def position(header: dict) -> str:
     """Where the checkpoint with ``header`` resumes: ``"task T"`` at a task end, ``"step S of
     task T"`` between two steps."""

@@ -313,7 +313,7 @@ def _interrupt_in_flight(store: ResultStore, exc: StorageError) -> StorageError:
 def member_steps_left(job: Job) -> int:
     """The member-steps ``job`` has left to train: tasks × steps per task × K, less what its
     checkpoint (``job.options["checkpoint"]``) holds; all of them without a readable one."""
-    from ..checkpoint import CheckpointError, read_header
+    from ..checkpoint import CheckpointError, read_header, steps_done
 
     c = job.config
     steps = c.tasks * c.steps_per_task
@@ -321,8 +321,7 @@ def member_steps_left(job: Job) -> int:
     done = 0
     if path.is_file():
         try:
-            header = read_header(path)
-            done = (header.get("next_task") or 0) * c.steps_per_task + (header.get("steps_in_task") or 0)
+            done = steps_done(read_header(path), c.steps_per_task)
         except (CheckpointError, OSError):
             pass  # the job says so as it starts, and trains from the first task
     return max(steps - done, 0) * len(job.seeds)

@@ -124,10 +124,9 @@ def saved_tasks(out, stored: dict, config: RunConfig) -> float | None:
     if not path.is_file():
         return None
     try:
-        header = ckpt.read_header(path)
+        return ckpt.steps_done(ckpt.read_header(path), config.steps_per_task) / config.steps_per_task
     except (ckpt.CheckpointError, OSError):
         return 0.0
-    return (header.get("next_task") or 0) + (header.get("steps_in_task") or 0) / config.steps_per_task
 
 
 def worth_resuming(members: int, unfinished: int, done: float | None, tasks: int) -> bool:

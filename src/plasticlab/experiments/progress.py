@@ -8,7 +8,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from ..checkpoint import CheckpointError, read_header
+from ..checkpoint import CheckpointError, read_header, steps_done
 from . import bench
 from .executor import default_workers
 from .orchestrate import ensemble_label, planned_ensembles, read_plan
@@ -62,7 +62,8 @@ def ensemble_progress(out: Path, runs: dict[str, dict], stored_plan: dict | None
                 f"{done} of {tasks} tasks done" + (f" and {in_task:,} steps of the next" if in_task else "")
                 + f", saved {saved}")
         if members and isinstance(done, int):
-            line += _pace(header, done + in_task / members[0]["config"]["steps_per_task"], tasks)
+            per_task = members[0]["config"]["steps_per_task"]
+            line += _pace(header, steps_done(header, per_task) / per_task, tasks)
         if note := resumed_code_note(header):
             line += f"; note: {note}"
         lines.append(line)
