@@ -477,3 +477,46 @@ def test_only_on_a_protocol_sweep_needs_the_rest_of_its_grid_finished(data_dir, 
     with ResultStore(out) as store:
         twice = [r for r in store.runs(status="finished") if len(store.attempts(r["run_id"])) == 2]
     assert [r["seed"] for r in twice] == [8]
+
+
+ACROSS_SITTINGS = """
+name = "sittings"
+problem = "permuted_mnist"
+method = "baseline"
+seeds = "0-3"
+tasks = 4
+steps_per_task = 5
+[problem_params]
+examples_per_task = 160
+"""
+
+
+def test_sittings_under_different_filters_drop_an_ensemble_whose_checkpoint_saves_less_than_it_costs(
+        data_dir, tmp_path, capsys):
+    # A first sitting planned seeds 0-3 as one ensemble and stopped after its first task; the
+    # next trained seeds 0 and 1 alone (--only seed=0-1), leaving that ensemble and its
+    # checkpoint for seeds 2 and 3. The whole sweep then trains 2 and 3 anew: resuming the
+    # ensemble would save 4 × 1 member-tasks and cost 2 × 4 (seeds 0 and 1 again).
+    from plasticlab import checkpoint
+    from plasticlab.experiments.orchestrate import plan, write_plan
+    from plasticlab.experiments.sweep import expand
+    from plasticlab.experiments.workflow import read_sweep_file
+
+    path, out = tmp_path / "sweep.toml", tmp_path / "out"
+    path.write_text(ACROSS_SITTINGS)
+    runs = expand(read_sweep_file(path))
+    write_plan(out, runs, "sittings", "grid", plan(runs, out, max_members=16).ensembles)
+    (first,) = json.loads((out / "plan.json").read_text())["ensembles"]
+    checkpoint.save(out / "checkpoints" / first["checkpoint"], "x", {"next_task": 1})
+    args = ["sweep", str(path), "--out", str(out), "--data-dir", str(data_dir), "--no-progress", *INLINE]
+
+    assert main([*args, "--only", "seed=0-1"]) == 0
+    assert "removed checkpoint" not in "".join(capsys.readouterr())
+    assert (out / "checkpoints" / first["checkpoint"]).is_file()  # seeds 2 and 3 may yet use it
+    assert main(args) == 0
+    text = "".join(capsys.readouterr())
+    assert (f"removed checkpoint {out / 'checkpoints' / first['checkpoint']} (at task 1): its unfinished "
+            "runs train in other ensembles of this sweep") in text
+    assert sorted(r["seed"] for r in finished_runs(out).values()) == [0, 1, 2, 3]
+    stored = json.loads((out / "plan.json").read_text())["ensembles"]
+    assert first["checkpoint"] not in {e["checkpoint"] for e in stored}
