@@ -513,6 +513,9 @@ def test_sittings_under_different_filters_drop_an_ensemble_whose_checkpoint_save
     assert main([*args, "--only", "seed=0-1"]) == 0
     assert "removed checkpoint" not in "".join(capsys.readouterr())
     assert (out / "checkpoints" / first["checkpoint"]).is_file()  # seeds 2 and 3 may yet use it
+    assert main([*args, "--dry-run"]) == 0
+    assert (f"  would remove checkpoint {out / 'checkpoints' / first['checkpoint']} (at task 1): its "
+            "unfinished runs train in other ensembles of this sweep") in capsys.readouterr().out
     assert main(args) == 0
     text = "".join(capsys.readouterr())
     assert (f"removed checkpoint {out / 'checkpoints' / first['checkpoint']} (at task 1): its unfinished "

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..experiments import bench
 from ..experiments.executor import EXECUTORS
-from ..experiments.orchestrate import resumed_by_other_code, tasks_done
+from ..experiments.orchestrate import SUPERSEDED, resumed_by_other_code, set_aside, tasks_done
 from ..experiments.presets import PRESETS, get_preset
 from ..experiments.progress_log import hms
 from ..experiments.store import ResultStore
@@ -113,6 +113,8 @@ def _sweep(request: SweepRequest, hold: ExitStack) -> int:
             print("    " + line)
         for message in resumed_by_other_code(out, sp.grid_plan):
             print("  " + message)
+        for checkpoint in set_aside(out, sp.grid_plan):
+            print(f"  would remove checkpoint {checkpoint}: {SUPERSEDED}")
         if sp.calibration is None:
             print("  (no calibration on this machine yet: run `plasticlab bench` for time estimates)")
         return 0

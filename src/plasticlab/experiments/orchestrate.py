@@ -114,6 +114,25 @@ def _superseded(out, passed_over: Sequence[dict], unfinished: set[str]) -> list[
             or all(m in unfinished or m in finished for m in s["run_ids"])]
 
 
+SUPERSEDED = "its unfinished runs train in other ensembles of this sweep"
+"""Why a sweep removes the checkpoint of an ensemble its plan superseded (:attr:`Plan.superseded`)."""
+
+
+def set_aside(out, p: Plan) -> list[str]:
+    """The checkpoints in ``out`` of the ensembles ``p`` superseded, each as
+    ``"PATH (at task T)"``: what the sweep removes as it starts (a dry run says so)."""
+    from .. import checkpoint as ckpt
+
+    paths = [Path(out) / CHECKPOINTS / name for name in p.superseded]
+    found = []
+    for path in filter(Path.is_file, paths):
+        try:
+            found.append(f"{path} (at {ckpt.position(ckpt.read_header(path))})")
+        except (ckpt.CheckpointError, OSError) as exc:
+            found.append(f"{path} (unusable: {exc})")
+    return found
+
+
 def saved_tasks(out, stored: dict, config: RunConfig) -> float | None:
     """The tasks d a ``plan.json`` ensemble's checkpoint has done (with the fraction of the
     task in flight); None without a checkpoint, 0 with one that cannot be read (the sweep then
@@ -211,8 +230,7 @@ def tidy_checkpoints(out, p: Plan) -> list[str]:
         except (ckpt.CheckpointError, OSError) as exc:
             what = f"unusable: {exc}"
         path.unlink()
-        why = ("its unfinished runs train in other ensembles of this sweep" if path.name in p.superseded
-               else "no unfinished ensemble of this sweep uses it")
+        why = SUPERSEDED if path.name in p.superseded else "no unfinished ensemble of this sweep uses it"
         messages.append(f"removed checkpoint {path} ({what}): {why}")
     return messages
 
@@ -364,7 +382,7 @@ def protocol_seeds(sweep: dict) -> list[int] | None:
     return parse_seeds(seeds)
 
 
-__all__ = ["PLAN_FILE", "SELECTION_FILE", "Plan", "evaluation_runs", "grid_selection", "pending_runs",
-           "plan", "planned_runs", "protocol_seeds", "read_plan", "resumed_by_other_code", "run_plan",
-           "saved_tasks", "stored_ensembles", "sweep_runs", "tidy_checkpoints", "worth_resuming",
-           "write_plan", "write_selection"]
+__all__ = ["PLAN_FILE", "SELECTION_FILE", "SUPERSEDED", "Plan", "evaluation_runs", "grid_selection",
+           "pending_runs", "plan", "planned_runs", "protocol_seeds", "read_plan", "resumed_by_other_code",
+           "run_plan", "saved_tasks", "set_aside", "stored_ensembles", "sweep_runs", "tidy_checkpoints",
+           "worth_resuming", "write_plan", "write_selection"]
