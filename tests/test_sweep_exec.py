@@ -258,6 +258,46 @@ def test_status_shows_how_far_each_unfinished_ensemble_has_come(data_dir, tmp_pa
     assert "`plasticlab bench` calibrates this machine for an estimate of their time" in text
 
 
+def test_status_json_is_the_same_progress_for_a_script(data_dir, tmp_path, capsys):
+    from plasticlab import checkpoint
+
+    sweep = write_sweep(tmp_path, methods=("l2_init", "l2"))
+    out = tmp_path / "out"
+    assert main(["sweep", str(sweep), "--out", str(out), "--data-dir", str(data_dir),
+                 "--workers", "1", "--no-progress", *INLINE]) == 0
+    capsys.readouterr()
+    assert main(["status", str(out), "--json"]) == 0
+    done = json.loads(capsys.readouterr().out)
+    assert done["runs"] == 4 and done["complete"] and done["status"]["finished"] == 4
+    assert done["ensembles"] == [] and done["waiting"]["ensembles"] == 0
+    # as in the text's test above: one ensemble 1 of its 2 tasks in, 3 s of training; an
+    # unreadable checkpoint; an ensemble of the plan not started
+    plan = json.loads((out / "plan.json").read_text())
+    entry = plan["ensembles"][0]
+    checkpoint.save(out / "checkpoints" / entry["checkpoint"], "x", {"next_task": 1, "wall": 3.0})
+    (out / "checkpoints" / "ensemble-broken.ckpt").write_bytes(b"not a checkpoint")
+    new = {**plan["runs"][0], "run_id": "new-0", "seed": plan["runs"][0]["seed"] + 10}
+    plan["runs"].append(new)
+    plan["ensembles"].append({"phase": "grid", "run_ids": ["new-0"], "checkpoint": "ensemble-waiting.ckpt"})
+    (out / "plan.json").write_text(json.dumps(plan))
+    assert main(["status", str(out), "--json"]) == 0
+    state = json.loads(capsys.readouterr().out)
+    broken, saved = state["ensembles"]
+    assert broken["checkpoint"] == "ensemble-broken.ckpt"
+    assert "not a plasticlab checkpoint" in broken["error"]
+    assert broken["tasks_done"] is None and broken["seconds_left"] is None
+    assert saved["checkpoint"] == entry["checkpoint"] and saved["error"] is None
+    fields = ("phase", "members", "tasks", "tasks_done", "steps_in_task")
+    assert [saved[f] for f in fields] == ["grid", len(entry["run_ids"]), 2, 1, 0]
+    assert (saved["seconds_per_task"], saved["seconds_left"]) == (3.0, 3.0)
+    assert saved["pace_of"] == "every sitting"
+    assert saved["saved"].endswith("Z") and len(saved["saved"]) == 20
+    config = new["config"]
+    assert state["waiting"] == {"ensembles": 1, "runs": 1, "estimated_seconds": None,
+                                "each": [f"{config['method']} {config['problem']} lr={config['lr']:g} K=1"]}
+    assert state["runs"] == 5 and state["status"]["to run"] == 1 and not state["complete"]
+
+
 def test_status_gives_the_pace_of_the_sitting_that_wrote_the_checkpoint(data_dir, tmp_path, capsys):
     from plasticlab import checkpoint
 

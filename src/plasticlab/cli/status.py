@@ -4,11 +4,20 @@ progress and pace (:mod:`plasticlab.experiments.progress`), and runs other code 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
-from ..experiments.orchestrate import read_plan
-from ..experiments.progress import code_summary, ensemble_progress, status_counts, waiting_runs
-from ..experiments.store import ResultStore
+from ..experiments.orchestrate import ensemble_label, planned_ensembles, read_plan
+from ..experiments.progress import (
+    code_summary,
+    ensemble_progress,
+    saved_ensembles,
+    status_counts,
+    unsaved_ensembles,
+    waiting_estimate,
+    waiting_runs,
+)
+from ..experiments.store import STATUSES, ResultStore
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -25,6 +34,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     stored_plan = read_plan(out)
     waiting = waiting_runs(runs, stored_plan)
     counts = status_counts(runs + waiting)
+    if args.json:
+        print(json.dumps(status_json(out, runs, counts, stored_plan, len(other_code)), indent=1))
+        return 0
     print(f"{out}: {len(runs) + len(waiting)} runs")
     print(f"  {'problem':<22}{'method':<18}{'finished':>9}{'running':>9}{'failed':>8}{'interrupted':>12}"
           f"{'to run':>8}")
@@ -51,8 +63,37 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def status_json(out: Path, runs: list[dict], counts: dict, stored_plan: dict, other_code: int) -> dict:
+    """What ``status`` prints, as one JSON object: ``runs`` (in all), ``status`` (runs by
+    status, 'to run' the plan's runs no worker has taken), ``complete`` (every run finished),
+    ``by_method`` (the same per problem and method), ``ensembles`` (each with a checkpoint:
+    :func:`~plasticlab.experiments.progress.saved_ensembles`), ``started`` (those a worker took
+    that have no checkpoint yet) and ``waiting`` (the plan's not started: how many, their runs,
+    each named, and ``estimated_seconds`` by this machine's calibration, or null), and
+    ``other_code_runs`` (finished runs other code trained)."""
+    by_id = {r["run_id"]: r for r in runs}
+    started, waiting = unsaved_ensembles(out, by_id, stored_plan)
+    totals = {status: sum(c[status] for c in counts.values()) for status in (*STATUSES, "to run")}
+    waiting_planned = planned_ensembles(stored_plan, waiting)
+    return {
+        "dir": str(out), "runs": sum(totals.values()), "status": totals,
+        "complete": totals["finished"] == sum(totals.values()),
+        "by_method": [{"problem": problem, "method": method, **c}
+                      for (problem, method), c in sorted(counts.items())],
+        "ensembles": saved_ensembles(out, by_id, stored_plan),
+        "started": [ensemble_label(e) if e is not None else entry["checkpoint"]
+                    for entry, e in zip(started, planned_ensembles(stored_plan, started), strict=True)],
+        "waiting": {"ensembles": len(waiting), "runs": sum(len(e["run_ids"]) for e in waiting),
+                    "each": [ensemble_label(e) for e in waiting_planned if e is not None],
+                    "estimated_seconds": waiting_estimate(waiting_planned) if waiting else None},
+        "other_code_runs": other_code,
+    }
+
+
 def register(sub) -> None:
     """Add ``status`` to the ``plasticlab`` parser."""
     st = sub.add_parser("status", help="progress of a results directory")
     st.add_argument("dir", help="a results directory (the --out of run or sweep)")
+    st.add_argument("--json", action="store_true",
+                    help="print the same as one JSON object on stdout (for scripts and schedulers)")
     st.set_defaults(func=cmd_status)
