@@ -7,6 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
+from ..experiments import bench
 from ..experiments.orchestrate import ensemble_label, planned_ensembles, read_plan
 from ..experiments.progress import (
     code_summary,
@@ -85,7 +86,8 @@ def status_json(out: Path, runs: list[dict], counts: dict, stored_plan: dict, ot
                     for entry, e in zip(started, planned_ensembles(stored_plan, started), strict=True)],
         "waiting": {"ensembles": len(waiting), "runs": sum(len(e["run_ids"]) for e in waiting),
                     "each": [ensemble_label(e) for e in waiting_planned if e is not None],
-                    "estimated_seconds": waiting_estimate(waiting_planned) if waiting else None},
+                    "estimated_seconds": (waiting_estimate(waiting_planned, bench.load())
+                                          if waiting else None)},
         "other_code_runs": other_code,
     }
 

@@ -121,16 +121,8 @@ SUPERSEDED = "its unfinished runs train in other ensembles of this sweep"
 def set_aside(out, p: Plan) -> list[str]:
     """The checkpoints in ``out`` of the ensembles ``p`` superseded, each as
     ``"PATH (at task T)"``: what the sweep removes as it starts (a dry run says so)."""
-    from .. import checkpoint as ckpt
-
-    paths = [Path(out) / CHECKPOINTS / name for name in p.superseded]
-    found = []
-    for path in filter(Path.is_file, paths):
-        try:
-            found.append(f"{path} (at {ckpt.position(ckpt.read_header(path))})")
-        except (ckpt.CheckpointError, OSError) as exc:
-            found.append(f"{path} (unusable: {exc})")
-    return found
+    paths = (Path(out) / CHECKPOINTS / name for name in p.superseded)
+    return [_where(path) for path in paths if path.is_file()]
 
 
 def saved_tasks(out, stored: dict, config: RunConfig) -> float | None:
@@ -225,14 +217,22 @@ def tidy_checkpoints(out, p: Plan) -> list[str]:
     for path in sorted(folder.glob("*.ckpt")):
         if path.name in keep or path.name.startswith("run-"):  # run-: `plasticlab run`'s own
             continue
-        try:
-            what = f"at {ckpt.position(ckpt.read_header(path))}"
-        except (ckpt.CheckpointError, OSError) as exc:
-            what = f"unusable: {exc}"
+        where = _where(path)
         path.unlink()
         why = SUPERSEDED if path.name in p.superseded else "no unfinished ensemble of this sweep uses it"
-        messages.append(f"removed checkpoint {path} ({what}): {why}")
+        messages.append(f"removed checkpoint {where}: {why}")
     return messages
+
+
+def _where(path: Path) -> str:
+    """``"PATH (at task T)"``, or ``"PATH (unusable: …)"``: a checkpoint as the sweep names
+    one it removes."""
+    from .. import checkpoint as ckpt
+
+    try:
+        return f"{path} (at {ckpt.position(ckpt.read_header(path))})"
+    except (ckpt.CheckpointError, OSError) as exc:
+        return f"{path} (unusable: {exc})"
 
 
 def resumed_by_other_code(out, p: Plan) -> list[str]:

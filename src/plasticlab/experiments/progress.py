@@ -66,8 +66,8 @@ def saved_ensembles(out: Path, runs: dict[str, dict], stored_plan: dict) -> list
             state.update(methods=list(dict.fromkeys(r["config"]["method"] for r in members)),
                          members=len(members), tasks=config["tasks"])
             per_task = config["steps_per_task"]
-            known = pace(header, steps_done(header, per_task) / per_task, config["tasks"])
-            if isinstance(done, int) and known:
+            if isinstance(done, int) and (known := pace(header, steps_done(header, per_task) / per_task,
+                                                        config["tasks"])):
                 state.update(zip(("seconds_per_task", "seconds_left", "pace_of"), known, strict=True))
     return found
 
@@ -144,12 +144,11 @@ def pace(header: dict, progress: float, tasks: int) -> tuple[float, float, str] 
     return seconds, (tasks - progress) * seconds, which
 
 
-def waiting_estimate(ensembles: list) -> float | None:
+def waiting_estimate(ensembles: list, calibration: dict | None) -> float | None:
     """The seconds the ensembles of the plan not started (of :func:`planned_ensembles`) would
-    train for on this machine: the sweep's own estimate (``plasticlab bench``'s calibration,
-    one worker per core); None without a calibration, or for an ensemble the plan cannot
-    rebuild."""
-    calibration = bench.load()
+    train for on this machine: the sweep's own estimate (``calibration``, ``plasticlab
+    bench``'s, :func:`bench.load`; one worker per core); None without a calibration, or for an
+    ensemble the plan cannot rebuild."""
     if calibration is None or any(e is None for e in ensembles):
         return None
     return bench.estimate_seconds(ensembles, calibration, default_workers())
@@ -157,9 +156,10 @@ def waiting_estimate(ensembles: list) -> float | None:
 
 def _waiting_time(ensembles: list) -> str:
     """:func:`waiting_estimate` as the status line says it."""
-    if bench.load() is None:
+    calibration = bench.load()
+    if calibration is None:
         return "; `plasticlab bench` calibrates this machine for an estimate of their time"
-    seconds = waiting_estimate(ensembles)
+    seconds = waiting_estimate(ensembles, calibration)
     if seconds is None:
         return ""
     return (f": about {hms(seconds)} of training on {default_workers()} worker(s), by this machine's "
