@@ -25,6 +25,30 @@ def test_list_shows_every_problem_and_method_with_parameters(capsys):
         assert name in out
 
 
+def test_version_names_the_package_the_code_runs_record_torch_and_python(capsys, monkeypatch):
+    import platform
+
+    import torch
+
+    from plasticlab.experiments import manifest
+
+    def version() -> str:
+        with pytest.raises(SystemExit) as stop:
+            main(["--version"])
+        assert stop.value.code == 0
+        return capsys.readouterr().out
+
+    assert version().startswith(f"plasticlab {manifest.package_version()}")
+    monkeypatch.setattr(manifest, "package_version", lambda: "1.2.3")
+    # a git checkout: the commit a run's manifest records, beside the version
+    monkeypatch.setattr(manifest, "code_identity", lambda: "git:" + "a" * 40 + "+dirty")
+    assert version() == (f"plasticlab 1.2.3 (git:{'a' * 40}+dirty), torch {torch.__version__}, "
+                         f"Python {platform.python_version()}\n")
+    # installed from a wheel, no git: the identity runs record is the version, said once
+    monkeypatch.setattr(manifest, "code_identity", lambda: "plasticlab 1.2.3")
+    assert version().startswith("plasticlab 1.2.3, torch ")
+
+
 def test_run_json_prints_only_json_with_the_documented_keys(data_dir, tmp_path, capsys):
     code = main(["run", *TINY, "--method", "l2_init", "--set", "strength=1e-2", "--seeds", "0-2",
                  "--data-dir", str(data_dir), "--out", str(tmp_path), "--json"])
