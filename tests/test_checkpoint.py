@@ -175,6 +175,18 @@ class Payload:
         return (os.system, (f"touch {self.marker}",))
 
 
+def test_saved_steps_counts_tasks_done_and_the_task_in_flight_and_none_without_a_file(tmp_path):
+    # the one reader the planner, the dry run's estimate and the sweep's progress count from
+    path = tmp_path / "ensemble.ckpt"
+    assert ckpt.saved_steps(path, 100) is None
+    ckpt.save(path, "x", {"next_task": 3, "in_flight": {"step": 40}})  # 40 steps into task 3
+    assert ckpt.saved_steps(path, 100) == 340
+    ckpt.save(path, "x", {"next_task": 2})  # at a task end
+    assert ckpt.saved_steps(path, 100) == 200
+    path.write_bytes(b"not a checkpoint")  # unreadable: trained again from the first task
+    assert ckpt.saved_steps(path, 100) == 0
+
+
 def test_a_crafted_pickle_in_place_of_a_checkpoint_is_refused_and_runs_nothing(data_dir, saved, tmp_path):
     cfg, path = saved
     marker = tmp_path / "ran"

@@ -133,6 +133,20 @@ def steps_done(header: dict, steps_per_task: int) -> int:
     return (header.get("next_task") or 0) * steps_per_task + (header.get("steps_in_task") or 0)
 
 
+def saved_steps(path, steps_per_task: int) -> int | None:
+    """The steps of its run the checkpoint at ``path`` has trained (:func:`steps_done` of its
+    header): what a resumed sweep does not train again. None where there is no file; 0 where it
+    cannot be read — the sweep names it as it starts, and trains that ensemble from the first
+    task. The planner, the dry run's estimate and the sweep's progress all count from here."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        return steps_done(read_header(path), steps_per_task)
+    except (CheckpointError, OSError):
+        return 0
+
+
 def position(header: dict) -> str:
     """Where the checkpoint with ``header`` resumes: ``"task T"`` at a task end, ``"step S of
     task T"`` between two steps."""

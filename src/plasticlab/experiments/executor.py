@@ -313,18 +313,12 @@ def _interrupt_in_flight(store: ResultStore, exc: StorageError) -> StorageError:
 def member_steps_left(job: Job) -> int:
     """The member-steps ``job`` has left to train: tasks × steps per task × K, less what its
     checkpoint (``job.options["checkpoint"]``) holds; all of them without a readable one."""
-    from ..checkpoint import CheckpointError, read_header, steps_done
+    from ..checkpoint import saved_steps
 
     c = job.config
-    steps = c.tasks * c.steps_per_task
-    path = Path(job.options.get("checkpoint") or "")
-    done = 0
-    if path.is_file():
-        try:
-            done = steps_done(read_header(path), c.steps_per_task)
-        except (CheckpointError, OSError):
-            pass  # the job says so as it starts, and trains from the first task
-    return max(steps - done, 0) * len(job.seeds)
+    path = job.options.get("checkpoint")
+    done = (saved_steps(path, c.steps_per_task) or 0) if path else 0
+    return max(c.tasks * c.steps_per_task - done, 0) * len(job.seeds)
 
 
 def _progress(jobs, steps_left: Sequence[int], executor: str, workers: int) -> tuple[bool, object | None]:

@@ -129,15 +129,10 @@ def saved_tasks(out, stored: dict, config: RunConfig) -> float | None:
     """The tasks d a ``plan.json`` ensemble's checkpoint has done (with the fraction of the
     task in flight); None without a checkpoint, 0 with one that cannot be read (the sweep then
     names it, :func:`tidy_checkpoints`)."""
-    from .. import checkpoint as ckpt
+    from ..checkpoint import saved_steps
 
-    path = Path(out) / CHECKPOINTS / stored["checkpoint"]
-    if not path.is_file():
-        return None
-    try:
-        return ckpt.steps_done(ckpt.read_header(path), config.steps_per_task) / config.steps_per_task
-    except (ckpt.CheckpointError, OSError):
-        return 0.0
+    steps = saved_steps(Path(out) / CHECKPOINTS / stored["checkpoint"], config.steps_per_task)
+    return None if steps is None else steps / config.steps_per_task
 
 
 def worth_resuming(members: int, unfinished: int, done: float | None, tasks: int) -> bool:
@@ -256,14 +251,11 @@ def tasks_done(out, ensemble) -> int:
     by its checkpoint in ``out``: what a resumed sweep does not train again. 0 without a
     checkpoint, or with one that cannot be read (the sweep then says so, and trains it from the
     start)."""
-    from .. import checkpoint as ckpt
+    from ..checkpoint import saved_steps
     from .recording import checkpoint_path
 
-    path = checkpoint_path(out, ensemble.members, "ensemble")
-    try:
-        return int(ckpt.read_header(path).get("next_task") or 0) if path.is_file() else 0
-    except (ckpt.CheckpointError, OSError):
-        return 0
+    per_task = ensemble.members.config.steps_per_task
+    return (saved_steps(checkpoint_path(out, ensemble.members, "ensemble"), per_task) or 0) // per_task
 
 
 def run_plan(p: Plan, *, out, data_dir=None, device="cpu", workers=None, executor="local",
