@@ -62,6 +62,7 @@ def wait_until(condition, proc: subprocess.Popen, timeout: float = 120) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_two_commands_racing_for_one_folder_one_trains_the_other_exits_2_naming_it(data_dir, tmp_path):
     """Before: the same command started twice on one --out (a double submit) trained the same
     runs at once, both exited 0, and the store marked the first one's finished attempts

@@ -42,6 +42,7 @@ def plugin_path(tmp_path):
     return os.pathsep.join([str(PLUGIN), str(tmp_path)])
 
 
+@pytest.mark.slow
 def test_a_plugins_method_and_problem_train_in_a_sweeps_workers_and_are_recorded(plugin_path, data_dir,
                                                                                  tmp_path):
     sweep = tmp_path / "sweep.toml"

@@ -68,7 +68,9 @@ def with_real_data(words: list[str], data: Path) -> list[str]:
 
 
 DEMO_COMMAND = "pip install -c constraints.txt -e . && plasticlab demo --data-dir ../shared/data"
-TEST_COMMAND = 'pip install -c constraints.txt -e ".[test]" && python -m pytest -q -n auto --durations=10'
+SLOW_TESTS_COMMAND = "python -m pytest -q -n auto -m slow --durations=10"
+TEST_COMMAND = ('pip install -c constraints.txt -e ".[test]" && '
+                'python -m pytest -q -n auto -m "not slow" --durations=10')
 
 
 def test_readme_opens_with_the_two_setup_commands():
@@ -79,7 +81,7 @@ def test_readme_opens_with_the_two_setup_commands():
             f"not in a bash block of the README's first 60 lines: {command}")
 
 
-def test_ci_runs_the_readme_test_command_and_fails_on_any_nonzero_exit():
+def test_ci_runs_the_readme_test_command_then_the_slow_tests_and_fails_on_any_nonzero_exit():
     # CI's verdict is the README's test command on a fresh clone, verbatim, as the body of a
     # function the script calls under `set -e`: a failure of either side of its `&&` (pytest's
     # exit code 5, no tests collected, too) ends the script with that code, before the package
@@ -89,6 +91,8 @@ def test_ci_runs_the_readme_test_command_and_fails_on_any_nonzero_exit():
     i = script.index(TEST_COMMAND)
     assert script[i - 1] == "readme_test_command() {" and script[i + 1] == "}"
     assert script[i + 2] == "readme_test_command"
+    # then the long tests the README's command leaves out (-m "not slow"): the whole suite
+    assert SLOW_TESTS_COMMAND in script[i + 3:]
     function = "\n".join(script[i - 1:i + 3])
     for body, code in (("(exit 3) && true", 3), ("true && (exit 5)", 5), ("true && true", 0)):
         done = subprocess.run(["bash", "-c", "set -euo pipefail\n" + function.replace(TEST_COMMAND, body)
@@ -104,6 +108,7 @@ def test_every_readme_command_is_one_the_check_runs():
             f"README bash line is neither an install line nor a plasticlab command: {shlex.join(words)}")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(REAL_DATA_MISSING["data_dir"] is not None, reason=REAL_DATA_MISSING["data_dir"] or "")
 def test_every_readme_command_runs(tmp_path, monkeypatch, capsys):
     # Each command is `plasticlab`'s main with the README's arguments, in this process, from a

@@ -562,6 +562,7 @@ def _body(markdown: str) -> list[str]:
             if line and not line.startswith(("- results:", "- generated", "# ", "> ⚠"))]
 
 
+@pytest.mark.slow
 def test_several_directories_are_reported_as_one_directory_holding_them_all(tmp_path, capsys):
     # each problem trained into a folder of its own, reported together: the same report as
     # one store holding both — its sections, the IQM across problems, the tables, the LaTeX

@@ -203,7 +203,9 @@ def l2_init_runs_to_check(ensemble: list[dict]) -> list[dict]:
     return list(settings.values())[:CHECKED_ALONE]
 
 
-@pytest.mark.parametrize("study", PERMUTED_MNIST_STUDIES)
+# width's networks are up to 4× as wide: ~6 s of a core, a long test
+@pytest.mark.parametrize("study", [pytest.param(s, marks=pytest.mark.slow) if s == "width" else s
+                                   for s in PERMUTED_MNIST_STUDIES])
 def test_the_committed_l2_init_runs_of_a_permuted_mnist_study_train_to_the_same_first_tasks(study, data_dir):
     runs, recorded = recorded_metrics(PAGE / study)
     groups = [g for g in choose(ensembles(runs)) if "l2_init" in {r["config"]["method"] for r in g}]
