@@ -76,9 +76,9 @@ def status_json(out: Path, runs: list[dict], counts: dict, stored_plan: dict, ot
     started, waiting = unsaved_ensembles(out, by_id, stored_plan)
     totals = {status: sum(c[status] for c in counts.values()) for status in (*STATUSES, "to run")}
     waiting_planned = planned_ensembles(stored_plan, waiting)
+    total = sum(totals.values())
     return {
-        "dir": str(out), "runs": sum(totals.values()), "status": totals,
-        "complete": totals["finished"] == sum(totals.values()),
+        "dir": str(out), "runs": total, "status": totals, "complete": totals["finished"] == total,
         "by_method": [{"problem": problem, "method": method, **c}
                       for (problem, method), c in sorted(counts.items())],
         "ensembles": saved_ensembles(out, by_id, stored_plan),
