@@ -450,6 +450,47 @@ def seed_sd_columns(markdown: str, base: Path = PAGE) -> list[tuple[str, set[str
     return found
 
 
+# The tables of methods that no one export gives, kept by hand: each sets several exports side
+# by side (plasticlab's form beside the authors', SGD beside Adam, a field study beside the
+# paper's methods and UPGD's optimizers); their numbers are checked by the tests that read them.
+HAND_TABLES = {("best-random_label_mnist-sgd/README.md", "| method | loss with SGD | loss with Adam |"): 2,
+               ("field.md", "| method | α | total online acc. (%) |"): 2,
+               **{(f"reference-modes-{p}/README.md", "| method | plasticlab's form"): 1
+                  for p in ("permuted_mnist", "random_label_mnist", "random_label_cifar")}}
+
+
+def test_every_table_of_one_studys_methods_is_generated_from_its_export():
+    """A table whose rows are methods is a ``results`` block (``plasticlab report --table``'s
+    output, rewritten by generate.py), a verdicts or selection block, or one of HAND_TABLES:
+    no number of one export is copied into a page by hand."""
+    found: dict[tuple[str, str], int] = {}
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        spans = [(m.start(), m.end()) for m in generate.BLOCK.finditer(text)]
+        for m in re.finditer(r"(?m)^\| method \|.*$", text):
+            if any(a <= m.start() < b for a, b in spans):
+                continue
+            where = page.relative_to(PAGE).as_posix()
+            key = next((k for k in HAND_TABLES if k[0] == where and m.group(0).startswith(k[1])), None)
+            assert key is not None, (
+                f"{where}, line {text.count(chr(10), 0, m.start()) + 1}: a table of methods written by "
+                "hand; put it in a `<!-- generated: results FOLDER · COLUMNS -->` block "
+                "(docs/cli.md#one-table---table) and run `python docs/reproduction/generate.py`")
+            found[key] = found.get(key, 0) + 1
+    assert found == HAND_TABLES
+
+
+def test_a_results_block_is_the_table_command_of_an_export_under_the_reproduction():
+    from plasticlab.report.data import load_results
+    from plasticlab.report.results_table import results_table
+
+    assert generate.results_block("results best-permuted_mnist-adam · total, loss") == results_table(
+        load_results(PAGE / "best-permuted_mnist-adam"), "total, loss")
+    for key in ("results nowhere · total", "results best-permuted_mnist-adam"):
+        with pytest.raises(ValueError, match="write it `results FOLDER · COLUMNS`"):
+            generate.results_block(key)
+
+
 def test_a_seed_sd_a_page_gives_is_the_sample_standard_deviation_of_the_seeds_totals():
     """The pages quote the spread of a method's seeds as the sample standard deviation (n − 1)
     of their totals; their tables must give the same statistic, to the digits they print, of

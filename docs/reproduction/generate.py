@@ -17,7 +17,10 @@ It writes
   export's, with ``plasticlab report``'s bootstrap intervals (the README); ``field STUDY ·
   SCALE`` — a field study's methods by SPEC §12's tests (``field.md``); ``selection STUDY`` —
   the protocol's selection a ``main-*`` study's export records, beside the configuration the
-  paper reports for each method (that study's page).
+  paper reports for each method (that study's page); ``results FOLDER · COLUMNS`` — the table
+  of the export in ``docs/reproduction/FOLDER`` with those columns, exactly what ``plasticlab
+  report docs/reproduction/FOLDER --table "COLUMNS"`` prints (any page; docs/cli.md#one-table---table
+  names the columns).
 """
 
 from __future__ import annotations
@@ -121,25 +124,42 @@ def selection_table(study: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def results_block(key: str) -> str:
+    """The block ``results FOLDER · COLUMNS``: the table of the export in ``FOLDER`` (relative
+    to docs/reproduction) with ``COLUMNS``, as ``plasticlab report FOLDER --table COLUMNS``
+    prints it."""
+    from plasticlab.report.data import load_results
+    from plasticlab.report.results_table import results_table
+
+    folder, sep, columns = key.removeprefix("results ").partition(" · ")
+    if not sep or not (PAGE / folder / "results.json.gz").is_file():
+        raise ValueError(f"block {key!r}: write it `results FOLDER · COLUMNS`, FOLDER an export "
+                         "under docs/reproduction")
+    return results_table(load_results(PAGE / folder), columns)
+
+
 def expected_blocks(markdown: str) -> dict[str, str]:
-    """Every block a page may hold, by key, from ``claims.md``'s text ``markdown``."""
+    """Every block a page may hold, by key, from ``claims.md``'s text ``markdown``; a
+    ``results`` block for each one a page asks for."""
     from plasticlab.report.field_verdicts import FIELD_TITLE
 
     found = sections(markdown)
-    blocks = {"matrix": found["The claims at a glance"], "forgetting vs the paper": forgetting_table()}
+    expected = {"matrix": found["The claims at a glance"], "forgetting vs the paper": forgetting_table()}
     by_study, _, field = markdown.split("\n## By study\n", 1)[1].split("\nFolders not read", 1)[0] \
         .partition(f"\n## {FIELD_TITLE}\n")
     for title, body in sections(by_study).items():
-        blocks[f"claims {title}"] = body
+        expected[f"claims {title}"] = body
     for title, body in sections(field).items():
-        blocks[f"field {title}"] = body
+        expected[f"field {title}"] = body
+    for key in sorted({k for p in pages() for k in blocks(p.read_text()) if k.startswith("results ")}):
+        expected[key] = results_block(key)
     for folder in sorted(PAGE.glob("main-*/")):
         if (folder / "results.json.gz").is_file():
             try:
-                blocks[f"selection {folder.name}"] = selection_table(folder.name)
+                expected[f"selection {folder.name}"] = selection_table(folder.name)
             except ValueError:
                 pass  # no selection yet (the grid still training): a page asking for it fails
-    return blocks
+    return expected
 
 
 def blocks(text: str) -> dict[str, str]:

@@ -10,7 +10,9 @@ from pathlib import Path
 
 def cmd_report(args: argparse.Namespace) -> int:
     """``plasticlab report``: build the report (tables, figures, statistics) of a results
-    directory or an export."""
+    directory or an export; with ``--table``, print one table of it instead (nothing written)."""
+    if args.table is not None:
+        return print_table(args.dirs, args.table, reps=args.reps)
     return write_report(args.dirs, args.out, args.formats, max_bins=args.max_bins, reps=args.reps,
                         check=args.check)
 
@@ -56,6 +58,19 @@ def write_report(directory: str | list[str], out: str | None = None, formats: st
     return 0
 
 
+def print_table(directory: str | list[str], columns: str, *, reps: int = 2000) -> int:
+    """Print the Markdown table of ``directory``'s study (or of several directories read as
+    one) with ``columns`` (:mod:`plasticlab.report.results_table`'s names, comma-separated);
+    writes nothing. The exit code: 0."""
+    from ..report.data import combine_results, load_results
+    from ..report.results_table import results_table
+
+    directories = [directory] if isinstance(directory, str) else list(directory)
+    results = combine_results([load_results(d) for d in directories])
+    print(results_table(results, columns, reps=reps), end="")
+    return 0
+
+
 def _check_in_browser(page: Path) -> int:
     """Load ``page`` in headless Chromium (:mod:`plasticlab.report.browser`; :func:`write_report`
     found it before building the page) and print what it saw: 0 when it loaded cleanly, 1 on
@@ -90,6 +105,12 @@ def register(sub) -> None:
     rp.add_argument("--max-bins", dest="max_bins", type=int, default=50,
                     help="curves with more tasks are averaged in this many bins (default 50)")
     rp.add_argument("--reps", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    rp.add_argument("--table", metavar="COLUMNS",
+                    help="print one Markdown table of the study instead (nothing written), one row "
+                         "per method, with these comma-separated columns: seeds, total, 'task T', "
+                         "'tasks A-B', first, best, last, loss, 'seed s.d.', P(improvement), "
+                         "'weight magnitude', srank, BWT, 'one-step BWT', 'grid score' "
+                         "(docs/cli.md#one-table---table)")
     rp.add_argument("--check", action="store_true",
                     help="then load the page in headless Chromium: console errors, uncaught "
                          "exceptions, failed or external requests, images that did not load "

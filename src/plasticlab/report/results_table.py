@@ -1,0 +1,233 @@
+"""One Markdown table of a study's results, its columns chosen by name.
+
+A page that quotes a study's numbers asks for them here rather than copying them from the
+report: ``plasticlab report DIR --table "total, first, best, last, loss, seed s.d."`` prints the
+table, and ``docs/reproduction/generate.py`` writes it into a page's ``<!-- generated: results
+FOLDER · COLUMNS -->`` block. One row per method of the study's headline (the protocol's
+selection on its evaluation seeds where the study ran one, else each method's best), best total
+first; the paper's method, L2 Init, in bold. Every interval is the report's: a 95 % percentile
+bootstrap over seeds (``reps`` resamples drawn from ``seed``), so a table's numbers are the
+report's to the digit.
+
+The columns (``COLUMNS`` lists the names; ``A–B`` may be written ``A-B``):
+
+``seeds``
+    the number of seeds n.
+``total``
+    the total average online accuracy (%), mean over seeds [95 % CI] (a regression: its online
+    squared error).
+``task T``
+    the online accuracy on task T, mean over seeds, to one decimal.
+``tasks A–B``
+    the mean over tasks A to B (both included) and over seeds, to two decimals.
+``first``, ``best``, ``last``
+    the plasticity windows of the report's Table 2: the mean over ``w = min(10, T // 10)``
+    consecutive reported tasks (T of them, 20 or more), mean over seeds [95 % CI]; the best
+    window is the one whose mean over seeds is best, and its cell says where it starts.
+``loss``
+    best window − last window per seed (the report's loss; 0: none, negative: still
+    improving), in points [95 % CI].
+``seed s.d.``
+    the sample standard deviation (n − 1) of the seeds' totals, in points.
+``P(improvement)``
+    P(L2 Init > method) + ½ P(=) over the seeds' totals, with its stratified-bootstrap interval
+    (the report's probability of improvement: L2 Init against every other method, or the best
+    method where the study has no L2 Init).
+``weight magnitude``, ``srank``
+    the measurement after the first and after the last reported task, mean over seeds (srank:
+    also over the hidden layers), as ``first → last``.
+``BWT``, ``one-step BWT``
+    backward transfer and its one-step form (SPEC §4), in points [95 % CI]; studies that
+    measured forgetting.
+``grid score``
+    the protocol's score of the selected configuration: its mean total over the grid seeds (%).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..methods import method_title
+from . import stats
+from .build import PLASTICITY_MIN_TASKS, _marked, _shown, improvement_reference, plasticity_windows
+from .data import ConfigRuns, Results, config_key
+
+COLUMNS = ("seeds", "total", "task T", "tasks A–B", "first", "best", "last", "loss", "seed s.d.",
+           "P(improvement)", "weight magnitude", "srank", "BWT", "one-step BWT", "grid score")
+"""The column names :func:`results_table` knows (``T``, ``A``, ``B``: task numbers)."""
+
+PAPER_METHOD = "l2_init"
+"""The method whose rows are bold: the paper's."""
+
+_TASK = re.compile(r"task (\d+)")
+_TASKS = re.compile(r"tasks (\d+)\s*[–-]\s*(\d+)")
+
+
+def parse_columns(text: str) -> list[str]:
+    """The column names of ``text`` (comma-separated, as ``--table`` and a page's block take
+    them), each checked against :data:`COLUMNS`; ``tasks A-B`` is written ``tasks A–B``."""
+    names = [" ".join(part.split()) for part in text.split(",")]
+    if not all(names):
+        raise ValueError(f"table columns {text!r}: an empty name between commas")
+    out = []
+    for name in names:
+        m = _TASKS.fullmatch(name)
+        if m:
+            a, b = int(m.group(1)), int(m.group(2))
+            if b < a:
+                raise ValueError(f"table column {name!r}: the last task comes before the first")
+            name = f"tasks {a}–{b}"
+        elif not (_TASK.fullmatch(name) or name in COLUMNS):
+            raise ValueError(f"table column {name!r} is not one of: {', '.join(COLUMNS)}")
+        out.append(name)
+    if len(set(out)) != len(out):
+        raise ValueError(f"table columns {text!r}: a column named twice")
+    return out
+
+
+def results_table(results: Results, columns: Sequence[str] | str, *, reps: int = 2000,
+                  seed: int = 0) -> str:
+    """The Markdown table of ``results`` (one study: one problem, one optimizer, one stream)
+    with ``columns`` (:func:`parse_columns`'s names, or its text), one row per method of the
+    study's headline, best total first."""
+    names = parse_columns(columns) if isinstance(columns, str) else parse_columns(", ".join(columns))
+    headline = _one_study(results)
+    m = headline[0].measure
+    rows = sorted(headline, key=lambda c: -float(np.mean(m.oriented(c.total))))
+    cells = [[_label(c)] for c in rows]
+    headers = ["method"]
+    for name in names:
+        header, column = _column(name, rows, results, reps, seed)
+        headers.append(header)
+        for row, cell in zip(cells, column, strict=True):
+            row.append(cell)
+    align = ["---"] + ["---:" if not name.endswith(("magnitude", "srank")) else "---" for name in names]
+    lines = [_row(headers), "|" + "|".join(align) + "|", *(_row(r) for r in cells)]
+    return "\n".join(lines) + "\n"
+
+
+def _one_study(results: Results) -> list[ConfigRuns]:
+    studies = list(results.studies())
+    if len(studies) != 1:
+        found = ", ".join(f"{p} · {o}" for p, o in studies) or "none"
+        raise ValueError(f"{results.directory}: a table is of one study (problem · optimizer); "
+                         f"this holds {found}")
+    (problem, optimizer), = studies
+    if len(results.streams(problem, optimizer)) != 1:
+        raise ValueError(f"{results.directory}: its {problem} · {optimizer} runs learn several "
+                         "streams (batch sizes or task lengths); a table is of one")
+    headline, _ = results.headline(problem, optimizer)
+    return headline
+
+
+def _label(c: ConfigRuns) -> str:
+    label = _marked(c.label, c.method)
+    return f"**{label}**" if c.method == PAPER_METHOD else label
+
+
+def _row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _column(name: str, rows: list[ConfigRuns], results: Results, reps: int,
+            seed: int) -> tuple[str, list[str]]:
+    """The header and the cells, row by row, of the column ``name``."""
+    m = rows[0].measure
+    scale = 100 if m.percent else 1
+
+    def interval(values) -> str:
+        return _shown(stats.bootstrap_ci(values, reps=reps, seed=seed), m)
+
+    if name == "seeds":
+        return "seeds", [str(c.n) for c in rows]
+    if name == "total":
+        return f"total{m.unit_suffix()}", [interval(c.total) for c in rows]
+    if task := _TASK.fullmatch(name):
+        t = int(task.group(1))
+        return f"task {t}", [_value(_task_values(c, t, t).mean(), m, 1) for c in rows]
+    if tasks := _TASKS.fullmatch(name):
+        a, b = int(tasks.group(1)), int(tasks.group(2))
+        return f"tasks {a}–{b}", [_value(_task_values(c, a, b).mean(), m, 2) for c in rows]
+    if name in ("first", "best", "last", "loss"):
+        windows = [_windows(c) for c in rows]
+        w = windows[0]["w"]
+        if name == "loss":
+            header = "loss, best − last (points)" if m.higher_is_better else "loss, last − best"
+            return header, [interval(win["loss"]) for win in windows]
+        cells = [interval(win[name]) for win in windows]
+        if name == "best":
+            cells = [f"{cell} (from task {win['best_from']})"
+                     for cell, win in zip(cells, windows, strict=True)]
+        return f"{name} {w} tasks", cells
+    if name == "seed s.d.":
+        return "seed s.d.", [f"{np.std(scale * np.asarray(c.total), ddof=1):.2f}" if c.n > 1 else "—"
+                             for c in rows]
+    if name == "P(improvement)":
+        ref = improvement_reference(rows)
+        cells = []
+        for c in rows:
+            if c is ref:
+                cells.append("—")
+                continue
+            i = stats.probability_of_improvement_ci(m.oriented(ref.total), m.oriented(c.total),
+                                                    reps=reps, seed=seed)
+            cells.append(f"{i.point:.2f} [{i.lo:.2f}, {i.hi:.2f}]")
+        return f"P({method_title(ref.method)} {m.comparison} method)", cells
+    if name in ("weight magnitude", "srank"):
+        metric = name.replace(" ", "_")
+        digits = 3 if metric == "weight_magnitude" else 0
+        return f"{name}, first → last task", [_first_last(c, metric, digits) for c in rows]
+    if name in ("BWT", "one-step BWT"):
+        attr = "bwt" if name == "BWT" else "one_step_bwt"
+        missing = [c.label for c in rows if getattr(c, attr) is None]
+        if missing:
+            raise ValueError(f"table column {name!r}: {', '.join(missing)} did not measure forgetting "
+                             "(run with --measure-forgetting)")
+        return f"{name} (points)", [interval(getattr(c, attr)) for c in rows]
+    if name == "grid score":
+        return "grid score (%)", [_grid_score(c, results) for c in rows]
+    raise AssertionError(name)  # parse_columns admits only the names above
+
+
+def _value(x: float, m, digits: int) -> str:
+    return f"{100 * x:.{digits}f}" if m.percent else m.format(x)
+
+
+def _task_values(c: ConfigRuns, a: int, b: int) -> np.ndarray:
+    """``online[:, a..b]`` (tasks a to b, both included), which must all have been reported."""
+    missing = [t for t in range(a, b + 1) if t not in c.reported]
+    if missing:
+        last = max(c.reported)
+        raise ValueError(f"table column: {c.label} has no task {missing[0]} "
+                         f"(its reported tasks run to task {last})")
+    return np.asarray(c.online)[:, a:b + 1]
+
+
+def _windows(c: ConfigRuns) -> dict:
+    if len(c.reported) < PLASTICITY_MIN_TASKS:
+        raise ValueError(f"table columns first/best/last/loss: {c.label} reported {len(c.reported)} "
+                         f"tasks; the report's windows need {PLASTICITY_MIN_TASKS} or more (ask for "
+                         "'task T' columns instead)")
+    return plasticity_windows(c.online, c.reported, c.measure)
+
+
+def _first_last(c: ConfigRuns, metric: str, digits: int) -> str:
+    if metric not in c.metrics:
+        raise ValueError(f"table column {metric.replace('_', ' ')!r}: {c.label}'s runs did not "
+                         f"measure {metric}")
+    values = np.asarray(c.metrics[metric], dtype=float)
+    at = [c.reported[0], c.reported[-1]]
+    first, last = (float(np.nanmean(values[:, t])) for t in at)
+    return f"{first:.{digits}f} → {last:.{digits}f}"
+
+
+def _grid_score(c: ConfigRuns, results: Results) -> str:
+    key = config_key(c.config)
+    for entry in (results.selection or {}).get("selected", []):
+        if config_key(entry["config"]) == key:
+            return f"{100 * entry['score']:.2f}"
+    raise ValueError(f"table column 'grid score': {results.directory} records no protocol "
+                     f"selection of {c.label} (a study run with the selection protocol has one)")

@@ -1,0 +1,132 @@
+"""``plasticlab report DIR --table COLUMNS``: one table of a study, its columns chosen by name,
+its numbers the report's to the digit (the reproduction pages' tables are these)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from plasticlab.cli import main
+from plasticlab.report.data import load_results
+from plasticlab.report.results_table import COLUMNS, parse_columns, results_table
+
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "reproduction"
+PERMUTED = PAGE / "best-permuted_mnist-adam"  # 500 tasks, the paper's best configurations
+CIFAR = PAGE / "best-random_label_cifar-adam"  # 10 tasks
+
+
+@pytest.fixture(scope="module")
+def permuted():
+    return load_results(PERMUTED)
+
+
+def _cells(markdown: str) -> dict[str, list[str]]:
+    """A Markdown table's rows by their first cell (bold dropped), the header's under "method"."""
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")]
+            for line in markdown.splitlines() if line.startswith("|")]
+    return {r[0].replace("**", ""): r[1:] for r in rows if not set(r[0]) <= set("-: ")}
+
+
+def _report_table(folder: Path, number: int) -> dict[str, list[str]]:
+    """Table ``number`` of the folder's committed report (``report/report.md``)."""
+    text = (folder / "report" / "report.md").read_text(encoding="utf-8")
+    body = text.split(f"**Table {number}.**", 1)[1].split("**Table", 1)[0]
+    return _cells(body)
+
+
+def test_the_tables_cells_are_the_reports_tables_to_the_digit(permuted):
+    table = _cells(results_table(permuted, "seeds, total, first, best, last, loss, P(improvement)"))
+    assert table.pop("method") == ["seeds", "total (%)", "first 10 tasks", "best 10 tasks",
+                                   "last 10 tasks", "loss, best − last (points)",
+                                   "P(L2 Init > method)"]
+    totals, windows = _report_table(PERMUTED, 1), _report_table(PERMUTED, 2)
+    totals.pop("method"), windows.pop("method")
+    text = (PERMUTED / "report" / "report.md").read_text(encoding="utf-8").split("**Table 3.**")[1]
+    improvement = {m.group(1): m.group(2) for m in re.finditer(
+        r"(?m)^\| L2 Init \| ([^|]+?) \| 10 vs 10 \| ([^|]+?) \|$", text)}
+    assert len(improvement) == 7
+    assert set(table) == set(totals) and len(table) == 8
+    for method, cells in table.items():
+        assert cells[0] == totals[method][0] == "10"
+        assert cells[1] == totals[method][1]  # mean [95% CI]
+        assert cells[2:6] == windows[method][1:5]
+        assert cells[6] == ("—" if method == "L2 Init" else improvement[method])
+
+
+def test_rows_run_from_the_best_total_down_and_l2_init_is_in_bold(permuted):
+    text = results_table(permuted, "total")
+    labels = [line.split("|")[1].strip() for line in text.splitlines()[2:]]
+    totals = [float(line.split("|")[2].split()[0]) for line in text.splitlines()[2:]]
+    assert totals == sorted(totals, reverse=True)
+    assert labels[0] == "**L2 Init**" and sum("**" in label for label in labels) == 1
+
+
+def test_task_columns_are_the_mean_over_seeds_of_those_tasks(permuted):
+    table = _cells(results_table(permuted, "task 0, task 499, tasks 2-11"))
+    assert table.pop("method") == ["task 0", "task 499", "tasks 2–11"]
+    l2_init = next(c for c in permuted.headline("permuted_mnist", "adam")[0] if c.method == "l2_init")
+    assert table["L2 Init"] == [f"{100 * l2_init.online[:, 0].mean():.1f}",
+                                f"{100 * l2_init.online[:, 499].mean():.1f}",
+                                f"{100 * l2_init.online[:, 2:12].mean():.2f}"]
+
+
+def test_the_seed_sd_is_the_sample_standard_deviation_of_the_totals_in_points(permuted):
+    table = _cells(results_table(permuted, "seed s.d."))
+    for c in permuted.headline("permuted_mnist", "adam")[0]:
+        assert table[c.label] == [f"{np.std(100 * c.total, ddof=1):.2f}"]
+
+
+def test_measurements_go_from_the_first_reported_task_to_the_last():
+    results = load_results(CIFAR)
+    table = _cells(results_table(results, "weight magnitude, srank"))
+    baseline = next(c for c in results.headline("random_label_cifar", "adam")[0] if c.method == "baseline")
+    w, s = baseline.metrics["weight_magnitude"], baseline.metrics["srank"]
+    assert table["Baseline"] == [f"{w[:, 0].mean():.3f} → {w[:, -1].mean():.3f}",
+                                 f"{s[:, 0].mean():.0f} → {s[:, -1].mean():.0f}"]
+
+
+def test_column_names_are_checked_and_written_one_way():
+    assert parse_columns(" total ,tasks 2-11,  seed   s.d.") == ["total", "tasks 2–11", "seed s.d."]
+    assert "total" in COLUMNS
+    with pytest.raises(ValueError, match=r"'totl' is not one of: seeds, total"):
+        parse_columns("totl")
+    with pytest.raises(ValueError, match="an empty name"):
+        parse_columns("total,,loss")
+    with pytest.raises(ValueError, match="named twice"):
+        parse_columns("total, tasks 1-2, tasks 1–2")
+    with pytest.raises(ValueError, match="last task comes before the first"):
+        parse_columns("tasks 9-2")
+
+
+@pytest.mark.parametrize("columns, message", [
+    ("task 500", r"CBP has no task 500 \(its reported tasks run to task 499\)|no task 500"),
+    ("BWT", "did not measure forgetting"),
+    ("grid score", "records no protocol selection"),
+])
+def test_a_column_the_study_cannot_give_is_an_error_naming_what_is_missing(permuted, columns, message):
+    with pytest.raises(ValueError, match=message):
+        results_table(permuted, columns)
+
+
+def test_windows_need_as_many_reported_tasks_as_the_reports_plasticity_table():
+    with pytest.raises(ValueError, match="reported 10 tasks; the report's windows need 20 or more"):
+        results_table(load_results(CIFAR), "first")
+
+
+def test_the_command_prints_the_table_and_writes_nothing(tmp_path, capsys):
+    export = tmp_path / "study"
+    export.mkdir()
+    (export / "results.json.gz").write_bytes((PERMUTED / "results.json.gz").read_bytes())
+    assert main(["report", str(export), "--table", "total, loss"]) == 0
+    out = capsys.readouterr().out
+    assert out == results_table(load_results(PERMUTED), "total, loss")
+    assert out.startswith("| method | total (%) | loss, best − last (points) |\n|---|---:|---:|\n")
+    assert sorted(p.name for p in export.iterdir()) == ["results.json.gz"]
+
+
+def test_a_misspelt_column_on_the_command_line_is_a_one_line_error(capsys):
+    assert main(["report", str(PERMUTED), "--table", "totl"]) == 2
+    assert "table column 'totl' is not one of" in capsys.readouterr().err
