@@ -450,11 +450,10 @@ def seed_sd_columns(markdown: str, base: Path = PAGE) -> list[tuple[str, set[str
     return found
 
 
-# The tables of methods that no one export gives, kept by hand: each sets several exports side
-# by side (plasticlab's form beside the authors', SGD beside Adam, a field study beside the
-# paper's methods and UPGD's optimizers); their numbers are checked by the tests that read them.
+# The tables of methods that no one export gives, kept by hand: each sets two exports side by
+# side (plasticlab's form beside the authors', SGD beside Adam); their numbers are checked by the
+# tests that read them.
 HAND_TABLES = {("best-random_label_mnist-sgd/README.md", "| method | loss with SGD | loss with Adam |"): 2,
-               ("field.md", "| method | α | total online acc. (%) |"): 2,
                **{(f"reference-modes-{p}/README.md", "| method | plasticlab's form"): 1
                   for p in ("permuted_mnist", "random_label_mnist", "random_label_cifar")}}
 

@@ -88,10 +88,29 @@ def test_measurements_go_from_the_first_reported_task_to_the_last():
                                  f"{s[:, 0].mean():.0f} → {s[:, -1].mean():.0f}"]
 
 
+def test_a_folder_of_several_optimizers_names_the_optimizer_of_the_rows_outside_the_most_common():
+    """A field study: fifteen Adam methods and UPGD's two optimizers on the Baseline, one table."""
+    table = _cells(results_table(load_results(PAGE / "field-random_label_mnist"), "lr, total"))
+    assert table.pop("method") == ["α", "total (%)"]
+    assert len(table) == 17
+    assert table["UPGD (Baseline)"][0] == "1e-2" and table["non-protecting UPGD (Baseline)"][0] == "1e-3"
+    assert table["L2 Init"][0] == "1e-4" and table["Concat ReLU"][0] == "1e-3"
+    assert not any(name.startswith("Adam") for name in table)
+
+
+def test_a_folder_of_several_problems_is_an_error(tmp_path):
+    from plasticlab.report.data import combine_results
+
+    both = combine_results([load_results(PERMUTED), load_results(CIFAR)])
+    with pytest.raises(ValueError, match="a table is of one problem; this holds permuted_mnist, "
+                                         "random_label_cifar"):
+        results_table(both, "total")
+
+
 def test_column_names_are_checked_and_written_one_way():
     assert parse_columns(" total ,tasks 2-11,  seed   s.d.") == ["total", "tasks 2–11", "seed s.d."]
     assert "total" in COLUMNS
-    with pytest.raises(ValueError, match=r"'totl' is not one of: seeds, total"):
+    with pytest.raises(ValueError, match=r"'totl' is not one of: seeds, lr, total"):
         parse_columns("totl")
     with pytest.raises(ValueError, match="an empty name"):
         parse_columns("total,,loss")

@@ -107,7 +107,7 @@ def register(sub) -> None:
     rp.add_argument("--reps", type=int, default=2000, help="bootstrap resamples (default 2000)")
     rp.add_argument("--table", metavar="COLUMNS",
                     help="print one Markdown table of the study instead (nothing written), one row "
-                         "per method, with these comma-separated columns: seeds, total, 'task T', "
+                         "per method, with these comma-separated columns: seeds, lr, total, 'task T', "
                          "'tasks A-B', first, best, last, loss, 'seed s.d.', P(improvement), "
                          "'weight magnitude', srank, BWT, 'one-step BWT', 'grid score' "
                          "(docs/cli.md#one-table---table)")

@@ -13,6 +13,8 @@ The columns (``COLUMNS`` lists the names; ``A–B`` may be written ``A-B``):
 
 ``seeds``
     the number of seeds n.
+``lr``
+    the step size α (``1e-3``).
 ``total``
     the total average online accuracy (%), mean over seeds [95 % CI] (a regression: its online
     squared error).
@@ -45,17 +47,19 @@ The columns (``COLUMNS`` lists the names; ``A–B`` may be written ``A-B``):
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 
 import numpy as np
 
 from ..methods import method_title
+from ..optim import optimizer_title
 from . import stats
 from .build import PLASTICITY_MIN_TASKS, _marked, _shown, improvement_reference, plasticity_windows
 from .data import ConfigRuns, Results, config_key
 
-COLUMNS = ("seeds", "total", "task T", "tasks A–B", "first", "best", "last", "loss", "seed s.d.",
+COLUMNS = ("seeds", "lr", "total", "task T", "tasks A–B", "first", "best", "last", "loss", "seed s.d.",
            "P(improvement)", "weight magnitude", "srank", "BWT", "one-step BWT", "grid score")
 """The column names :func:`results_table` knows (``T``, ``A``, ``B``: task numbers)."""
 
@@ -90,14 +94,17 @@ def parse_columns(text: str) -> list[str]:
 
 def results_table(results: Results, columns: Sequence[str] | str, *, reps: int = 2000,
                   seed: int = 0) -> str:
-    """The Markdown table of ``results`` (one study: one problem, one optimizer, one stream)
-    with ``columns`` (:func:`parse_columns`'s names, or its text), one row per method of the
-    study's headline, best total first."""
+    """The Markdown table of ``results`` (one problem, one stream) with ``columns``
+    (:func:`parse_columns`'s names, or its text), one row per method of each optimizer's
+    headline, best total first. Where the runs used several optimizers (a field study's UPGD
+    beside its Adam methods), the rows of all but the most common one name theirs:
+    ``UPGD (Baseline)``."""
     names = parse_columns(columns) if isinstance(columns, str) else parse_columns(", ".join(columns))
-    headline = _one_study(results)
-    m = headline[0].measure
-    rows = sorted(headline, key=lambda c: -float(np.mean(m.oriented(c.total))))
-    cells = [[_label(c)] for c in rows]
+    headline = _headline(results)
+    m = headline[0][1].measure
+    ordered = sorted(headline, key=lambda row: -float(np.mean(m.oriented(row[1].total))))
+    rows = [c for _, c in ordered]
+    cells = [[label] for label, _ in ordered]
     headers = ["method"]
     for name in names:
         header, column = _column(name, rows, results, reps, seed)
@@ -109,22 +116,31 @@ def results_table(results: Results, columns: Sequence[str] | str, *, reps: int =
     return "\n".join(lines) + "\n"
 
 
-def _one_study(results: Results) -> list[ConfigRuns]:
-    studies = list(results.studies())
-    if len(studies) != 1:
-        found = ", ".join(f"{p} · {o}" for p, o in studies) or "none"
-        raise ValueError(f"{results.directory}: a table is of one study (problem · optimizer); "
-                         f"this holds {found}")
-    (problem, optimizer), = studies
-    if len(results.streams(problem, optimizer)) != 1:
-        raise ValueError(f"{results.directory}: its {problem} · {optimizer} runs learn several "
-                         "streams (batch sizes or task lengths); a table is of one")
-    headline, _ = results.headline(problem, optimizer)
-    return headline
+def _headline(results: Results) -> list[tuple[str, ConfigRuns]]:
+    """Each optimizer's headline configurations of the one problem ``results`` holds, with the
+    label of each row."""
+    studies = results.studies()
+    problems = sorted({p for p, _ in studies})
+    if len(problems) != 1:
+        raise ValueError(f"{results.directory}: a table is of one problem; this holds "
+                         f"{', '.join(problems) or 'none'}")
+    by_optimizer = {}
+    for problem, optimizer in studies:
+        if len(results.streams(problem, optimizer)) != 1:
+            raise ValueError(f"{results.directory}: its {problem} · {optimizer} runs learn several "
+                             "streams (batch sizes or task lengths); a table is of one")
+        by_optimizer[optimizer] = results.headline(problem, optimizer)[0]
+    most = max(len(h) for h in by_optimizer.values())
+    unnamed = [o for o, h in by_optimizer.items() if len(h) == most]
+    unnamed = unnamed[0] if len(unnamed) == 1 else None
+    return [(_label(c, None if optimizer == unnamed else optimizer), c)
+            for optimizer, h in by_optimizer.items() for c in h]
 
 
-def _label(c: ConfigRuns) -> str:
+def _label(c: ConfigRuns, optimizer: str | None) -> str:
     label = _marked(c.label, c.method)
+    if optimizer is not None:
+        label = f"{optimizer_title(optimizer)} ({label})"
     return f"**{label}**" if c.method == PAPER_METHOD else label
 
 
@@ -143,6 +159,8 @@ def _column(name: str, rows: list[ConfigRuns], results: Results, reps: int,
 
     if name == "seeds":
         return "seeds", [str(c.n) for c in rows]
+    if name == "lr":
+        return "α", [_step_size(c.config["lr"]) for c in rows]
     if name == "total":
         return f"total{m.unit_suffix()}", [interval(c.total) for c in rows]
     if task := _TASK.fullmatch(name):
@@ -190,6 +208,12 @@ def _column(name: str, rows: list[ConfigRuns], results: Results, reps: int,
     if name == "grid score":
         return "grid score (%)", [_grid_score(c, results) for c in rows]
     raise AssertionError(name)  # parse_columns admits only the names above
+
+
+def _step_size(lr: float) -> str:
+    """``lr`` as the paper writes a step size: ``1e-3`` for a power of ten, else as it is."""
+    exponent = round(math.log10(lr)) if lr > 0 else 0
+    return f"1e{exponent}" if lr > 0 and math.isclose(lr, 10.0 ** exponent, rel_tol=1e-9) else f"{lr:g}"
 
 
 def _value(x: float, m, digits: int) -> str:
