@@ -11,7 +11,7 @@ import pytest
 
 from plasticlab.cli import main
 from plasticlab.report.data import load_results
-from plasticlab.report.results_table import COLUMNS, parse_columns, results_table
+from plasticlab.report.results_table import COLUMNS, parse_columns, results_table, side_by_side
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "reproduction"
 PERMUTED = PAGE / "best-permuted_mnist-adam"  # 500 tasks, the paper's best configurations
@@ -149,3 +149,40 @@ def test_the_command_prints_the_table_and_writes_nothing(tmp_path, capsys):
 def test_a_misspelt_column_on_the_command_line_is_a_one_line_error(capsys):
     assert main(["report", str(PERMUTED), "--table", "totl"]) == 2
     assert "table column 'totl' is not one of" in capsys.readouterr().err
+
+
+def test_side_by_side_gives_one_column_per_study_and_a_dash_where_a_study_lacks_the_method():
+    authors = PAGE / "reference-modes-permuted_mnist"  # the authors' CBP and ReDo only
+    named = [("ours", load_results(PERMUTED)), ("authors'", load_results(authors))]
+    table = _cells(side_by_side(named, "total"))
+    assert table.pop("method") == ["total (%) · `ours`", "total (%) · `authors'`"]
+    ours, theirs = _cells(results_table(named[0][1], "total")), _cells(results_table(named[1][1], "total"))
+    assert list(table) == [m for m in ours if m != "method"]  # the first study's order
+    for method, (a, b) in table.items():
+        assert a == ours[method][0]
+        assert b == (theirs[method][0] if method in ("CBP", "ReDo") else "—")
+
+
+def test_only_the_methods_asked_for_are_rows_and_an_unknown_one_is_an_error(permuted):
+    assert list(_cells(results_table(permuted, "total", methods=["redo", "l2_init"]))) == [
+        "method", "L2 Init", "ReDo"]
+    with pytest.raises(ValueError, match="methods redoo: no such runs here; the runs are of baseline, cbp"):
+        results_table(permuted, "total", methods=["redoo"])
+
+
+def test_side_by_side_takes_one_column_of_two_studies_or_more(permuted):
+    with pytest.raises(ValueError, match="one column"):
+        side_by_side([("a", permuted), ("b", permuted)], "total, loss")
+    with pytest.raises(ValueError, match=r"\(1 given\)"):
+        side_by_side([("a", permuted)], "total")
+
+
+def test_the_command_sets_directories_side_by_side_and_keeps_the_methods_asked_for(capsys):
+    authors = str(PAGE / "reference-modes-permuted_mnist")
+    assert main(["report", str(PERMUTED), authors, "--table", "total", "--side-by-side",
+                 "--methods", "cbp,redo"]) == 0
+    assert capsys.readouterr().out == side_by_side(
+        [(str(PERMUTED), load_results(PERMUTED)), (authors, load_results(authors))], "total",
+        methods=["cbp", "redo"])
+    assert main(["report", str(PERMUTED), "--table", "total", "--side-by-side"]) == 2
+    assert "--side-by-side: give two directories or more" in capsys.readouterr().err

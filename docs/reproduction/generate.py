@@ -20,7 +20,8 @@ It writes
   paper reports for each method (that study's page); ``results FOLDER · COLUMNS`` — the table
   of the export in ``docs/reproduction/FOLDER`` with those columns, exactly what ``plasticlab
   report docs/reproduction/FOLDER --table "COLUMNS"`` prints (any page; docs/cli.md#one-table---table
-  names the columns).
+  names the columns), and ``results A | B · COLUMN`` several exports side by side, either ending
+  ``· only METHOD, …`` for some methods' rows (:func:`results_block`).
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ def forgetting_table() -> str:
         held = {k: c.config["params"].get(k) for k in settings}
         if held != settings:
             raise ValueError(f"forgetting: {method} ran with {held}, the paper's table has {settings}")
-        here = [bootstrap_ci(v, reps=2000, seed=0).format(scale=100) for v in (c.bwt, c.one_step_bwt, c.total)]
+        here = [bootstrap_ci(v, reps=2000, seed=0).format(scale=100)
+                for v in (c.bwt, c.one_step_bwt, c.total)]
         cells = [f"{paper[i]:.1f}" for i in range(3)]
         lines.append(f"| {label} | " + " | ".join(_minus(x) for pair in zip(cells, here, strict=True)
                                                  for x in pair) + " |")
@@ -104,8 +106,8 @@ def selection_table(study: str) -> str:
     ``paper_difference``: "same", or the paper's values where they differ); best score first."""
     from plasticlab.experiments.export import export_selection
     from plasticlab.experiments.paper import best_config
-    from plasticlab.report.build import paper_difference
     from plasticlab.methods import method_title
+    from plasticlab.report.build import paper_difference
 
     selection = export_selection(PAGE / study)
     if not selection:
@@ -127,15 +129,23 @@ def selection_table(study: str) -> str:
 def results_block(key: str) -> str:
     """The block ``results FOLDER · COLUMNS``: the table of the export in ``FOLDER`` (relative
     to docs/reproduction) with ``COLUMNS``, as ``plasticlab report FOLDER --table COLUMNS``
-    prints it."""
+    prints it; ``results A | B · COLUMN``: one column of several exports side by side
+    (``--side-by-side``); either ending ``· only METHOD, …`` (``--methods``) for those rows."""
     from plasticlab.report.data import load_results
-    from plasticlab.report.results_table import results_table
+    from plasticlab.report.results_table import results_table, side_by_side
 
-    folder, sep, columns = key.removeprefix("results ").partition(" · ")
-    if not sep or not (PAGE / folder / "results.json.gz").is_file():
-        raise ValueError(f"block {key!r}: write it `results FOLDER · COLUMNS`, FOLDER an export "
-                         "under docs/reproduction")
-    return results_table(load_results(PAGE / folder), columns)
+    folders, _, rest = key.removeprefix("results ").partition(" · ")
+    columns, _, only = rest.partition(" · ")
+    folders = folders.split(" | ")
+    methods = [m.strip() for m in only.removeprefix("only ").split(",")] if only else []
+    if not columns or (only and not only.startswith("only ")) or not all(
+            (PAGE / f / "results.json.gz").is_file() for f in folders):
+        raise ValueError(f"block {key!r}: write it `results FOLDER · COLUMNS` or `results FOLDER "
+                         "| FOLDER · COLUMN`, each FOLDER an export under docs/reproduction, with "
+                         "`· only METHOD, …` after it for some methods' rows")
+    if len(folders) == 1:
+        return results_table(load_results(PAGE / folders[0]), columns, methods=methods)
+    return side_by_side([(f, load_results(PAGE / f)) for f in folders], columns, methods=methods)
 
 
 def expected_blocks(markdown: str) -> dict[str, str]:

@@ -12,7 +12,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     """``plasticlab report``: build the report (tables, figures, statistics) of a results
     directory or an export; with ``--table``, print one table of it instead (nothing written)."""
     if args.table is not None:
-        return print_table(args.dirs, args.table, reps=args.reps)
+        return print_table(args.dirs, args.table, side_by_side=args.side_by_side,
+                           methods=args.methods, reps=args.reps)
     return write_report(args.dirs, args.out, args.formats, max_bins=args.max_bins, reps=args.reps,
                         check=args.check)
 
@@ -58,16 +59,26 @@ def write_report(directory: str | list[str], out: str | None = None, formats: st
     return 0
 
 
-def print_table(directory: str | list[str], columns: str, *, reps: int = 2000) -> int:
+def print_table(directory: str | list[str], columns: str, *, side_by_side: bool = False,
+                methods: str | None = None, reps: int = 2000) -> int:
     """Print the Markdown table of ``directory``'s study (or of several directories read as
     one) with ``columns`` (:mod:`plasticlab.report.results_table`'s names, comma-separated);
-    writes nothing. The exit code: 0."""
+    with ``side_by_side``, one column of each directory's study instead; ``methods``
+    (comma-separated keys): only their rows. Writes nothing. The exit code: 0."""
+    from ..report import results_table as table
     from ..report.data import combine_results, load_results
-    from ..report.results_table import results_table
 
     directories = [directory] if isinstance(directory, str) else list(directory)
-    results = combine_results([load_results(d) for d in directories])
-    print(results_table(results, columns, reps=reps), end="")
+    only = [m.strip() for m in methods.split(",") if m.strip()] if methods else []
+    if side_by_side:
+        if len(directories) < 2:
+            raise ValueError("--side-by-side: give two directories or more, one column each")
+        text = table.side_by_side([(d, load_results(d)) for d in directories], columns,
+                                  methods=only, reps=reps)
+    else:
+        results = combine_results([load_results(d) for d in directories])
+        text = table.results_table(results, columns, methods=only, reps=reps)
+    print(text, end="")
     return 0
 
 
@@ -111,6 +122,11 @@ def register(sub) -> None:
                          "'tasks A-B', first, best, last, loss, 'seed s.d.', P(improvement), "
                          "'weight magnitude', srank, BWT, 'one-step BWT', 'grid score' "
                          "(docs/cli.md#one-table---table)")
+    rp.add_argument("--side-by-side", dest="side_by_side", action="store_true",
+                    help="with --table and several DIRs: one column (--table names one) for each "
+                         "DIR's study, a row per method")
+    rp.add_argument("--methods", metavar="KEYS",
+                    help="with --table: only these methods' rows (comma-separated keys: cbp,redo)")
     rp.add_argument("--check", action="store_true",
                     help="then load the page in headless Chromium: console errors, uncaught "
                          "exceptions, failed or external requests, images that did not load "

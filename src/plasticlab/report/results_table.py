@@ -92,28 +92,76 @@ def parse_columns(text: str) -> list[str]:
     return out
 
 
-def results_table(results: Results, columns: Sequence[str] | str, *, reps: int = 2000,
-                  seed: int = 0) -> str:
+def results_table(results: Results, columns: Sequence[str] | str, *, methods: Sequence[str] = (),
+                  reps: int = 2000, seed: int = 0) -> str:
     """The Markdown table of ``results`` (one problem, one stream) with ``columns``
     (:func:`parse_columns`'s names, or its text), one row per method of each optimizer's
     headline, best total first. Where the runs used several optimizers (a field study's UPGD
     beside its Adam methods), the rows of all but the most common one name theirs:
-    ``UPGD (Baseline)``."""
+    ``UPGD (Baseline)``. ``methods``: only the rows of these methods (their keys: ``cbp``), where
+    given."""
     names = parse_columns(columns) if isinstance(columns, str) else parse_columns(", ".join(columns))
-    headline = _headline(results)
+    headers, rows = _table(results, names, _only(methods, [results]), reps, seed)
+    align = ["---:" if not name.endswith(("magnitude", "srank")) else "---" for name in names]
+    lines = [_row(["method", *headers]), "|" + "|".join(["---", *align]) + "|",
+             *(_row([_bold(label, c), *cells]) for label, c, cells in rows)]
+    return "\n".join(lines) + "\n"
+
+
+def side_by_side(named: Sequence[tuple[str, Results]], column: str, *, methods: Sequence[str] = (),
+                 reps: int = 2000, seed: int = 0) -> str:
+    """One column of :func:`results_table` for each of several studies, side by side: a row per
+    method (by its row's label) in the order of the first study's table, then those the first
+    lacks; ``—`` where a study has no such row. ``named``: (the name its column's header
+    gives, the study's results), at least two; ``methods``: as :func:`results_table`'s."""
+    names = parse_columns(column)
+    if len(names) != 1 or len(named) < 2:
+        raise ValueError(f"side by side: one column ({column!r}) of two studies or more "
+                         f"({len(named)} given)")
+    only = _only(methods, [results for _, results in named])
+    tables = [_table(results, names, only, reps, seed) for _, results in named]
+    cells = [{label: row_cells[0] for label, _, row_cells in rows} for _, rows in tables]
+    runs = {label: c for _, rows in tables for label, c, _ in rows}
+    header = tables[0][0][0]
+    lines = [_row(["method", *(f"{header} · `{study}`" for study, _ in named)]),
+             "|---|" + "---:|" * len(named)]
+    for label in runs:  # first seen first: the first study's order, then the others'
+        lines.append(_row([_bold(label, runs[label]), *(by_label.get(label, "—") for by_label in cells)]))
+    return "\n".join(lines) + "\n"
+
+
+def _only(methods: Sequence[str], studies: Sequence[Results]) -> frozenset[str] | None:
+    """``methods`` as a set (None: every method), each checked to be in one of ``studies``."""
+    if not methods:
+        return None
+    held = {c.method for results in studies for configs in results.studies().values() for c in configs}
+    missing = [m for m in methods if m not in held]
+    if missing:
+        raise ValueError(f"methods {', '.join(missing)}: no such runs here; the runs are of "
+                         f"{', '.join(sorted(held))}")
+    return frozenset(methods)
+
+
+def _table(results: Results, names: list[str], only: frozenset[str] | None, reps: int,
+           seed: int) -> tuple[list[str], list[tuple[str, ConfigRuns, list[str]]]]:
+    """The headers of the columns ``names`` and the rows (of the methods ``only``, or all),
+    best total first: each its label, its configuration's runs and its cells."""
+    headline = [(label, c) for label, c in _headline(results) if only is None or c.method in only]
+    if not headline:
+        raise ValueError(f"{results.directory}: none of the methods {', '.join(sorted(only or ()))}")
     m = headline[0][1].measure
     ordered = sorted(headline, key=lambda row: -float(np.mean(m.oriented(row[1].total))))
     rows = [c for _, c in ordered]
-    cells = [[label] for label, _ in ordered]
-    headers = ["method"]
+    headers, columns = [], []
     for name in names:
         header, column = _column(name, rows, results, reps, seed)
         headers.append(header)
-        for row, cell in zip(cells, column, strict=True):
-            row.append(cell)
-    align = ["---"] + ["---:" if not name.endswith(("magnitude", "srank")) else "---" for name in names]
-    lines = [_row(headers), "|" + "|".join(align) + "|", *(_row(r) for r in cells)]
-    return "\n".join(lines) + "\n"
+        columns.append(column)
+    return headers, [(label, c, [column[i] for column in columns]) for i, (label, c) in enumerate(ordered)]
+
+
+def _bold(label: str, c: ConfigRuns) -> str:
+    return f"**{label}**" if c.method == PAPER_METHOD else label
 
 
 def _headline(results: Results) -> list[tuple[str, ConfigRuns]]:
@@ -139,9 +187,7 @@ def _headline(results: Results) -> list[tuple[str, ConfigRuns]]:
 
 def _label(c: ConfigRuns, optimizer: str | None) -> str:
     label = _marked(c.label, c.method)
-    if optimizer is not None:
-        label = f"{optimizer_title(optimizer)} ({label})"
-    return f"**{label}**" if c.method == PAPER_METHOD else label
+    return label if optimizer is None else f"{optimizer_title(optimizer)} ({label})"
 
 
 def _row(cells: Sequence[str]) -> str:
