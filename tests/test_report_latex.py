@@ -41,6 +41,7 @@ needs_pdflatex = needs(shutil.which("pdflatex") is not None,
     ("two\nlines", "two lines"),
     ("Müller", "Müller"),  # inputenc's UTF-8 knows it
     ("θ ", r"$\theta$ "), ("x ·", r"x $\cdot$"),  # a space at either end of a maths run
+    ("**L2 Init** λ", r"\textbf{L2 Init} $\lambda$"), ("a **b_c** *d*", r"a \textbf{b\_c} *d*"),  # bold
 ])
 def test_text_becomes_latex_that_typesets_it(text, latex):
     assert latex_text(text) == latex

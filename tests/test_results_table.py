@@ -4,13 +4,17 @@ its numbers the report's to the digit (the reproduction pages' tables are these)
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from conftest import needs
 from plasticlab.cli import main
 from plasticlab.report.data import load_results
+from plasticlab.report.latex import PACKAGES
 from plasticlab.report.results_table import COLUMNS, parse_columns, results_table, side_by_side
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "reproduction"
@@ -186,3 +190,21 @@ def test_the_command_sets_directories_side_by_side_and_keeps_the_methods_asked_f
         methods=["cbp", "redo"])
     assert main(["report", str(PERMUTED), "--table", "total", "--side-by-side"]) == 2
     assert "--side-by-side: give two directories or more" in capsys.readouterr().err
+
+
+@needs(shutil.which("pdflatex") is not None,
+       "no pdflatex to typeset the table: apt-get install texlive-latex-recommended")
+def test_the_latex_table_is_a_float_for_a_paper_that_pdflatex_typesets(tmp_path, capsys):
+    assert main(["report", str(PAGE / "field-permuted_mnist"), "--table",
+                 "lr, total, first, best, last, loss, P(improvement)", "--latex"]) == 0
+    float_ = capsys.readouterr().out
+    assert float_.startswith("\\begin{table}[htbp]") and "\\label{tab:permuted-mnist-adam-upgd" in float_
+    assert "\\caption{Permuted MNIST $\\cdot$ Adam, UPGD, non-protecting UPGD. $\\alpha$: the step size; total: the total" in float_
+    assert "\\textbf{L2 Init} & 1e-3 & 82.84 [82.82, 82.87]" in float_  # bold, minus signs, dagger
+    assert "full reset $\\dagger$" in float_ and "boundary oracle" in float_
+    (tmp_path / "t.tex").write_text("\\documentclass{article}\\usepackage[T1]{fontenc}"
+                                    f"\\usepackage{{{','.join(PACKAGES)}}}\\begin{{document}}"
+                                    f"{float_}\\end{{document}}\n", encoding="utf-8")
+    proc = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "t.tex"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:]

@@ -13,7 +13,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     directory or an export; with ``--table``, print one table of it instead (nothing written)."""
     if args.table is not None:
         return print_table(args.dirs, args.table, side_by_side=args.side_by_side,
-                           methods=args.methods, reps=args.reps)
+                           methods=args.methods, latex=args.latex, reps=args.reps)
     return write_report(args.dirs, args.out, args.formats, max_bins=args.max_bins, reps=args.reps,
                         check=args.check)
 
@@ -60,25 +60,33 @@ def write_report(directory: str | list[str], out: str | None = None, formats: st
 
 
 def print_table(directory: str | list[str], columns: str, *, side_by_side: bool = False,
-                methods: str | None = None, reps: int = 2000) -> int:
+                methods: str | None = None, latex: bool = False, reps: int = 2000) -> int:
     """Print the Markdown table of ``directory``'s study (or of several directories read as
     one) with ``columns`` (:mod:`plasticlab.report.results_table`'s names, comma-separated);
     with ``side_by_side``, one column of each directory's study instead; ``methods``
-    (comma-separated keys): only their rows. Writes nothing. The exit code: 0."""
-    from ..report import results_table as table
+    (comma-separated keys): only their rows; ``latex``: a ``booktabs`` table float with its
+    caption (what the columns hold) and label instead, for a paper. Writes nothing. The exit
+    code: 0."""
+    from ..report import results_table as tables
     from ..report.data import combine_results, load_results
+    from ..report.latex import _label, latex_table, latex_text
+    from ..report.page import _md_table
 
     directories = [directory] if isinstance(directory, str) else list(directory)
     only = [m.strip() for m in methods.split(",") if m.strip()] if methods else []
     if side_by_side:
         if len(directories) < 2:
             raise ValueError("--side-by-side: give two directories or more, one column each")
-        text = table.side_by_side([(d, load_results(d)) for d in directories], columns,
-                                  methods=only, reps=reps)
+        table = tables.side_by_side_table([(d, load_results(d)) for d in directories], columns,
+                                          methods=only, reps=reps)
     else:
         results = combine_results([load_results(d) for d in directories])
-        text = table.results_table(results, columns, methods=only, reps=reps)
-    print(text, end="")
+        table = tables.study_table(results, columns, methods=only, reps=reps)
+    if latex:
+        caption = latex_text(f"{table.title}. {table.note}".strip())
+        print(latex_table(table, caption, _label(table.title, set())), end="")
+    else:
+        print(_md_table(table))
     return 0
 
 
@@ -127,6 +135,9 @@ def register(sub) -> None:
                          "DIR's study, a row per method")
     rp.add_argument("--methods", metavar="KEYS",
                     help="with --table: only these methods' rows (comma-separated keys: cbp,redo)")
+    rp.add_argument("--latex", action="store_true",
+                    help="with --table: print it as a LaTeX table float (booktabs; caption: what its "
+                         "columns hold) instead of Markdown")
     rp.add_argument("--check", action="store_true",
                     help="then load the page in headless Chromium: console errors, uncaught "
                          "exceptions, failed or external requests, images that did not load "

@@ -71,12 +71,20 @@ def _greek(char: str) -> str | None:
     return None
 
 
+_BOLD = re.compile(r"\*\*(.+?)\*\*")
+
+
 def latex_text(text: str, wrapped: bool = False) -> str:
     """``text`` as LaTeX typesets it in a paragraph or a table cell: its special characters
     escaped, the symbols of :data:`_TEXT` and :data:`_MATH` and Greek letters written as LaTeX
     writes them (maths runs joined: θ₀ is ``$\\theta_{0}$``), a hyphen before a number as a
     minus sign, "straight quotes" as LaTeX's, and line breaks as spaces. ``wrapped``: a cell of
-    a wrapped column, where a line may also break after an underscore (``replacement_rate``)."""
+    a wrapped column, where a line may also break after an underscore (``replacement_rate``).
+    Markdown's ``**bold**`` is ``\\textbf``."""
+    parts = _BOLD.split(str(text))
+    if len(parts) > 1:  # the odd parts are the bold ones
+        return "".join(rf"\textbf{{{latex_text(part, wrapped)}}}" if i % 2 else latex_text(part, wrapped)
+                       for i, part in enumerate(parts))
     text = _NUMBER_MINUS.sub("−", str(text).replace("\r\n", "\n").replace("\n", " "))
     text = _QUOTED.sub("“\\1”", text)
     out: list[str] = []

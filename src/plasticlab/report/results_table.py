@@ -55,9 +55,18 @@ import numpy as np
 
 from ..methods import method_title
 from ..optim import optimizer_title
+from ..problems import problem_title
 from . import stats
-from .build import PLASTICITY_MIN_TASKS, _marked, _shown, improvement_reference, plasticity_windows
+from .build import (
+    PLASTICITY_MIN_TASKS,
+    _marked,
+    _oracle_note,
+    _shown,
+    improvement_reference,
+    plasticity_windows,
+)
 from .data import ConfigRuns, Results, config_key
+from .page import Table, _md_table
 
 COLUMNS = ("seeds", "lr", "total", "task T", "tasks A–B", "first", "best", "last", "loss", "seed s.d.",
            "P(improvement)", "weight magnitude", "srank", "BWT", "one-step BWT", "grid score")
@@ -95,25 +104,37 @@ def parse_columns(text: str) -> list[str]:
 def results_table(results: Results, columns: Sequence[str] | str, *, methods: Sequence[str] = (),
                   reps: int = 2000, seed: int = 0) -> str:
     """The Markdown table of ``results`` (one problem, one stream) with ``columns``
-    (:func:`parse_columns`'s names, or its text), one row per method of each optimizer's
-    headline, best total first. Where the runs used several optimizers (a field study's UPGD
-    beside its Adam methods), the rows of all but the most common one name theirs:
-    ``UPGD (Baseline)``. ``methods``: only the rows of these methods (their keys: ``cbp``), where
-    given."""
-    names = parse_columns(columns) if isinstance(columns, str) else parse_columns(", ".join(columns))
-    headers, rows = _table(results, names, _only(methods, [results]), reps, seed)
-    align = ["---:" if not name.endswith(("magnitude", "srank")) else "---" for name in names]
-    lines = [_row(["method", *headers]), "|" + "|".join(["---", *align]) + "|",
-             *(_row([_bold(label, c), *cells]) for label, c, cells in rows)]
-    return "\n".join(lines) + "\n"
+    (:func:`parse_columns`'s names, or its text): :func:`study_table` as a pipe table."""
+    return _md_table(study_table(results, columns, methods=methods, reps=reps, seed=seed)) + "\n"
 
 
 def side_by_side(named: Sequence[tuple[str, Results]], column: str, *, methods: Sequence[str] = (),
                  reps: int = 2000, seed: int = 0) -> str:
-    """One column of :func:`results_table` for each of several studies, side by side: a row per
+    """:func:`side_by_side_table` as a Markdown pipe table."""
+    return _md_table(side_by_side_table(named, column, methods=methods, reps=reps, seed=seed)) + "\n"
+
+
+def study_table(results: Results, columns: Sequence[str] | str, *, methods: Sequence[str] = (),
+                reps: int = 2000, seed: int = 0) -> Table:
+    """The table of ``results`` (one problem, one stream) with ``columns``
+    (:func:`parse_columns`'s names, or its text), one row per method of each optimizer's
+    headline, best total first, and a note saying what its columns hold. Where the runs used
+    several optimizers (a field study's UPGD beside its Adam methods), the rows of all but the
+    most common one name theirs: ``UPGD (Baseline)``. ``methods``: only the rows of these
+    methods (their keys: ``cbp``), where given."""
+    names = parse_columns(columns) if isinstance(columns, str) else parse_columns(", ".join(columns))
+    headers, rows = _table(results, names, _only(methods, [results]), reps, seed)
+    return Table(_title(results), ["method", *headers],
+                 [[_bold(label, c), *cells] for label, c, cells in rows],
+                 _note(names, [c for _, c, _ in rows]))
+
+
+def side_by_side_table(named: Sequence[tuple[str, Results]], column: str, *,
+                       methods: Sequence[str] = (), reps: int = 2000, seed: int = 0) -> Table:
+    """One column of :func:`study_table` for each of several studies, side by side: a row per
     method (by its row's label) in the order of the first study's table, then those the first
     lacks; ``—`` where a study has no such row. ``named``: (the name its column's header
-    gives, the study's results), at least two; ``methods``: as :func:`results_table`'s."""
+    gives, the study's results), at least two; ``methods``: as :func:`study_table`'s."""
     names = parse_columns(column)
     if len(names) != 1 or len(named) < 2:
         raise ValueError(f"side by side: one column ({column!r}) of two studies or more "
@@ -121,13 +142,56 @@ def side_by_side(named: Sequence[tuple[str, Results]], column: str, *, methods: 
     only = _only(methods, [results for _, results in named])
     tables = [_table(results, names, only, reps, seed) for _, results in named]
     cells = [{label: row_cells[0] for label, _, row_cells in rows} for _, rows in tables]
-    runs = {label: c for _, rows in tables for label, c, _ in rows}
+    runs = {label: c for _, rows in tables for label, c, _ in rows}  # the first study's order first
     header = tables[0][0][0]
-    lines = [_row(["method", *(f"{header} · `{study}`" for study, _ in named)]),
-             "|---|" + "---:|" * len(named)]
-    for label in runs:  # first seen first: the first study's order, then the others'
-        lines.append(_row([_bold(label, runs[label]), *(by_label.get(label, "—") for by_label in cells)]))
-    return "\n".join(lines) + "\n"
+    return Table(" | ".join(_title(results) for _, results in named),
+                 ["method", *(f"{header} · `{study}`" for study, _ in named)],
+                 [[_bold(label, c), *(by_label.get(label, "—") for by_label in cells)]
+                  for label, c in runs.items()],
+                 _note(names, list(runs.values())) + " —: the study has no such run.")
+
+
+def _title(results: Results) -> str:
+    """The problem and the optimizers of ``results``' runs, as the report names them."""
+    problems = sorted({p for p, _ in results.studies()})
+    optimizers = sorted({o for _, o in results.studies()})
+    return f"{' + '.join(map(problem_title, problems))} · {', '.join(map(optimizer_title, optimizers))}"
+
+
+# what each column holds, for a table's note (a paper's caption): in the order of the columns
+_NOTES = {
+    "lr": "α: the step size",
+    "total": "total: the total average online accuracy, mean over seeds [95 % bootstrap CI]",
+    "task": "task T: the online accuracy on task T, mean over seeds",
+    "tasks": "tasks A–B: the online accuracy over those tasks, mean over them and the seeds",
+    "window": "first, best, last: the online accuracy over the first, the best and the last window "
+              "of consecutive tasks, mean over seeds [95 % bootstrap CI]",
+    "loss": "loss: the best window's online accuracy minus the last's, per seed, in points "
+            "[95 % bootstrap CI]",
+    "seed s.d.": "seed s.d.: the sample standard deviation (n − 1) of the seeds' totals, in points",
+    "P(improvement)": "P: the probability of improvement over the seeds' totals "
+                      "[stratified-bootstrap 95 % CI]",
+    "measurement": "the measurements after the first and the last task, mean over seeds "
+                   "(srank: and over the hidden layers)",
+    "BWT": "BWT, one-step BWT: backward transfer and its one-step form, in points [95 % bootstrap CI]",
+    "grid score": "grid score: the selected configuration's mean total over the grid seeds",
+}
+
+
+def _note(names: Sequence[str], runs: Sequence[ConfigRuns]) -> str:
+    """What the columns ``names`` hold, one clause each, and the † of a boundary oracle."""
+    kinds = []
+    for name in names:
+        kind = ("task" if _TASK.fullmatch(name) else "tasks" if _TASKS.fullmatch(name)
+                else "window" if name in ("first", "best", "last")
+                else "measurement" if name in ("weight magnitude", "srank")
+                else "BWT" if name in ("BWT", "one-step BWT") else name)
+        if kind in _NOTES and kind not in kinds:
+            kinds.append(kind)
+    text = "; ".join(_NOTES[k] for k in kinds)
+    if text[:1].isascii():  # a sentence's capital, but α stays α (Α is another letter)
+        text = text[:1].upper() + text[1:]
+    return (text + "." if text else "") + _oracle_note(c.method for c in runs)
 
 
 def _only(methods: Sequence[str], studies: Sequence[Results]) -> frozenset[str] | None:
@@ -161,6 +225,7 @@ def _table(results: Results, names: list[str], only: frozenset[str] | None, reps
 
 
 def _bold(label: str, c: ConfigRuns) -> str:
+    """``label`` in bold where ``c`` is of the paper's method."""
     return f"**{label}**" if c.method == PAPER_METHOD else label
 
 
@@ -188,10 +253,6 @@ def _headline(results: Results) -> list[tuple[str, ConfigRuns]]:
 def _label(c: ConfigRuns, optimizer: str | None) -> str:
     label = _marked(c.label, c.method)
     return label if optimizer is None else f"{optimizer_title(optimizer)} ({label})"
-
-
-def _row(cells: Sequence[str]) -> str:
-    return "| " + " | ".join(cells) + " |"
 
 
 def _column(name: str, rows: list[ConfigRuns], results: Results, reps: int,
