@@ -15,7 +15,7 @@ from conftest import needs
 from plasticlab.cli import main
 from plasticlab.report.data import load_results
 from plasticlab.report.latex import PACKAGES
-from plasticlab.report.results_table import COLUMNS, parse_columns, results_table, side_by_side
+from plasticlab.report.results_table import COLUMNS, parse_columns, results_table, side_by_side, study_table
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "reproduction"
 PERMUTED = PAGE / "best-permuted_mnist-adam"  # 500 tasks, the paper's best configurations
@@ -199,7 +199,8 @@ def test_the_latex_table_is_a_float_for_a_paper_that_pdflatex_typesets(tmp_path,
                  "lr, total, first, best, last, loss, P(improvement)", "--latex"]) == 0
     float_ = capsys.readouterr().out
     assert float_.startswith("\\begin{table}[htbp]") and "\\label{tab:permuted-mnist-adam-upgd" in float_
-    assert "\\caption{Permuted MNIST $\\cdot$ Adam, UPGD, non-protecting UPGD. $\\alpha$: the step size; total: the total" in float_
+    assert ("\\caption{Permuted MNIST $\\cdot$ Adam, UPGD, non-protecting UPGD. $\\alpha$: the step size; "
+            "total: the total") in float_
     assert "\\textbf{L2 Init} & 1e-3 & 82.84 [82.82, 82.87]" in float_  # bold, minus signs, dagger
     assert "full reset $\\dagger$" in float_ and "boundary oracle" in float_
     (tmp_path / "t.tex").write_text("\\documentclass{article}\\usepackage[T1]{fontenc}"
@@ -208,3 +209,17 @@ def test_the_latex_table_is_a_float_for_a_paper_that_pdflatex_typesets(tmp_path,
     proc = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "t.tex"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-2000:]
+
+
+def test_a_regressions_table_puts_the_lowest_error_first_and_says_so(tmp_path):
+    for method in ("baseline", "l2_init"):
+        assert main(["run", "--problem", "slowly_changing_regression", "--method", method,
+                     "--seeds", "0-2", "--tasks", "20", "--steps-per-task", "10", "--no-progress",
+                     "--out", str(tmp_path)]) == 0
+    table = study_table(load_results(tmp_path), "total, loss, P(improvement)")
+    assert table.columns == ["method", "total", "loss, last − best", "P(L2 Init < method)"]
+    totals = [float(row[1].split()[0]) for row in table.rows]
+    assert totals == sorted(totals)
+    assert table.note.startswith("Total: the total average online squared error, mean over seeds")
+    assert "loss: the last window's minus the best's online squared error, per seed [95 %" in table.note
+    assert "(lower is better)" in table.note and "points" not in table.note

@@ -53,6 +53,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..experiments.protocol import Measure
 from ..methods import method_title
 from ..optim import optimizer_title
 from ..problems import problem_title
@@ -158,37 +159,41 @@ def _title(results: Results) -> str:
     return f"{' + '.join(map(problem_title, problems))} · {', '.join(map(optimizer_title, optimizers))}"
 
 
-# what each column holds, for a table's note (a paper's caption): in the order of the columns
-_NOTES = {
-    "lr": "α: the step size",
-    "total": "total: the total average online accuracy, mean over seeds [95 % bootstrap CI]",
-    "task": "task T: the online accuracy on task T, mean over seeds",
-    "tasks": "tasks A–B: the online accuracy over those tasks, mean over them and the seeds",
-    "window": "first, best, last: the online accuracy over the first, the best and the last window "
-              "of consecutive tasks, mean over seeds [95 % bootstrap CI]",
-    "loss": "loss: the best window's online accuracy minus the last's, per seed, in points "
-            "[95 % bootstrap CI]",
-    "seed s.d.": "seed s.d.: the sample standard deviation (n − 1) of the seeds' totals, in points",
-    "P(improvement)": "P: the probability of improvement over the seeds' totals "
-                      "[stratified-bootstrap 95 % CI]",
-    "measurement": "the measurements after the first and the last task, mean over seeds "
-                   "(srank: and over the hidden layers)",
-    "BWT": "BWT, one-step BWT: backward transfer and its one-step form, in points [95 % bootstrap CI]",
-    "grid score": "grid score: the selected configuration's mean total over the grid seeds",
-}
+def _notes(m: Measure) -> dict[str, str]:
+    """What each kind of column holds, for a table's note (a paper's caption), in the words of
+    the study's measure ``m`` (an accuracy in percent and points, or an error as it is)."""
+    name, points = m.name, ", in points" if m.percent else ""
+    loss = "best window's minus the last's" if m.higher_is_better else "last window's minus the best's"
+    return {
+        "lr": "α: the step size",
+        "total": f"total: the total average {name}, mean over seeds [95 % bootstrap CI]",
+        "task": f"task T: the {name} on task T, mean over seeds",
+        "tasks": f"tasks A–B: the {name} over those tasks, mean over them and the seeds",
+        "window": f"first, best, last: the {name} over the first, the best and the last window of "
+                  "consecutive tasks, mean over seeds [95 % bootstrap CI]",
+        "loss": f"loss: the {loss} {name}, per seed{points} [95 % bootstrap CI]",
+        "seed s.d.": f"seed s.d.: the sample standard deviation (n − 1) of the seeds' totals{points}",
+        "P(improvement)": f"P: the probability of improvement over the seeds' totals ({m.direction}) "
+                          "[stratified-bootstrap 95 % CI]",
+        "measurement": "the measurements after the first and the last task, mean over seeds "
+                       "(srank: and over the hidden layers)",
+        "BWT": "BWT, one-step BWT: backward transfer and its one-step form, in points "
+               "[95 % bootstrap CI]",
+        "grid score": "grid score: the selected configuration's mean total over the grid seeds",
+    }
 
 
 def _note(names: Sequence[str], runs: Sequence[ConfigRuns]) -> str:
     """What the columns ``names`` hold, one clause each, and the † of a boundary oracle."""
-    kinds = []
+    notes, kinds = _notes(runs[0].measure), []
     for name in names:
         kind = ("task" if _TASK.fullmatch(name) else "tasks" if _TASKS.fullmatch(name)
                 else "window" if name in ("first", "best", "last")
                 else "measurement" if name in ("weight magnitude", "srank")
                 else "BWT" if name in ("BWT", "one-step BWT") else name)
-        if kind in _NOTES and kind not in kinds:
+        if kind in notes and kind not in kinds:
             kinds.append(kind)
-    text = "; ".join(_NOTES[k] for k in kinds)
+    text = "; ".join(notes[k] for k in kinds)
     if text[:1].isascii():  # a sentence's capital, but α stays α (Α is another letter)
         text = text[:1].upper() + text[1:]
     return (text + "." if text else "") + _oracle_note(c.method for c in runs)
