@@ -16,6 +16,7 @@ from plasticlab.cli import main
 from plasticlab.report.data import load_results
 from plasticlab.report.latex import PACKAGES
 from plasticlab.report.results_table import COLUMNS, parse_columns, results_table, side_by_side, study_table
+from test_report_build import results_dir  # noqa: F401  (a store with unfinished runs)
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "reproduction"
 PERMUTED = PAGE / "best-permuted_mnist-adam"  # 500 tasks, the paper's best configurations
@@ -223,3 +224,11 @@ def test_a_regressions_table_puts_the_lowest_error_first_and_says_so(tmp_path):
     assert table.note.startswith("Total: the total average online squared error, mean over seeds")
     assert "loss: the last window's minus the best's online squared error, per seed [95 %" in table.note
     assert "(lower is better)" in table.note and "points" not in table.note
+
+
+def test_the_command_says_on_stderr_which_runs_are_not_in_the_table(results_dir, capsys):  # noqa: F811
+    assert main(["report", str(results_dir), "--table", "total"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("| method | total (%) |") and "warning" not in out
+    assert "warning: 1 run(s) unfinished" in err and "warning: 1 run(s) failed" in err
+    assert "warning: 1 of 1 planned run(s) not started yet" in err

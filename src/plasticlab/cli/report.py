@@ -77,11 +77,15 @@ def print_table(directory: str | list[str], columns: str, *, side_by_side: bool 
     if side_by_side:
         if len(directories) < 2:
             raise ValueError("--side-by-side: give two directories or more, one column each")
-        table = tables.side_by_side_table([(d, load_results(d)) for d in directories], columns,
-                                          methods=only, reps=reps)
+        studies = [(d, load_results(d)) for d in directories]
+        table = tables.side_by_side_table(studies, columns, methods=only, reps=reps)
     else:
-        results = combine_results([load_results(d) for d in directories])
-        table = tables.study_table(results, columns, methods=only, reps=reps)
+        studies = [("", combine_results([load_results(d) for d in directories]))]
+        table = tables.study_table(studies[0][1], columns, methods=only, reps=reps)
+    # the table holds finished runs alone: say which are not in it, as the report does
+    for name, results in studies:
+        for warning in results.warnings:
+            print(f"warning: {name + ': ' if name else ''}{warning}", file=sys.stderr)
     if latex:
         caption = latex_text(f"{table.title}. {table.note}".strip())
         print(latex_table(table, caption, _label(table.title, set())), end="")
