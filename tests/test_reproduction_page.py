@@ -421,6 +421,81 @@ def test_the_page_names_the_studies_whose_runs_were_recorded_before_runs_listed_
     assert [int(match.group(n).replace(",", "")) for n in (2, 3)] == [count[False], count[True]]
 
 
+# a link to a study's page or its report, relative to the page: "../STUDY/README.md", "STUDY/report/…"
+STUDY_LINK = re.compile(r"\]\(((?:\.\./|[\w.-]+/)*?)(?:README\.md|report/)")
+PERCENT = re.compile(r"(?<![\d.\[])(\d+\.\d{1,2}) ?%")
+# a paragraph that quotes an export no longer committed: "(that export is in the history at `85715d5`)"
+HISTORY = "in the history at `"
+
+
+@functools.cache
+def export_percentages(study: str) -> frozenset[str]:
+    """Every percentage the export in ``study`` gives a page to quote, to one and two decimals:
+    each configuration's online accuracy per task (mean over seeds; each seed's on the first and
+    the last task), its total per seed and mean, and its mean over every window of consecutive
+    tasks the report's Table 2 takes."""
+    import numpy as np
+
+    from plasticlab.report.data import load_results
+
+    values = set()
+    for configs in load_results(PAGE / study).studies().values():
+        for c in configs:
+            online = 100 * np.asarray(c.online)[:, c.reported]
+            w = min(10, len(c.reported) // 10) or 1
+            means = [*online.mean(0), *online[:, 0], *online[:, -1], *(100 * np.asarray(c.total)),
+                     100 * float(np.mean(c.total)),
+                     *(online[:, i:i + w].mean() for i in range(online.shape[1] - w + 1))]
+            values |= {f"{x:.{d}f}" for x in means for d in (1, 2)}
+    return frozenset(values)
+
+
+def quoted_percentages(markdown: str, base: Path) -> list[tuple[str, set[str], list[str]]]:
+    """Each section of ``markdown`` (split at ``## ``) that quotes a percentage (``NN.N %``): its
+    title, the studies whose page or report it links, with the page's own folder's, and those
+    percentages; generated blocks and paragraphs about a run in the history left out."""
+    own = {base.relative_to(PAGE).as_posix()} if (base / "results.json.gz").is_file() else set()
+    found = []
+    for section in re.split(r"(?m)^## ", without_generated_blocks(markdown)):
+        studies = set(own)
+        for prefix in STUDY_LINK.findall(section):
+            folder = (base / prefix).resolve()
+            if folder.is_relative_to(PAGE) and (folder / "results.json.gz").is_file():
+                studies.add(folder.relative_to(PAGE).as_posix())
+        quoted = [n for paragraph in section.split("\n\n") if HISTORY not in " ".join(paragraph.split())
+                  for n in PERCENT.findall(paragraph)]
+        if quoted:
+            found.append((section.splitlines()[0], studies, quoted))
+    return found
+
+
+# provenance.md and verdicts-changed.md quote runs of other commits and the paper, by design
+PAGES_OF_RUNS = [page for page in PAGES if page not in (PROVENANCE, CHANGED)]
+
+
+@pytest.mark.parametrize("page", PAGES_OF_RUNS, ids=lambda p: p.relative_to(PAGE).as_posix())
+def test_every_percentage_a_page_quotes_is_one_its_linked_exports_give(page):
+    """A percentage written into a page's prose by hand ("falls from 89.7 % at task 2 to 11.4 %")
+    must be one the exports of the studies its section links (or its own folder's) give, to the
+    digits written: per-task means, totals, windows. A re-run that changes a study's numbers
+    fails here until the prose says the new ones."""
+    for title, studies, quoted in quoted_percentages(page.read_text(encoding="utf-8"), page.parent):
+        where = f"{page.relative_to(PAGE).as_posix()}, section {title!r}"
+        assert studies, f"{where} quotes {quoted} but links no study's page or report"
+        given = frozenset().union(*(export_percentages(s) for s in sorted(studies)))
+        missing = [n for n in quoted if n not in given]
+        assert not missing, (f"{where}: {missing} % is no per-task mean, total or window of "
+                             f"{', '.join(sorted(studies))}; write what the export gives")
+
+
+def test_a_percentage_is_checked_against_the_studies_its_section_links():
+    md = ("# p\nsee [the page](../depth/README.md): 80.88 % and 12.34 %, not [1.00, 2.00] %\n\n"
+          "The first run (that export is in the history at `abc1234`) scored 55.5 %.\n"
+          "<!-- generated: x -->\n33.3 %\n<!-- end generated -->\n## B\nnone here\n")
+    assert quoted_percentages(md, PAGE / "width") == [("# p", {"width", "depth"}, ["80.88", "12.34"])]
+    assert "80.88" in export_percentages("depth") and "12.34" not in export_percentages("depth")
+
+
 # the names the page's tables give the methods of the paper (bold marks the page's own method)
 METHOD_NAMES = {"Baseline": "baseline", "L2": "l2", "L2 Init": "l2_init",
                 "Shrink & Perturb": "shrink_perturb", "CBP": "cbp", "Continual Backprop": "cbp",
