@@ -11,6 +11,9 @@ from pathlib import Path
 def cmd_report(args: argparse.Namespace) -> int:
     """``plasticlab report``: build the report (tables, figures, statistics) of a results
     directory or an export; with ``--table``, print one table of it instead (nothing written)."""
+    if args.figure is not None:
+        return save_figure(args.dirs, args.figure, args.out, methods=args.methods,
+                           max_bins=args.max_bins, reps=args.reps)
     if args.table is not None:
         return print_table(args.dirs, args.table, side_by_side=args.side_by_side,
                            methods=args.methods, latex=args.latex, reps=args.reps)
@@ -94,6 +97,27 @@ def print_table(directory: str | list[str], columns: str, *, side_by_side: bool 
     return 0
 
 
+def save_figure(directory: str | list[str], measure: str, out: str | None, *,
+                methods: str | None = None, max_bins: int = 50, reps: int = 2000) -> int:
+    """Draw ``measure`` against the task for the methods of ``directory``'s study (or of several
+    directories read as one; ``methods``: comma-separated keys, only theirs) into the file
+    ``out`` (.pdf, .png or .svg) and say where it is: :mod:`plasticlab.report.study_figure`.
+    The exit code: 0."""
+    from ..report.data import combine_results, load_results
+    from ..report.study_figure import save_study_figure, study_figure
+
+    if out is None:
+        raise ValueError(f"--figure {measure}: give --out FILE, a .pdf, .png or .svg to draw it in")
+    directories = [directory] if isinstance(directory, str) else list(directory)
+    results = combine_results([load_results(d) for d in directories])
+    only = [m.strip() for m in methods.split(",") if m.strip()] if methods else []
+    fig = study_figure(results, measure, methods=only, max_bins=max_bins, reps=reps)
+    for warning in results.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"figure: {save_study_figure(fig, out)}")
+    return 0
+
+
 def _check_in_browser(page: Path) -> int:
     """Load ``page`` in headless Chromium (:mod:`plasticlab.report.browser`; :func:`write_report`
     found it before building the page) and print what it saw: 0 when it loaded cleanly, 1 on
@@ -123,7 +147,8 @@ def register(sub) -> None:
     rp.add_argument("dirs", nargs="+", metavar="DIR",
                     help="a results directory (--out of run or sweep) or a study's export; several: "
                          "one report of them all (each problem's study, and across problems)")
-    rp.add_argument("--out", help="where to write the report (default DIR/report; needed for several DIRs)")
+    rp.add_argument("--out", help="where to write the report (default DIR/report; needed for several DIRs); "
+                                  "with --figure, the figure's file")
     rp.add_argument("--formats", default="png,svg,pdf", help="figure files to write (default png,svg,pdf)")
     rp.add_argument("--max-bins", dest="max_bins", type=int, default=50,
                     help="curves with more tasks are averaged in this many bins (default 50)")
@@ -134,11 +159,16 @@ def register(sub) -> None:
                          "'tasks A-B', first, best, last, loss, 'seed s.d.', P(improvement), "
                          "'weight magnitude', srank, BWT, 'one-step BWT', 'grid score' "
                          "(docs/cli.md#one-table---table)")
+    rp.add_argument("--figure", metavar="MEASURE",
+                    help="draw one figure instead, into the file --out (.pdf, .png, .svg): MEASURE "
+                         "(online, or a task-end measurement: weight_magnitude, srank, dead_fraction "
+                         "…) against the task, a band per method (--methods: some; "
+                         "docs/cli.md#one-figure---figure)")
     rp.add_argument("--side-by-side", dest="side_by_side", action="store_true",
                     help="with --table and several DIRs: one column (--table names one) for each "
                          "DIR's study, a row per method")
     rp.add_argument("--methods", metavar="KEYS",
-                    help="with --table: only these methods' rows (comma-separated keys: cbp,redo)")
+                    help="with --table or --figure: only these methods (comma-separated keys: cbp,redo)")
     rp.add_argument("--latex", action="store_true",
                     help="with --table: print it as a LaTeX table float (booktabs; caption: what its "
                          "columns hold) instead of Markdown")

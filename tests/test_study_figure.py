@@ -1,0 +1,73 @@
+"""``plasticlab report DIR --figure MEASURE --out FILE``: one figure of a study for a paper, the
+methods you name, each curve the report's (mean over seeds, 95 % bootstrap band)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from plasticlab.cli import main
+from plasticlab.report.data import load_results
+from plasticlab.report.study_figure import FIGURE_MEASURES, save_study_figure, study_figure
+
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "reproduction"
+CIFAR = PAGE / "best-random_label_cifar-adam"  # 10 tasks, 10 seeds
+
+
+@pytest.fixture(scope="module")
+def cifar():
+    return load_results(CIFAR)
+
+
+def _lines(fig) -> dict[str, np.ndarray]:
+    """Each curve's label and y values (the legend's ``label (n=…)``)."""
+    (ax,) = fig.axes
+    return {line.get_label(): np.asarray(line.get_ydata()) for line in ax.get_lines()
+            if not line.get_label().startswith("_")}
+
+
+def test_each_curve_is_the_mean_over_seeds_of_the_measure_per_task(cifar):
+    fig = study_figure(cifar, "srank", methods=["l2_init", "baseline"], reps=200)
+    lines = _lines(fig)
+    assert sorted(lines) == ["Baseline (n=10)", "L2 Init (n=10)"]
+    baseline = next(c for c in cifar.headline("random_label_cifar", "adam")[0] if c.method == "baseline")
+    # a layered measurement by its last hidden layer, as the report draws it
+    np.testing.assert_allclose(lines["Baseline (n=10)"], baseline.metrics["srank"][:, :, -1].mean(0))
+    assert fig.axes[0].get_ylabel() == "feature srank (last hidden layer)"
+
+
+def test_the_online_figure_is_the_studys_measure_in_percent(cifar):
+    fig = study_figure(cifar, "online", methods=["concat_relu"], reps=200)
+    concat = next(c for c in cifar.headline("random_label_cifar", "adam")[0] if c.method == "concat_relu")
+    np.testing.assert_allclose(_lines(fig)["Concat ReLU (n=10)"], 100 * concat.online.mean(0))
+    assert fig.axes[0].get_ylabel() == "average online accuracy (%)"
+    assert fig.axes[0].get_title() == "Random Label CIFAR · Adam"
+
+
+def test_a_measure_it_does_not_know_or_the_runs_did_not_record_is_an_error(cifar):
+    assert "online" in FIGURE_MEASURES and "weight_magnitude" in FIGURE_MEASURES
+    with pytest.raises(ValueError, match="figure 'srnk' is not one of: online, weight_magnitude"):
+        study_figure(cifar, "srnk")
+    with pytest.raises(ValueError, match="figure 'churn': .* did not measure it"):
+        study_figure(cifar, "churn")
+
+
+def test_the_figure_is_written_in_the_format_its_file_names(cifar, tmp_path):
+    assert save_study_figure(study_figure(cifar, "weight_magnitude", reps=200), tmp_path / "w.pdf") \
+        == tmp_path / "w.pdf"
+    assert (tmp_path / "w.pdf").read_bytes().startswith(b"%PDF")
+    with pytest.raises(ValueError, match="name a .pdf, .png or .svg file"):
+        save_study_figure(study_figure(cifar, "weight_magnitude", reps=200), tmp_path / "w.jpeg")
+
+
+def test_the_command_draws_the_figure_and_nothing_else(tmp_path, capsys):
+    out = tmp_path / "figs" / "online.png"
+    assert main(["report", str(CIFAR), "--figure", "online", "--methods", "l2_init,baseline",
+                 "--out", str(out), "--reps", "200"]) == 0
+    assert capsys.readouterr().out == f"figure: {out}\n"
+    assert out.read_bytes().startswith(b"\x89PNG")
+    assert sorted(p.name for p in out.parent.iterdir()) == ["online.png"]
+    assert main(["report", str(CIFAR), "--figure", "online"]) == 2
+    assert "give --out FILE" in capsys.readouterr().err
