@@ -232,3 +232,13 @@ def test_the_command_says_on_stderr_which_runs_are_not_in_the_table(results_dir,
     assert out.startswith("| method | total (%) |") and "warning" not in out
     assert "warning: 1 run(s) unfinished" in err and "warning: 1 run(s) failed" in err
     assert "warning: 1 of 1 planned run(s) not started yet" in err
+
+
+def test_the_difference_is_the_claims_paired_difference_to_l2_init():
+    """The verdicts' figure for sgd-2 (claims.md): L2 Init − CBP (total): +0.41 [+0.36, +0.46]."""
+    table = _cells(results_table(load_results(PAGE / "best-permuted_mnist-sgd"), "difference"))
+    assert table.pop("method") == ["L2 Init − method (total, points)"]
+    assert table["CBP"] == ["+0.41 [+0.36, +0.46]"] and table["ReDo"] == ["+0.46 [+0.40, +0.51]"]
+    assert table["L2 Init"] == ["—"]
+    claims = (PAGE / "claims.md").read_text(encoding="utf-8")
+    assert "L2 Init − CBP (total): +0.41 [+0.36, +0.46]" in claims

@@ -94,15 +94,16 @@ def interval(values) -> Interval:
     return bootstrap_ci(np.asarray(values, dtype=float), reps=REPS, seed=SEED)
 
 
-def paired_difference(a: Scores, b: Scores) -> Interval:
-    """``mean(a − b)`` with its 95 % bootstrap interval, paired by seed over the seeds both have
-    (seeds share their task sequence); unpaired when fewer than two seeds are shared."""
+def paired_difference(a: Scores, b: Scores, *, reps: int = REPS, seed: int = SEED) -> Interval:
+    """``mean(a − b)`` with its 95 % bootstrap interval (``reps`` resamples from ``seed``), paired
+    by seed over the seeds both have (seeds share their task sequence); unpaired when fewer
+    than two seeds are shared."""
     shared = [s for s in a.seeds if s in set(b.seeds)]
     if len(shared) >= 2:
         ia = [a.seeds.index(s) for s in shared]
         ib = [b.seeds.index(s) for s in shared]
-        return difference_ci(a.values[ia], b.values[ib], paired=True, reps=REPS, seed=SEED)
-    return difference_ci(a.values, b.values, paired=False, reps=REPS, seed=SEED)
+        return difference_ci(a.values[ia], b.values[ib], paired=True, reps=reps, seed=seed)
+    return difference_ci(a.values, b.values, paired=False, reps=reps, seed=seed)
 
 
 def in_points(i: Interval, digits: int = 2) -> str:

@@ -31,6 +31,10 @@ The columns (``COLUMNS`` lists the names; ``A–B`` may be written ``A-B``):
     improving), in points [95 % CI].
 ``seed s.d.``
     the sample standard deviation (n − 1) of the seeds' totals, in points.
+``difference``
+    L2 Init's total minus the method's (an error: the method's minus L2 Init's), in points, paired by seed over the seeds both ran (the
+    claims' comparison; unpaired where fewer than two are shared) [95 % CI]; against the best
+    method where the study has no L2 Init.
 ``P(improvement)``
     P(L2 Init > method) + ½ P(=) over the seeds' totals, with its stratified-bootstrap interval
     (the report's probability of improvement: L2 Init against every other method, or the best
@@ -66,11 +70,13 @@ from .build import (
     improvement_reference,
     plasticity_windows,
 )
+from .claims import Scores, paired_difference, signed_points
 from .data import ConfigRuns, Results, config_key
 from .page import Table, _md_table
 
 COLUMNS = ("seeds", "lr", "total", "task T", "tasks A–B", "first", "best", "last", "loss", "seed s.d.",
-           "P(improvement)", "weight magnitude", "srank", "BWT", "one-step BWT", "grid score")
+           "difference", "P(improvement)", "weight magnitude", "srank", "BWT", "one-step BWT",
+           "grid score")
 """The column names :func:`results_table` knows (``T``, ``A``, ``B``: task numbers)."""
 
 PAPER_METHOD = "l2_init"
@@ -173,6 +179,9 @@ def _notes(m: Measure) -> dict[str, str]:
                   "consecutive tasks, mean over seeds [95 % bootstrap CI]",
         "loss": f"loss: the {loss} {name}, per seed{points} [95 % bootstrap CI]",
         "seed s.d.": f"seed s.d.: the sample standard deviation (n − 1) of the seeds' totals{points}",
+        "difference": "L2 Init − method: the difference of the totals, paired by seed "
+                      f"(positive: L2 Init {'higher' if m.higher_is_better else 'lower'}) "
+                      "[95 % bootstrap CI]",
         "P(improvement)": f"P: the probability of improvement over the seeds' totals ({m.direction}) "
                           "[stratified-bootstrap 95 % CI]",
         "measurement": "the measurements after the first and the last task, mean over seeds "
@@ -295,6 +304,18 @@ def _column(name: str, rows: list[ConfigRuns], results: Results, reps: int,
     if name == "seed s.d.":
         return "seed s.d.", [f"{np.std(scale * np.asarray(c.total), ddof=1):.2f}" if c.n > 1 else "—"
                              for c in rows]
+    if name == "difference":
+        ref = improvement_reference(rows)
+
+        def scores(c: ConfigRuns) -> Scores:
+            return Scores(tuple(c.seeds), scale * np.asarray(m.oriented(c.total), dtype=float))
+
+        # oriented, so that a positive difference is the reference's lead either way
+        pair = (method_title(ref.method), "method") if m.higher_is_better else ("method", method_title(ref.method))
+        return (f"{pair[0]} − {pair[1]} (total{', points' if m.percent else ''})",
+                ["—" if c is ref else signed_points(paired_difference(scores(ref), scores(c),
+                                                                      reps=reps, seed=seed))
+                 for c in rows])
     if name == "P(improvement)":
         ref = improvement_reference(rows)
         cells = []
