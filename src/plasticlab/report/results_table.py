@@ -32,9 +32,9 @@ The columns (``COLUMNS`` lists the names; ``A–B`` may be written ``A-B``):
 ``seed s.d.``
     the sample standard deviation (n − 1) of the seeds' totals, in points.
 ``difference``
-    L2 Init's total minus the method's (an error: the method's minus L2 Init's), in points, paired by seed over the seeds both ran (the
-    claims' comparison; unpaired where fewer than two are shared) [95 % CI]; against the best
-    method where the study has no L2 Init.
+    L2 Init's total minus the method's (an error: the method's minus L2 Init's), in points,
+    paired by seed over the seeds both ran (the claims' comparison; unpaired where fewer than
+    two are shared) [95 % CI]; against the best method where the study has no L2 Init.
 ``P(improvement)``
     P(L2 Init > method) + ½ P(=) over the seeds' totals, with its stratified-bootstrap interval
     (the report's probability of improvement: L2 Init against every other method, or the best
@@ -311,7 +311,8 @@ def _column(name: str, rows: list[ConfigRuns], results: Results, reps: int,
             return Scores(tuple(c.seeds), scale * np.asarray(m.oriented(c.total), dtype=float))
 
         # oriented, so that a positive difference is the reference's lead either way
-        pair = (method_title(ref.method), "method") if m.higher_is_better else ("method", method_title(ref.method))
+        name_ = method_title(ref.method)
+        pair = (name_, "method") if m.higher_is_better else ("method", name_)
         return (f"{pair[0]} − {pair[1]} (total{', points' if m.percent else ''})",
                 ["—" if c is ref else signed_points(paired_difference(scores(ref), scores(c),
                                                                       reps=reps, seed=seed))
