@@ -311,8 +311,8 @@ def _column(name: str, rows: list[ConfigRuns], results: Results, reps: int,
             return Scores(tuple(c.seeds), scale * np.asarray(m.oriented(c.total), dtype=float))
 
         # oriented, so that a positive difference is the reference's lead either way
-        name_ = method_title(ref.method)
-        pair = (name_, "method") if m.higher_is_better else ("method", name_)
+        ref_title = method_title(ref.method)
+        pair = (ref_title, "method") if m.higher_is_better else ("method", ref_title)
         return (f"{pair[0]} − {pair[1]} (total{', points' if m.percent else ''})",
                 ["—" if c is ref else signed_points(paired_difference(scores(ref), scores(c),
                                                                       reps=reps, seed=seed))
