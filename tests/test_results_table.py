@@ -242,3 +242,17 @@ def test_the_difference_is_the_claims_paired_difference_to_l2_init():
     assert table["L2 Init"] == ["—"]
     claims = (PAGE / "claims.md").read_text(encoding="utf-8")
     assert "L2 Init − CBP (total): +0.41 [+0.36, +0.46]" in claims
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--latex"], "--latex: not an option of the report"),
+    (["--methods", "cbp"], "--methods: not an option of the report"),
+    (["--table", "total", "--figure", "srank", "--out", "x.pdf"], "--table and --figure: give one"),
+    (["--table", "total", "--check"], "--check: not an option of --table"),
+    (["--table", "total", "--out", "t.md"], "--out: not an option of --table"),
+    (["--figure", "srank", "--side-by-side", "--out", "x.pdf"], "--side-by-side: not an option of --figure"),
+    (["--figure", "srank", "--formats", "png", "--out", "x.pdf"], "--formats: not an option of --figure"),
+])
+def test_an_option_that_would_be_ignored_is_an_error(options, message, capsys):
+    assert main(["report", str(PERMUTED), *options]) == 2
+    assert message in capsys.readouterr().err

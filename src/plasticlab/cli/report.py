@@ -10,7 +10,9 @@ from pathlib import Path
 
 def cmd_report(args: argparse.Namespace) -> int:
     """``plasticlab report``: build the report (tables, figures, statistics) of a results
-    directory or an export; with ``--table``, print one table of it instead (nothing written)."""
+    directory or an export; with ``--table``, print one table of it instead (nothing written);
+    with ``--figure``, draw one figure of it."""
+    _check_options(args)
     if args.figure is not None:
         return save_figure(args.dirs, args.figure, args.out, methods=args.methods,
                            max_bins=args.max_bins, reps=args.reps)
@@ -19,6 +21,30 @@ def cmd_report(args: argparse.Namespace) -> int:
                            methods=args.methods, latex=args.latex, reps=args.reps)
     return write_report(args.dirs, args.out, args.formats, max_bins=args.max_bins, reps=args.reps,
                         check=args.check)
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """Refuse options that would be ignored: each belongs to the report, ``--table`` or
+    ``--figure``, and those two are one each."""
+    given = {"--table": args.table is not None, "--figure": args.figure is not None}
+    if all(given.values()):
+        raise ValueError("--table and --figure: give one (a table is printed, a figure drawn)")
+    table_only = {"--side-by-side": args.side_by_side, "--latex": args.latex}
+    one_only = {"--methods": args.methods is not None}
+    report_only = {"--check": args.check, "--formats": args.formats != FORMATS}
+    wrong = ([o for o, on in table_only.items() if on and not given["--table"]]
+             + [o for o, on in one_only.items() if on and not any(given.values())]
+             + [o for o, on in report_only.items() if on and any(given.values())]
+             + (["--out"] if given["--table"] and args.out is not None else []))
+    if wrong:
+        mode = next((o for o, on in given.items() if on), "the report (no --table, no --figure)")
+        raise ValueError(f"{', '.join(wrong)}: not an option of {mode} (`plasticlab report --help` "
+                         "says which option goes with --table, --figure or the report; --table "
+                         "prints to stdout)")
+
+
+FORMATS = "png,svg,pdf"
+"""The report's figure files by default."""
 
 
 def write_report(directory: str | list[str], out: str | None = None, formats: str = "png,svg,pdf", *,
@@ -149,7 +175,7 @@ def register(sub) -> None:
                          "one report of them all (each problem's study, and across problems)")
     rp.add_argument("--out", help="where to write the report (default DIR/report; needed for several DIRs); "
                                   "with --figure, the figure's file")
-    rp.add_argument("--formats", default="png,svg,pdf", help="figure files to write (default png,svg,pdf)")
+    rp.add_argument("--formats", default=FORMATS, help="figure files to write (default png,svg,pdf)")
     rp.add_argument("--max-bins", dest="max_bins", type=int, default=50,
                     help="curves with more tasks are averaged in this many bins (default 50)")
     rp.add_argument("--reps", type=int, default=2000, help="bootstrap resamples (default 2000)")
