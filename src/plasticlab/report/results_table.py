@@ -331,7 +331,10 @@ def _column(name: str, rows: list[ConfigRuns], results: Results, reps: int,
     if name in ("weight magnitude", "srank"):
         metric = name.replace(" ", "_")
         digits = 3 if metric == "weight_magnitude" else 0
-        return f"{name}, first → last task", [_first_last(c, metric, digits) for c in rows]
+        # srank per layer: the mean over the hidden layers, as the pages' prose quotes it (the
+        # report's figure draws the last hidden layer's)
+        header = "srank (mean of the hidden layers)" if metric == "srank" else name
+        return f"{header}, first → last task", [_first_last(c, metric, digits) for c in rows]
     if name in ("BWT", "one-step BWT"):
         attr = "bwt" if name == "BWT" else "one_step_bwt"
         missing = [c.label for c in rows if getattr(c, attr) is None]
