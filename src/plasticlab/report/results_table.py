@@ -1,13 +1,14 @@
-"""One Markdown table of a study's results, its columns chosen by name.
+"""One table of a study's results, its columns chosen by name: for a page or a paper.
 
 A page that quotes a study's numbers asks for them here rather than copying them from the
 report: ``plasticlab report DIR --table "total, first, best, last, loss, seed s.d."`` prints the
-table, and ``docs/reproduction/generate.py`` writes it into a page's ``<!-- generated: results
-FOLDER · COLUMNS -->`` block. One row per method of the study's headline (the protocol's
-selection on its evaluation seeds where the study ran one, else each method's best), best total
-first; the paper's method, L2 Init, in bold. Every interval is the report's: a 95 % percentile
-bootstrap over seeds (``reps`` resamples drawn from ``seed``), so a table's numbers are the
-report's to the digit.
+table (``--latex``: as a float), and ``docs/reproduction/generate.py`` writes it into a page's
+``<!-- generated: results FOLDER · COLUMNS -->`` block; :func:`side_by_side_table` sets one
+column of several studies side by side (``--side-by-side``). One row per method of the study's
+headline (the protocol's selection on its evaluation seeds where the study ran one, else each
+method's best), best total first; the paper's method, L2 Init, in bold. Every interval is the
+report's: a 95 % percentile bootstrap over seeds (``reps`` resamples drawn from ``seed``), so a
+table's numbers are the report's to the digit.
 
 The columns (``COLUMNS`` lists the names; ``A–B`` may be written ``A-B``):
 
