@@ -256,3 +256,14 @@ def test_the_difference_is_the_claims_paired_difference_to_l2_init():
 def test_an_option_that_would_be_ignored_is_an_error(options, message, capsys):
     assert main(["report", str(PERMUTED), *options]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_l_is_the_claims_plasticity_loss_and_at_least_the_reports_loss():
+    """The verdicts' figures for sgd-4 (claims.md): L2 Init's L 0.43 [0.27, 0.60], the Baseline's
+    13.31 [12.44, 14.24]; the report's loss takes the window best on the mean, so L ≥ it."""
+    table = _cells(results_table(load_results(PAGE / "best-permuted_mnist-sgd"), "loss, L"))
+    assert table.pop("method") == ["loss, best − last (points)", "L (points)"]
+    assert table["L2 Init"][1] == "0.43 [0.27, 0.60]" and table["Baseline"][1] == "13.31 [12.44, 14.24]"
+    assert all(float(L.split()[0]) >= float(loss.split()[0]) for loss, L in table.values())
+    assert "L2 Init: L 0.43 [0.27, 0.60] vs Baseline's 13.31 [12.44, 14.24]" in (
+        PAGE / "claims.md").read_text(encoding="utf-8")

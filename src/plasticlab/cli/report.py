@@ -182,7 +182,7 @@ def register(sub) -> None:
     rp.add_argument("--table", metavar="COLUMNS",
                     help="print one Markdown table of the study instead (nothing written), one row "
                          "per method, with these comma-separated columns: seeds, lr, total, 'task T', "
-                         "'tasks A-B', first, best, last, loss, 'seed s.d.', difference, P(improvement), "
+                         "'tasks A-B', first, best, last, loss, L, 'seed s.d.', difference, P(improvement), "
                          "'weight magnitude', srank, BWT, 'one-step BWT', 'grid score' "
                          "(docs/cli.md#one-table---table)")
     rp.add_argument("--figure", metavar="MEASURE",

@@ -30,6 +30,10 @@ The columns (``COLUMNS`` lists the names; ``A–B`` may be written ``A-B``):
 ``loss``
     best window − last window per seed (the report's loss; 0: none, negative: still
     improving), in points [95 % CI].
+``L``
+    the claims' plasticity loss (SPEC §12): each run's own best window of ``w = min(10, max(2,
+    T // 10))`` tasks minus its last, mean over seeds [95 % CI], in points; at least ``loss``,
+    which takes the window best on the mean over seeds.
 ``seed s.d.``
     the sample standard deviation (n − 1) of the seeds' totals, in points.
 ``difference``
@@ -74,9 +78,10 @@ from .build import (
 from .claims import Scores, paired_difference, signed_points
 from .data import ConfigRuns, Results, config_key
 from .page import Table, _md_table
+from .stats import plasticity_loss
 
-COLUMNS = ("seeds", "lr", "total", "task T", "tasks A–B", "first", "best", "last", "loss", "seed s.d.",
-           "difference", "P(improvement)", "weight magnitude", "srank", "BWT", "one-step BWT",
+COLUMNS = ("seeds", "lr", "total", "task T", "tasks A–B", "first", "best", "last", "loss", "L",
+           "seed s.d.", "difference", "P(improvement)", "weight magnitude", "srank", "BWT", "one-step BWT",
            "grid score")
 """The column names :func:`results_table` knows (``T``, ``A``, ``B``: task numbers)."""
 
@@ -179,6 +184,8 @@ def _notes(m: Measure) -> dict[str, str]:
         "window": f"first, best, last: the {name} over the first, the best and the last window of "
                   "consecutive tasks, mean over seeds [95 % bootstrap CI]",
         "loss": f"loss: the {loss} {name}, per seed{points} [95 % bootstrap CI]",
+        "L": f"L: the plasticity loss of SPEC §12, each run's own best window minus its last, mean "
+             f"over seeds{points} [95 % bootstrap CI]",
         "seed s.d.": f"seed s.d.: the sample standard deviation (n − 1) of the seeds' totals{points}",
         "difference": "L2 Init − method: the difference of the totals, paired by seed "
                       f"(positive: L2 Init {'higher' if m.higher_is_better else 'lower'}) "
@@ -302,6 +309,9 @@ def _column(name: str, rows: list[ConfigRuns], results: Results, reps: int,
             cells = [f"{cell} (from task {win['best_from']})"
                      for cell, win in zip(cells, windows, strict=True)]
         return f"{name} {w} tasks", cells
+    if name == "L":
+        return f"L{' (points)' if m.percent else ''}", [
+            interval(plasticity_loss(m.oriented(np.asarray(c.online)[:, c.reported]))) for c in rows]
     if name == "seed s.d.":
         return "seed s.d.", [f"{np.std(scale * np.asarray(c.total), ddof=1):.2f}" if c.n > 1 else "—"
                              for c in rows]
