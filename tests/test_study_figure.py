@@ -21,11 +21,16 @@ def cifar():
     return load_results(CIFAR)
 
 
-def _lines(fig) -> dict[str, np.ndarray]:
+def _lines_of(ax) -> dict[str, np.ndarray]:
     """Each curve's label and y values (the legend's ``label (n=…)``)."""
-    (ax,) = fig.axes
     return {line.get_label(): np.asarray(line.get_ydata()) for line in ax.get_lines()
             if not line.get_label().startswith("_")}
+
+
+def _lines(fig) -> dict[str, np.ndarray]:
+    """The curves of a figure of one panel."""
+    (ax,) = fig.axes
+    return _lines_of(ax)
 
 
 def test_each_curve_is_the_mean_over_seeds_of_the_measure_per_task(cifar):
@@ -71,3 +76,22 @@ def test_the_command_draws_the_figure_and_nothing_else(tmp_path, capsys):
     assert sorted(p.name for p in out.parent.iterdir()) == ["online.png"]
     assert main(["report", str(CIFAR), "--figure", "online"]) == 2
     assert "give --out FILE" in capsys.readouterr().err
+
+
+def test_several_problems_give_a_panel_each_with_one_legend(tmp_path):
+    from plasticlab.report.data import combine_results
+
+    studies = [PAGE / "best-permuted_mnist-adam", CIFAR]
+    fig = study_figure(combine_results([load_results(s) for s in studies]), "online",
+                       methods=["l2_init", "baseline"], reps=200)
+    assert [ax.get_title() for ax in fig.axes] == ["Permuted MNIST", "Random Label CIFAR"]
+    assert [ax.get_ylabel() for ax in fig.axes] == ["average online accuracy (%)", ""]
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["Baseline (n=10)", "L2 Init (n=10)"]
+    # the binning is said of the panel it applies to: 500 tasks in 50 points, 10 tasks as they are
+    assert "Permuted MNIST: each point the mean of 10 consecutive tasks" in "".join(
+        t.get_text().replace("\n", " ") for t in fig.texts)
+    cifar = _lines_of(fig.axes[1])
+    l2_init = next(c for c in load_results(CIFAR).headline("random_label_cifar", "adam")[0]
+                   if c.method == "l2_init")
+    np.testing.assert_allclose(cifar["L2 Init (n=10)"], 100 * l2_init.online.mean(0))

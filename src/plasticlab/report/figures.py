@@ -339,6 +339,43 @@ def line_figure(bands: Sequence[Band], *, xlabel: str, ylabel: str, title: str =
     return fig
 
 
+PANELS_PER_ROW = 3
+"""The most panels :func:`panels_figure` puts side by side before it starts another row."""
+
+
+def panels_figure(panels: Sequence[tuple[str, Sequence[Band]]], *, xlabel: str, ylabel: str,
+                  percent: bool = True, note: str = "", width: float = PAGE_WIDTH,
+                  height: float = 2.6):
+    """One panel of :class:`Band` curves per ``(title, bands)`` — a problem each, as the paper's
+    figures set them — up to :data:`PANELS_PER_ROW` a row, each row ``height`` inches; one
+    legend below them all, a method once (its first panel's ``label (n=…)``), its colour the same
+    in every panel."""
+    with _style():
+        rows = -(-len(panels) // PANELS_PER_ROW)
+        columns = min(len(panels), PANELS_PER_ROW)
+        fig = _new_figure(width, height * rows)
+        scale = 100.0 if percent else 1.0
+        handles: dict[str, object] = {}
+        for i, (title, bands) in enumerate(panels):
+            ax = fig.add_subplot(rows, columns, i + 1)
+            seen: dict[str, int] = {}
+            for band in bands:
+                method = _method_of(band.label, band.method)
+                occurrence = seen[method] = seen.get(method, -1) + 1
+                line, _ = _draw_band(ax, band, scale, linestyle=LINESTYLES[occurrence % len(LINESTYLES)])
+                handles.setdefault(band.label, line)
+            if bands:
+                _integer_ticks(ax, np.concatenate([b.x for b in bands]))
+            else:
+                _no_data(ax)
+            ax.set_title(title)
+            ax.set_xlabel(xlabel)
+            if i % columns == 0:
+                ax.set_ylabel(_percent_label(ylabel, percent))
+        _finish(fig, list(handles.values()), [h.get_label() for h in handles.values()], note)
+    return fig
+
+
 def _value_text(value: float, fmt: str) -> str:
     return "–" if not math.isfinite(value) else format(value, fmt)
 

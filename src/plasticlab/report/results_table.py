@@ -251,16 +251,18 @@ def _bold(label: str, c: ConfigRuns) -> str:
     return f"**{label}**" if c.method == PAPER_METHOD else label
 
 
-def _headline(results: Results) -> list[tuple[str, ConfigRuns]]:
-    """Each optimizer's headline configurations of the one problem ``results`` holds, with the
-    label of each row."""
+def _headline(results: Results, problem: str | None = None) -> list[tuple[str, ConfigRuns]]:
+    """Each optimizer's headline configurations of the one problem ``results`` holds (or of
+    ``problem``), with the label of each row."""
     studies = results.studies()
     problems = sorted({p for p, _ in studies})
-    if len(problems) != 1:
-        raise ValueError(f"{results.directory}: a table is of one problem; this holds "
-                         f"{', '.join(problems) or 'none'}")
+    if problem is None:
+        if len(problems) != 1:
+            raise ValueError(f"{results.directory}: a table is of one problem; this holds "
+                             f"{', '.join(problems) or 'none'}")
+        problem = problems[0]
     by_optimizer = {}
-    for problem, optimizer in studies:
+    for optimizer in (o for p, o in studies if p == problem):
         if len(results.streams(problem, optimizer)) != 1:
             raise ValueError(f"{results.directory}: its {problem} · {optimizer} runs learn several "
                              "streams (batch sizes or task lengths); a table is of one")

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..problems import problem_title
 from . import figures as F
 from .build import _band, _Context
 from .data import INTERNALS, PERCENT_METRICS, Results, binning_note
@@ -34,32 +35,50 @@ FIGURE_FORMATS = ("pdf", "png", "svg")
 
 
 def study_figure(results: Results, measure: str, *, methods: Sequence[str] = (), max_bins: int = 50,
-                 reps: int = 2000, seed: int = 0, width: float = F.PAGE_WIDTH, height: float = 3.4):
+                 reps: int = 2000, seed: int = 0, width: float = F.PAGE_WIDTH, height: float | None = None):
     """The matplotlib figure of ``measure`` (one of :data:`FIGURE_MEASURES`) against the task for
-    each method of ``results``' study (one problem, one stream), or for ``methods`` (their keys)
+    each method of ``results``' study (one stream a problem), or for ``methods`` (their keys)
     alone: mean over seeds and 95 % bootstrap band, at most ``max_bins`` points a curve;
-    ``width`` × ``height`` inches (the default: a one-column page's width)."""
+    ``width`` inches wide (the default: a one-column page's width). Several problems (several
+    folders read as one, or a folder of several) give a panel each, in the order of their
+    names, with one legend: the paper's figures' layout."""
     if measure not in FIGURE_MEASURES:
         raise ValueError(f"figure {measure!r} is not one of: {', '.join(FIGURE_MEASURES)}")
     only = _only(methods, [results])
-    rows = [(label, c) for label, c in _headline(results) if only is None or c.method in only]
+    problems = sorted({p for p, _ in results.studies()})
     ctx = _Context(Path("."), (), max_bins, reps, seed)
+    panels, notes = [], []
+    for problem in problems:
+        rows = [(label, c) for label, c in _headline(results, problem) if only is None or c.method in only]
+        if not rows:
+            continue  # a problem none of the methods asked for ran
+        curves = [(label, c, *_values(c, measure, label)) for label, c in rows]
+        bands = [dataclasses.replace(_band(c, values, np.arange(values.shape[1]), ctx, tasks), label=label)
+                 for label, c, values, tasks in curves]
+        panels.append((problem_title(problem), bands))
+        binned = binning_note(curves[0][2].shape[1], max_bins)
+        if binned:  # said of the panels it applies to where there are several
+            notes.append(binned if len(problems) == 1 else f"{problem_title(problem)}: {binned}")
+    first = next(c for _, c in _headline(results, problems[0]))
+    ylabel, percent = ((f"average {first.measure.name}", first.measure.percent) if measure == "online"
+                       else (INTERNALS[measure], measure in PERCENT_METRICS))
+    note = "; ".join(notes)
+    if len(panels) == 1:
+        return F.line_figure(panels[0][1], xlabel="task", ylabel=ylabel, title=_title(results),
+                             percent=percent, note=note, width=width, height=height or 3.4)
+    return F.panels_figure(panels, xlabel="task", ylabel=ylabel, percent=percent, note=note,
+                           width=width, height=height or 2.6)
+
+
+def _values(c, measure: str, label: str):
+    """``c``'s values of ``measure`` ``[seeds, tasks(, layers)]`` and the tasks they are of
+    (None: every task)."""
     if measure == "online":
-        m = rows[0][1].measure
-        curves = [(label, c, c.online, c.reported) for label, c in rows]
-        ylabel, percent = f"average {m.name}", m.percent
-    else:
-        missing = [label for label, c in rows if measure not in c.metrics]
-        if missing:
-            raise ValueError(f"figure {measure!r}: {', '.join(missing)} did not measure it (the runs "
-                             f"measured {', '.join(sorted(rows[0][1].metrics)) or 'nothing at task ends'})")
-        curves = [(label, c, c.metrics[measure], None) for label, c in rows]
-        ylabel, percent = INTERNALS[measure], measure in PERCENT_METRICS
-    bands = [dataclasses.replace(_band(c, values, np.arange(values.shape[1]), ctx, points), label=label)
-             for label, c, values, points in curves]
-    points = curves[0][2].shape[1]
-    return F.line_figure(bands, xlabel="task", ylabel=ylabel, title=_title(results), percent=percent,
-                         note=binning_note(points, max_bins), width=width, height=height)
+        return c.online, c.reported
+    if measure not in c.metrics:
+        raise ValueError(f"figure {measure!r}: {label} did not measure it (its runs measured "
+                         f"{', '.join(sorted(c.metrics)) or 'nothing at task ends'})")
+    return c.metrics[measure], None
 
 
 def save_study_figure(fig, path: str | Path) -> Path:
