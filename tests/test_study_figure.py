@@ -95,3 +95,23 @@ def test_several_problems_give_a_panel_each_with_one_legend(tmp_path):
     l2_init = next(c for c in load_results(CIFAR).headline("random_label_cifar", "adam")[0]
                    if c.method == "l2_init")
     np.testing.assert_allclose(cifar["L2 Init (n=10)"], 100 * l2_init.online.mean(0))
+
+
+def test_the_readmes_figure_is_what_its_command_draws(tmp_path, capsys):
+    """The README shows docs/figures/three-problems-online-accuracy.png and the command that
+    draws it from the committed exports: the command runs, and draws a figure of that size."""
+    import re
+    import struct
+
+    readme = (PAGE.parents[1] / "README.md").read_text(encoding="utf-8")
+    assert "](docs/figures/three-problems-online-accuracy.png)" in readme
+    (command,) = re.findall(r"`(plasticlab report[^`]*--figure online --out FILE\.png)`", readme)
+    args = command.split()[1:]
+    args[args.index("FILE.png")] = str(tmp_path / "f.png")
+    assert main([a.replace("docs/", f"{PAGE.parent}/", 1) if a.startswith("docs/") else a
+                 for a in args]) == 0
+
+    def size(png: Path) -> tuple[int, int]:
+        return struct.unpack(">II", png.read_bytes()[16:24])  # the IHDR chunk's width, height
+
+    assert size(tmp_path / "f.png") == size(PAGE.parent / "figures" / "three-problems-online-accuracy.png")
