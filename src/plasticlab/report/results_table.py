@@ -265,7 +265,8 @@ def _headline(results: Results, problem: str | None = None) -> list[tuple[str, C
     for optimizer in (o for p, o in studies if p == problem):
         if len(results.streams(problem, optimizer)) != 1:
             raise ValueError(f"{results.directory}: its {problem} · {optimizer} runs learn several "
-                             "streams (batch sizes or task lengths); a table is of one")
+                             "streams (batch sizes or task lengths); a table or a figure is of one "
+                             "(`plasticlab report` gives a section to each)")
         by_optimizer[optimizer] = results.headline(problem, optimizer)[0]
     most = max(len(h) for h in by_optimizer.values())
     unnamed = [o for o, h in by_optimizer.items() if len(h) == most]
