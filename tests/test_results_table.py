@@ -267,3 +267,9 @@ def test_l_is_the_claims_plasticity_loss_and_at_least_the_reports_loss():
     assert all(float(L.split()[0]) >= float(loss.split()[0]) for loss, L in table.values())
     assert "L2 Init: L 0.43 [0.27, 0.60] vs Baseline's 13.31 [12.44, 14.24]" in (
         PAGE / "claims.md").read_text(encoding="utf-8")
+
+
+def test_a_folder_of_several_streams_is_an_error_pointing_to_the_report():
+    with pytest.raises(ValueError, match=r"several streams \(batch sizes or task lengths\); a table or a "
+                                         r"figure is of one \(`plasticlab report` gives a section to each\)"):
+        results_table(load_results(PAGE / "batch-size"), "total")
