@@ -47,7 +47,7 @@ FORMATS = "png,svg,pdf"
 """The report's figure files by default."""
 
 
-def write_report(directory: str | list[str], out: str | None = None, formats: str = "png,svg,pdf", *,
+def write_report(directory: str | list[str], out: str | None = None, formats: str = FORMATS, *,
                  max_bins: int = 50, reps: int = 2000, check: bool = False) -> int:
     """Build the report of ``directory`` (or of several as one: then ``out`` must be given) into
     ``out`` (None: ``directory/report``) with figure files of ``formats`` (comma-separated; png
@@ -78,8 +78,7 @@ def write_report(directory: str | list[str], out: str | None = None, formats: st
     if plugins:
         results.warnings.append(plugins)
     page = build_report(directories, out, formats=names, max_bins=max_bins, reps=reps, results=results)
-    for warning in results.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+    _print_warnings(results.warnings)
     print(f"report: {page}")
     print(f"        {page.parent / 'report.md'} (Markdown tables), {page.parent / 'latex'}/ (LaTeX "
           f"floats), {page.parent / 'figures'}/ ({', '.join(names)})")
@@ -98,11 +97,11 @@ def print_table(directory: str | list[str], columns: str, *, side_by_side: bool 
     code: 0."""
     from ..report import results_table as tables
     from ..report.data import combine_results, load_results
-    from ..report.latex import _label, latex_table, latex_text
-    from ..report.page import _md_table
+    from ..report.latex import latex_label, latex_table, latex_text
+    from ..report.page import markdown_table
 
     directories = [directory] if isinstance(directory, str) else list(directory)
-    only = [m.strip() for m in methods.split(",") if m.strip()] if methods else []
+    only = _keys(methods)
     if side_by_side:
         if len(directories) < 2:
             raise ValueError("--side-by-side: give two directories or more, one column each")
@@ -113,13 +112,12 @@ def print_table(directory: str | list[str], columns: str, *, side_by_side: bool 
         table = tables.study_table(studies[0][1], columns, methods=only, reps=reps)
     # the table holds finished runs alone: say which are not in it, as the report does
     for name, results in studies:
-        for warning in results.warnings:
-            print(f"warning: {name + ': ' if name else ''}{warning}", file=sys.stderr)
+        _print_warnings(results.warnings, f"{name}: " if name else "")
     if latex:
         caption = latex_text(f"{table.title}. {table.note}".strip())
-        print(latex_table(table, caption, _label(table.title, set())), end="")
+        print(latex_table(table, caption, latex_label(table.title, set())), end="")
     else:
-        print(_md_table(table))
+        print(markdown_table(table))
     return 0
 
 
@@ -136,12 +134,22 @@ def save_figure(directory: str | list[str], measure: str, out: str | None, *,
         raise ValueError(f"--figure {measure}: give --out FILE, a .pdf, .png or .svg to draw it in")
     directories = [directory] if isinstance(directory, str) else list(directory)
     results = combine_results([load_results(d) for d in directories])
-    only = [m.strip() for m in methods.split(",") if m.strip()] if methods else []
-    fig = study_figure(results, measure, methods=only, max_bins=max_bins, reps=reps)
-    for warning in results.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+    fig = study_figure(results, measure, methods=_keys(methods), max_bins=max_bins, reps=reps)
+    _print_warnings(results.warnings)
     print(f"figure: {save_study_figure(fig, out)}")
     return 0
+
+
+def _keys(methods: str | None) -> list[str]:
+    """``--methods``' comma-separated keys (none: every method)."""
+    return [m.strip() for m in methods.split(",") if m.strip()] if methods else []
+
+
+def _print_warnings(warnings: list[str], prefix: str = "") -> None:
+    """What a results directory's reading warned of (runs unfinished, failed, not started …),
+    on stderr: what the printed report, table or figure leaves out."""
+    for warning in warnings:
+        print(f"warning: {prefix}{warning}", file=sys.stderr)
 
 
 def _check_in_browser(page: Path) -> int:

@@ -306,6 +306,25 @@ def _draw_band(ax, band: Band, scale: float, *, always_markers: bool = False, li
 
 # --- figures ---------------------------------------------------------------------------------------
 
+def _draw_bands(ax, bands: Sequence[Band], scale: float) -> list:
+    """Draw ``bands`` on ``ax`` (integer ticks for tasks; "no data" where there are none) and
+    return their lines, one a band."""
+    handles = []
+    seen: dict[str, int] = {}
+    for band in bands:
+        # a method shown in several forms (EWC's anchors, CBP's optimizers): same colour,
+        # another line style for each further form
+        method = _method_of(band.label, band.method)
+        occurrence = seen[method] = seen.get(method, -1) + 1
+        line, _ = _draw_band(ax, band, scale, linestyle=LINESTYLES[occurrence % len(LINESTYLES)])
+        handles.append(line)
+    if bands:
+        _integer_ticks(ax, np.concatenate([b.x for b in bands]))
+    else:
+        _no_data(ax)
+    return handles
+
+
 def line_figure(bands: Sequence[Band], *, xlabel: str, ylabel: str, title: str = "", percent: bool = True,
                 note: str = "", width: float = PAGE_WIDTH, height: float = 3.4):
     """Curves (e.g. accuracy vs task) with semi-transparent 95 % bands, one per :class:`Band`.
@@ -317,20 +336,7 @@ def line_figure(bands: Sequence[Band], *, xlabel: str, ylabel: str, title: str =
     with _style():
         fig = _new_figure(width, height)
         ax = fig.add_subplot()
-        scale = 100.0 if percent else 1.0
-        handles = []
-        seen: dict[str, int] = {}
-        for band in bands:
-            # a method shown in several forms (EWC's anchors, CBP's optimizers): same colour,
-            # another line style for each further form
-            method = _method_of(band.label, band.method)
-            occurrence = seen[method] = seen.get(method, -1) + 1
-            line, _ = _draw_band(ax, band, scale, linestyle=LINESTYLES[occurrence % len(LINESTYLES)])
-            handles.append(line)
-        if bands:
-            _integer_ticks(ax, np.concatenate([b.x for b in bands]))
-        else:
-            _no_data(ax)
+        handles = _draw_bands(ax, bands, 100.0 if percent else 1.0)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(_percent_label(ylabel, percent))
         if title:
@@ -354,20 +360,11 @@ def panels_figure(panels: Sequence[tuple[str, Sequence[Band]]], *, xlabel: str, 
         rows = -(-len(panels) // PANELS_PER_ROW)
         columns = min(len(panels), PANELS_PER_ROW)
         fig = _new_figure(width, height * rows)
-        scale = 100.0 if percent else 1.0
         handles: dict[str, object] = {}
         for i, (title, bands) in enumerate(panels):
             ax = fig.add_subplot(rows, columns, i + 1)
-            seen: dict[str, int] = {}
-            for band in bands:
-                method = _method_of(band.label, band.method)
-                occurrence = seen[method] = seen.get(method, -1) + 1
-                line, _ = _draw_band(ax, band, scale, linestyle=LINESTYLES[occurrence % len(LINESTYLES)])
+            for band, line in zip(bands, _draw_bands(ax, bands, 100.0 if percent else 1.0), strict=True):
                 handles.setdefault(band.label, line)
-            if bands:
-                _integer_ticks(ax, np.concatenate([b.x for b in bands]))
-            else:
-                _no_data(ax)
             ax.set_title(title)
             ax.set_xlabel(xlabel)
             if i % columns == 0:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from .page import Report, Table, numeric_columns, relative_path
 
-__all__ = ["GRAPHICS", "PACKAGES", "latex_figure", "latex_table", "latex_text", "write_latex"]
+__all__ = ["GRAPHICS", "PACKAGES", "latex_figure", "latex_label", "latex_table", "latex_text", "write_latex"]
 
 PACKAGES = ("booktabs", "array", "graphicx", "amssymb")
 """The packages the floats need: ``\\usepackage{booktabs,array,graphicx,amssymb}``."""
@@ -125,7 +125,7 @@ def latex_text(text: str, wrapped: bool = False) -> str:
     return "".join(out)
 
 
-def _label(text: str, used: set[str], kind: str = "tab") -> str:
+def latex_label(text: str, used: set[str], kind: str = "tab") -> str:
     """A ``\\label`` key for ``text``: ``kind`` (``tab``, ``fig``), a colon and its words in lower
     case joined by hyphens, ``-2``, ``-3`` … where another of the report has it already."""
     ascii_words = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
@@ -197,7 +197,7 @@ def write_latex(report: Report, folder: str | Path) -> list[Path]:
             caption = latex_text(title) + "." + (f" {latex_text(note)}" if note else "")
             files.append(folder / f"table-{tables}.tex")
             files[-1].write_text(f"% {report.title}, table {tables}: {title}\n{needs}"
-                                 + latex_table(table, caption, _label(title, used)),
+                                 + latex_table(table, caption, latex_label(title, used)),
                                  encoding="utf-8", newline="\n")
         for ref in section.figures:
             figures += 1
@@ -211,7 +211,8 @@ def write_latex(report: Report, folder: str | Path) -> list[Path]:
             files[-1].write_text(f"% {report.title}, figure {figures}: {ref.caption}\n{needs}"
                                  "% its file is named from the report's folder: "
                                  "\\graphicspath{{path/to/report/}}\n"
-                                 + latex_figure(path, latex_text(caption), _label(ref.stem, used, "fig")),
+                                 + latex_figure(path, latex_text(caption),
+                                                latex_label(ref.stem, used, "fig")),
                                  encoding="utf-8", newline="\n")
     (folder / "report.tex").write_text(_document(report.title, [f.name for f in files]),
                                        encoding="utf-8", newline="\n")

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
-__all__ = ["FigureRef", "Report", "Section", "Table", "numeric_columns", "relative_path", "write_html",
-           "write_markdown"]
+__all__ = ["FigureRef", "Report", "Section", "Table", "markdown_table", "numeric_columns", "relative_path",
+           "write_html", "write_markdown"]
 
 
 @dataclass
@@ -314,7 +314,8 @@ def _md_cell(text: str) -> str:
     return str(text).replace("\r\n", "\n").replace("|", "\\|").replace("\n", "<br>").strip()
 
 
-def _md_table(table: Table) -> str:
+def markdown_table(table: Table) -> str:
+    """``table`` as a Markdown pipe table (no title, no note), numeric columns set right."""
     numeric = numeric_columns(table)
     lines = ["| " + " | ".join(_md_cell(c) for c in table.columns) + " |",
              "|" + "|".join("---:" if flag else "---" for flag in numeric) + "|"]
@@ -365,7 +366,7 @@ def write_markdown(report: Report, path: str | Path) -> Path:
             out += [section.text.strip(), ""]
         for table in section.tables:
             tab_no += 1
-            out += [f"**Table {tab_no}.** {table.title}", "", _md_table(table), ""]
+            out += [f"**Table {tab_no}.** {table.title}", "", markdown_table(table), ""]
             if table.note:
                 out += [f"*{table.note.strip()}*", ""]
         for ref in section.figures:

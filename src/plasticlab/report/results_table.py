@@ -77,7 +77,7 @@ from .build import (
 )
 from .claims import Scores, paired_difference, signed_points
 from .data import ConfigRuns, Results, config_key
-from .page import Table, _md_table
+from .page import Table, markdown_table
 from .stats import plasticity_loss
 
 COLUMNS = ("seeds", "lr", "total", "task T", "tasks A–B", "first", "best", "last", "loss", "L",
@@ -118,13 +118,13 @@ def results_table(results: Results, columns: Sequence[str] | str, *, methods: Se
                   reps: int = 2000, seed: int = 0) -> str:
     """The Markdown table of ``results`` (one problem, one stream) with ``columns``
     (:func:`parse_columns`'s names, or its text): :func:`study_table` as a pipe table."""
-    return _md_table(study_table(results, columns, methods=methods, reps=reps, seed=seed)) + "\n"
+    return markdown_table(study_table(results, columns, methods=methods, reps=reps, seed=seed)) + "\n"
 
 
 def side_by_side(named: Sequence[tuple[str, Results]], column: str, *, methods: Sequence[str] = (),
                  reps: int = 2000, seed: int = 0) -> str:
     """:func:`side_by_side_table` as a Markdown pipe table."""
-    return _md_table(side_by_side_table(named, column, methods=methods, reps=reps, seed=seed)) + "\n"
+    return markdown_table(side_by_side_table(named, column, methods=methods, reps=reps, seed=seed)) + "\n"
 
 
 def study_table(results: Results, columns: Sequence[str] | str, *, methods: Sequence[str] = (),
