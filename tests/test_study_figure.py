@@ -115,3 +115,15 @@ def test_the_readmes_figure_is_what_its_command_draws(tmp_path, capsys):
         return struct.unpack(">II", png.read_bytes()[16:24])  # the IHDR chunk's width, height
 
     assert size(tmp_path / "f.png") == size(PAGE.parent / "figures" / "three-problems-online-accuracy.png")
+
+
+def test_problems_of_different_measures_are_not_drawn_on_one_axis_label(tmp_path):
+    from plasticlab.report.data import combine_results
+
+    assert main(["run", "--problem", "slowly_changing_regression", "--method", "l2_init", "--seeds", "0-1",
+                 "--tasks", "3", "--steps-per-task", "10", "--no-progress", "--out", str(tmp_path)]) == 0
+    both = combine_results([load_results(tmp_path), load_results(CIFAR)])
+    with pytest.raises(ValueError, match="these problems measure different things .*online squared "
+                                         "error.*; draw each kind in a figure of its own"):
+        study_figure(both, "online", reps=100)
+    assert len(study_figure(both, "weight_magnitude", reps=100).axes) == 2  # one measurement: one label

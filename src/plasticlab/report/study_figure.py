@@ -47,7 +47,7 @@ def study_figure(results: Results, measure: str, *, methods: Sequence[str] = (),
     only = _only(methods, [results])
     problems = sorted({p for p, _ in results.studies()})
     ctx = _Context(Path("."), (), max_bins, reps, seed)
-    panels, notes = [], []
+    panels, notes, measures = [], [], {}
     for problem in problems:
         rows = [(label, c) for label, c in _headline(results, problem) if only is None or c.method in only]
         if not rows:
@@ -56,11 +56,16 @@ def study_figure(results: Results, measure: str, *, methods: Sequence[str] = (),
         bands = [dataclasses.replace(_band(c, values, np.arange(values.shape[1]), ctx, tasks), label=label)
                  for label, c, values, tasks in curves]
         panels.append((problem_title(problem), bands))
+        measures[problem] = rows[0][1].measure
         binned = binning_note(curves[0][2].shape[1], max_bins)
         if binned:  # said of the panels it applies to where there are several
             notes.append(binned if len(problems) == 1 else f"{problem_title(problem)}: {binned}")
-    first = next(c for _, c in _headline(results, problems[0]))
-    ylabel, percent = ((f"average {first.measure.name}", first.measure.percent) if measure == "online"
+    if measure == "online" and len({m.name for m in measures.values()}) > 1:
+        raise ValueError("figure 'online': these problems measure different things ("
+                         + ", ".join(f"{p}: {m.name}" for p, m in measures.items())
+                         + "); draw each kind in a figure of its own")
+    study_measure = next(iter(measures.values()))
+    ylabel, percent = ((f"average {study_measure.name}", study_measure.percent) if measure == "online"
                        else (INTERNALS[measure], measure in PERCENT_METRICS))
     note = "; ".join(notes)
     if len(panels) == 1:
