@@ -127,3 +127,16 @@ def test_problems_of_different_measures_are_not_drawn_on_one_axis_label(tmp_path
                                          "error.*; draw each kind in a figure of its own"):
         study_figure(both, "online", reps=100)
     assert len(study_figure(both, "weight_magnitude", reps=100).axes) == 2  # one measurement: one label
+
+
+def test_with_latex_the_command_prints_a_float_of_the_file_it_drew(tmp_path, capsys):
+    out = tmp_path / "srank.pdf"
+    assert main(["report", str(CIFAR), "--figure", "srank", "--out", str(out), "--latex",
+                 "--reps", "100"]) == 0
+    float_ = capsys.readouterr().out
+    assert out.read_bytes().startswith(b"%PDF")
+    assert float_.startswith("\\begin{figure}[htbp]")
+    assert f"\\includegraphics[width=\\linewidth]{{{out}}}" in float_
+    assert ("\\caption{Random Label CIFAR $\\cdot$ Adam: feature srank (last hidden layer) per task; line: "
+            "the mean over seeds, band: its 95 \\% bootstrap interval.}") in float_
+    assert "\\label{fig:random-label-cifar-adam-srank}" in float_

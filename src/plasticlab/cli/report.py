@@ -15,7 +15,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     _check_options(args)
     if args.figure is not None:
         return save_figure(args.dirs, args.figure, args.out, methods=args.methods,
-                           max_bins=args.max_bins, reps=args.reps)
+                           latex=args.latex, max_bins=args.max_bins, reps=args.reps)
     if args.table is not None:
         return print_table(args.dirs, args.table, side_by_side=args.side_by_side,
                            methods=args.methods, latex=args.latex, reps=args.reps)
@@ -29,8 +29,8 @@ def _check_options(args: argparse.Namespace) -> None:
     given = {"--table": args.table is not None, "--figure": args.figure is not None}
     if all(given.values()):
         raise ValueError("--table and --figure: give one (a table is printed, a figure drawn)")
-    table_only = {"--side-by-side": args.side_by_side, "--latex": args.latex}
-    one_only = {"--methods": args.methods is not None}
+    table_only = {"--side-by-side": args.side_by_side}
+    one_only = {"--methods": args.methods is not None, "--latex": args.latex}
     report_only = {"--check": args.check, "--formats": args.formats != FORMATS}
     wrong = ([o for o, on in table_only.items() if on and not given["--table"]]
              + [o for o, on in one_only.items() if on and not any(given.values())]
@@ -122,13 +122,16 @@ def print_table(directory: str | list[str], columns: str, *, side_by_side: bool 
 
 
 def save_figure(directory: str | list[str], measure: str, out: str | None, *,
-                methods: str | None = None, max_bins: int = 50, reps: int = 2000) -> int:
+                methods: str | None = None, latex: bool = False, max_bins: int = 50,
+                reps: int = 2000) -> int:
     """Draw ``measure`` against the task for the methods of ``directory``'s study (or of several
     directories read as one; ``methods``: comma-separated keys, only theirs) into the file
-    ``out`` (.pdf, .png or .svg) and say where it is: :mod:`plasticlab.report.study_figure`.
-    The exit code: 0."""
+    ``out`` (.pdf, .png or .svg) and say where it is: :mod:`plasticlab.report.study_figure`;
+    ``latex``: print a LaTeX ``figure`` float of it instead, with its caption and label. The exit
+    code: 0."""
     from ..report.data import combine_results, load_results
-    from ..report.study_figure import save_study_figure, study_figure
+    from ..report.latex import latex_figure, latex_label, latex_text
+    from ..report.study_figure import figure_caption, save_study_figure, study_figure
 
     if out is None:
         raise ValueError(f"--figure {measure}: give --out FILE, a .pdf, .png or .svg to draw it in")
@@ -136,7 +139,13 @@ def save_figure(directory: str | list[str], measure: str, out: str | None, *,
     results = combine_results([load_results(d) for d in directories])
     fig = study_figure(results, measure, methods=_keys(methods), max_bins=max_bins, reps=reps)
     _print_warnings(results.warnings)
-    print(f"figure: {save_study_figure(fig, out)}")
+    caption = figure_caption(fig)
+    path = save_study_figure(fig, out)
+    if latex:
+        print(latex_figure(str(path), latex_text(caption), latex_label(f"{caption.split(':')[0]} {measure}",
+                                                                     set(), "fig")), end="")
+    else:
+        print(f"figure: {path}")
     return 0
 
 
@@ -205,7 +214,8 @@ def register(sub) -> None:
                     help="with --table or --figure: only these methods (comma-separated keys: cbp,redo)")
     rp.add_argument("--latex", action="store_true",
                     help="with --table: print it as a LaTeX table float (booktabs; caption: what its "
-                         "columns hold) instead of Markdown")
+                         "columns hold) instead of Markdown; with --figure: print a figure float of "
+                         "the file drawn (caption: what it shows)")
     rp.add_argument("--check", action="store_true",
                     help="then load the page in headless Chromium: console errors, uncaught "
                          "exceptions, failed or external requests, images that did not load "

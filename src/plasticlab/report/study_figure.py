@@ -75,6 +75,17 @@ def study_figure(results: Results, measure: str, *, methods: Sequence[str] = (),
                            width=width, height=height or 2.6)
 
 
+def figure_caption(fig) -> str:
+    """What a figure of :func:`study_figure` shows, for a paper's caption: its panels' titles,
+    its measure, how a curve and its band are made, and its note (the binning)."""
+    axes = fig.axes
+    titles = [ax.get_title() for ax in axes]
+    ylabel = next(ax.get_ylabel() for ax in axes if ax.get_ylabel())
+    note = " ".join(t.get_text().replace("\n", " ") for t in fig.texts)
+    return (f"{'; '.join(titles)}: {ylabel} per task; line: the mean over seeds, band: its 95 % "
+            f"bootstrap interval.{' ' + note[:1].upper() + note[1:] + '.' if note else ''}")
+
+
 def _values(c, measure: str, label: str):
     """``c``'s values of ``measure`` ``[seeds, tasks(, layers)]`` and the tasks they are of
     (None: every task)."""
