@@ -140,3 +140,16 @@ def test_with_latex_the_command_prints_a_float_of_the_file_it_drew(tmp_path, cap
     assert ("\\caption{Random Label CIFAR $\\cdot$ Adam: feature srank (last hidden layer) per task; line: "
             "the mean over seeds, band: its 95 \\% bootstrap interval.}") in float_
     assert "\\label{fig:random-label-cifar-adam-srank}" in float_
+
+
+def test_a_methods_two_forms_are_two_curves_of_its_colour_one_dashed():
+    from plasticlab.report.data import combine_results
+
+    both = combine_results([load_results(CIFAR), load_results(PAGE / "reference-modes-random_label_cifar")])
+    (ax,) = study_figure(both, "online", methods=["cbp"], reps=100).axes
+    lines = [line for line in ax.get_lines() if not line.get_label().startswith("_")]
+    assert sorted(line.get_label() for line in lines) == [
+        "CBP adam_variant=reference replacement_init=kaiming (n=10)",
+        "CBP adam_variant=standard replacement_init=network (n=10)"]
+    assert len({line.get_color() for line in lines}) == 1
+    assert sorted(line.get_linestyle() for line in lines) == ["-", "--"]
