@@ -357,7 +357,7 @@ def _column(name: str, rows: list[ConfigRuns], results: Results, reps: int,
                              "(run with --measure-forgetting)")
         return f"{name} (points)", [interval(getattr(c, attr)) for c in rows]
     if name == "grid score":
-        return "grid score (%)", [_grid_score(c, results) for c in rows]
+        return f"grid score{m.unit_suffix()}", [_grid_score(c, results) for c in rows]
     raise AssertionError(name)  # parse_columns admits only the names above
 
 
@@ -367,7 +367,9 @@ def _step_size(lr: float) -> str:
     return f"1e{exponent}" if lr > 0 and math.isclose(lr, 10.0 ** exponent, rel_tol=1e-9) else f"{lr:g}"
 
 
-def _value(x: float, m, digits: int) -> str:
+def _value(x: float, m: Measure, digits: int) -> str:
+    """A value of the measure ``m`` as a table shows it: an accuracy in percent to ``digits``
+    decimals, an error as its measure formats it."""
     return f"{100 * x:.{digits}f}" if m.percent else m.format(x)
 
 
@@ -403,6 +405,6 @@ def _grid_score(c: ConfigRuns, results: Results) -> str:
     key = config_key(c.config)
     for entry in (results.selection or {}).get("selected", []):
         if config_key(entry["config"]) == key:
-            return f"{100 * entry['score']:.2f}"
+            return _value(entry["score"], c.measure, 2)
     raise ValueError(f"table column 'grid score': {results.directory} records no protocol "
                      f"selection of {c.label} (a study run with the selection protocol has one)")
