@@ -131,10 +131,11 @@ def save_figure(directory: str | list[str], measure: str, out: str | None, *,
     code: 0."""
     from ..report.data import combine_results, load_results
     from ..report.latex import latex_figure, latex_label, latex_text
-    from ..report.study_figure import figure_caption, save_study_figure, study_figure
+    from ..report.study_figure import figure_caption, figure_format, save_study_figure, study_figure
 
     if out is None:
         raise ValueError(f"--figure {measure}: give --out FILE, a .pdf, .png or .svg to draw it in")
+    figure_format(out)
     directories = [directory] if isinstance(directory, str) else list(directory)
     results = combine_results([load_results(d) for d in directories])
     fig = study_figure(results, measure, methods=_keys(methods), max_bins=max_bins, reps=reps)

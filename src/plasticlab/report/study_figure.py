@@ -97,12 +97,22 @@ def _values(c, measure: str, label: str):
     return c.metrics[measure], None
 
 
+def figure_format(path: str | Path) -> str:
+    """The format of the figure file ``path`` by its suffix (:data:`FIGURE_FORMATS`): checked
+    before a figure is drawn, so that a misnamed file costs no drawing."""
+    fmt = Path(path).suffix.lower().lstrip(".")
+    if fmt not in FIGURE_FORMATS:
+        raise ValueError(f"--out {path}: name a .pdf, .png or .svg file for the figure")
+    return fmt
+
+
 def save_study_figure(fig, path: str | Path) -> Path:
-    """Write ``fig`` to ``path``, its format the path's suffix (:data:`FIGURE_FORMATS`), and
+    """Write ``fig`` to ``path``, its format the path's suffix (:func:`figure_format`), and
     close it; returns the path."""
     path = Path(path)
-    fmt = path.suffix.lower().lstrip(".")
-    if fmt not in FIGURE_FORMATS:
+    try:
+        fmt = figure_format(path)
+    except ValueError:
         F._close(fig)
-        raise ValueError(f"--out {path}: name a .pdf, .png or .svg file for the figure")
+        raise
     return F.save_figure(fig, path.parent, path.stem, (fmt,))[fmt]
