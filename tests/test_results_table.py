@@ -103,13 +103,111 @@ def test_a_folder_of_several_optimizers_names_the_optimizer_of_the_rows_outside_
     assert not any(name.startswith("Adam") for name in table)
 
 
-def test_a_folder_of_several_problems_is_an_error(tmp_path):
+def test_a_folder_of_several_problems_is_one_table_by_problem_each_group_its_own_table():
     from plasticlab.report.data import combine_results
 
     both = combine_results([load_results(PERMUTED), load_results(CIFAR)])
-    with pytest.raises(ValueError, match="a table is of one problem; this holds permuted_mnist, "
-                                         "random_label_cifar"):
+    with pytest.raises(ValueError, match="its runs are of several problems, which a table's rows must "
+                                         r"tell apart: add problem to its settings \(--by\)"):
         results_table(both, "total")
+    rows = [r for r in _rows_of(results_table(both, "total, difference", by="problem"))]
+    assert rows[0] == ["problem", "method", "total (%)", "L2 Init − method (total, points)"]
+    for title, folder in (("Permuted MNIST", PERMUTED), ("Random Label CIFAR", CIFAR)):
+        alone = _rows_of(results_table(load_results(folder), "total, difference"))[1:]
+        assert [r[1:] for r in rows[1:] if r[0] == title] == alone  # the difference within the problem
+
+
+def _rows_of(markdown: str) -> list[list[str]]:
+    """A Markdown table's rows as lists of cells, the header first, the rule left out."""
+    return [[c.strip() for c in line.strip().strip("|").split("|")]
+            for line in markdown.splitlines() if line.startswith("|") and not set(line) <= set("|-: ")]
+
+
+def test_a_sensitivity_studys_table_has_a_row_per_configuration_ordered_by_its_settings():
+    """lambda-sensitivity: 12 configurations, each total and first/last window the report's
+    configuration table gives (to two decimals), ordered by α and then λ."""
+    rows = _rows_of(results_table(load_results(PAGE / "lambda-sensitivity"), "total, first, last",
+                                  by="lr, strength", configurations=True))
+    assert rows[0] == ["α", "λ", "method", "total (%)", "first 10 tasks", "last 10 tasks"]
+    report = (PAGE / "lambda-sensitivity" / "report" / "report.md").read_text(encoding="utf-8")
+    reported = {(float(lr), float(strength)): (total, first, last) for lr, strength, total, first, last in
+                re.findall(r"\| L2 Init \| \d+ \| lr=(\S+) strength=(\S+) \| 3 \| (\S+ \[\S+ \S+\]) \| "
+                           r"(\S+) \| (\S+) \|", report)}
+    assert len(rows) - 1 == len(reported) == 12
+    keys = [(float(lr), float(strength)) for lr, strength, *_ in rows[1:]]
+    assert keys == sorted(keys)  # α, then λ, increasing
+    for lr, strength, label, total, first, last in rows[1:]:
+        assert label == "L2 Init"  # its settings are columns of their own
+        assert (total, first.split()[0], last.split()[0]) == reported[(float(lr), float(strength))]
+
+
+def test_a_table_by_batch_size_stacks_each_streams_own_table():
+    """batch-size learns three streams; by batch_size, each batch size's rows are the table of
+    its runs alone (its own headline: the best α per method at that batch size)."""
+    results = load_results(PAGE / "batch-size")
+    rows = _rows_of(results_table(results, "lr, total, loss", by="batch_size"))
+    assert rows[0] == ["batch", "method", "α", "total (%)", "loss, best − last (points)"]
+    assert [r[0] for r in rows[1:]] == ["1", "1", "32", "32", "128", "128"]
+    for stream, part in results.streams("permuted_mnist", "adam"):
+        alone = _rows_of(results_table(part, "lr, total, loss"))[1:]
+        assert [r[1:] for r in rows[1:] if r[0] == str(stream["batch_size"])] == alone
+    assert rows[1][1:4] == ["**L2 Init**", "1e-4", "83.71 [83.67, 83.74]"]
+
+
+def test_a_folder_of_several_streams_is_an_error_naming_the_settings_that_tell_them_apart():
+    with pytest.raises(ValueError, match=r"several streams \(batch sizes or task lengths\), which a "
+                                         r"table's rows must tell apart: add batch_size or "
+                                         r"steps_per_task to its settings \(--by\)"):
+        results_table(load_results(PAGE / "batch-size"), "total")
+    with pytest.raises(ValueError, match="several streams"):  # a setting that does not part them
+        results_table(load_results(PAGE / "batch-size"), "total", by="init")
+
+
+def test_the_form_column_says_whose_form_and_the_label_leaves_its_settings():
+    rows = _rows_of(results_table(load_results(PAGE / "reference-modes"), "total", by="problem, form"))
+    assert rows[0] == ["problem", "form", "method", "total (%)"]
+    assert {(r[0], r[1], r[2]) for r in rows[1:]} == {
+        (p, f, m) for p in ("Permuted MNIST", "Random Label MNIST")
+        for f in ("plasticlab's form", "the authors' form") for m in ("CBP", "ReDo")}
+    authors_cbp = [r for r in rows[1:] if r[:3] == ["Random Label MNIST", "the authors' form", "CBP"]]
+    assert authors_cbp[0][3] == "43.80 [42.90, 44.60]"
+
+
+def test_a_column_of_the_step_size_leaves_it_out_of_the_label():
+    table = _cells(results_table(load_results(PAGE / "lambda-sensitivity"), "lr, total", configurations=True))
+    assert "L2 Init strength=0.01" in table and not any("lr=" in label for label in table)
+
+
+@pytest.mark.parametrize("by, message", [
+    ("stregnth", r"settings stregnth: no such setting in .*lambda-sensitivity's runs; name problem, "
+                 r"optimizer, form or a setting its runs hold \(those that vary: lr, strength\)"),
+    ("strength, strength", "a setting named twice"),
+    ("strength,", "an empty name between commas"),
+    ("method", "settings method: no such setting"),
+])
+def test_settings_are_checked_against_the_runs(by, message):
+    with pytest.raises(ValueError, match=message):
+        results_table(load_results(PAGE / "lambda-sensitivity"), "total", by=by)
+
+
+def test_the_step_size_is_named_once():
+    with pytest.raises(ValueError, match="lr is named both as a column and in by"):
+        results_table(load_results(PAGE / "lambda-sensitivity"), "lr, total", by="lr")
+
+
+def test_a_column_whose_groups_mean_different_things_is_an_error():
+    with pytest.raises(ValueError, match=r"table column 'P\(improvement\)' means 'P\(ReDo > method\)' "
+                                         r"for some rows and 'P\(CBP > method\)' for others"):
+        results_table(load_results(PAGE / "reference-modes"), "P(improvement)", by="problem, form")
+
+
+def test_the_command_takes_settings_and_every_configuration(capsys):
+    folder = PAGE / "lambda-sensitivity"
+    assert main(["report", str(folder), "--table", "total", "--by", "lr, strength", "--configurations"]) == 0
+    assert capsys.readouterr().out == results_table(load_results(folder), "total", by="lr, strength",
+                                                    configurations=True)
+    assert main(["report", str(folder), "--table", "total", "--by", "strength", "--latex"]) == 0
+    assert "$\\lambda$: the penalty's strength" in capsys.readouterr().out
 
 
 def test_column_names_are_checked_and_written_one_way():
@@ -252,6 +350,11 @@ def test_the_difference_is_the_claims_paired_difference_to_l2_init():
     (["--table", "total", "--out", "t.md"], "--out: not an option of --table"),
     (["--figure", "srank", "--side-by-side", "--out", "x.pdf"], "--side-by-side: not an option of --figure"),
     (["--figure", "srank", "--formats", "png", "--out", "x.pdf"], "--formats: not an option of --figure"),
+    (["--by", "lr"], "--by: not an option of the report"),
+    (["--figure", "srank", "--configurations", "--out", "x.pdf"],
+     "--configurations: not an option of --figure"),
+    (["--table", "total", "--side-by-side", "--by", "lr"],
+     "--by and --configurations shape one study's table"),
 ])
 def test_an_option_that_would_be_ignored_is_an_error(options, message, capsys):
     assert main(["report", str(PERMUTED), *options]) == 2
@@ -267,9 +370,3 @@ def test_l_is_the_claims_plasticity_loss_and_at_least_the_reports_loss():
     assert all(float(L.split()[0]) >= float(loss.split()[0]) for loss, L in table.values())
     assert "L2 Init: L 0.43 [0.27, 0.60] vs Baseline's 13.31 [12.44, 14.24]" in (
         PAGE / "claims.md").read_text(encoding="utf-8")
-
-
-def test_a_folder_of_several_streams_is_an_error_pointing_to_the_report():
-    with pytest.raises(ValueError, match=r"several streams \(batch sizes or task lengths\); a table or a "
-                                         r"figure is of one \(`plasticlab report` gives a section to each\)"):
-        results_table(load_results(PAGE / "batch-size"), "total")

@@ -153,3 +153,9 @@ def test_a_methods_two_forms_are_two_curves_of_its_colour_one_dashed():
         "CBP adam_variant=standard replacement_init=network (n=10)"]
     assert len({line.get_color() for line in lines}) == 1
     assert sorted(line.get_linestyle() for line in lines) == ["-", "--"]
+
+
+def test_a_folder_of_several_streams_is_refused_pointing_to_the_report():
+    with pytest.raises(ValueError, match=r"several streams \(batch sizes or task lengths\); a figure is "
+                                         r"of one \(`plasticlab report` gives a section to each\)"):
+        study_figure(load_results(PAGE / "batch-size"), "online")

@@ -21,7 +21,8 @@ It writes
   of the export in ``docs/reproduction/FOLDER`` with those columns, exactly what ``plasticlab
   report docs/reproduction/FOLDER --table "COLUMNS"`` prints (any page; docs/cli.md#one-table---table
   names the columns), and ``results A | B · COLUMN`` several exports side by side, either ending
-  ``· only METHOD, …`` for some methods' rows (:func:`results_block`).
+  ``· only METHOD, …`` for some methods' rows, one export's ``· by SETTING, …`` or
+  ``· configurations`` as ``--by`` and ``--configurations`` (:func:`results_block`).
 """
 
 from __future__ import annotations
@@ -130,21 +131,32 @@ def results_block(key: str) -> str:
     """The block ``results FOLDER · COLUMNS``: the table of the export in ``FOLDER`` (relative
     to docs/reproduction) with ``COLUMNS``, as ``plasticlab report FOLDER --table COLUMNS``
     prints it; ``results A | B · COLUMN``: one column of several exports side by side
-    (``--side-by-side``); either ending ``· only METHOD, …`` (``--methods``) for those rows."""
+    (``--side-by-side``). After it, each at most once: ``· only METHOD, …`` (``--methods``) for
+    those rows; for one export, ``· by SETTING, …`` (``--by``) and ``· configurations``
+    (``--configurations``)."""
     from plasticlab.report.data import load_results
     from plasticlab.report.results_table import results_table, side_by_side
 
     folders, _, rest = key.removeprefix("results ").partition(" · ")
-    columns, _, only = rest.partition(" · ")
+    columns, *options = rest.split(" · ")
     folders = folders.split(" | ")
-    methods = [m.strip() for m in only.removeprefix("only ").split(",")] if only else []
-    if not columns or (only and not only.startswith("only ")) or not all(
-            (PAGE / f / "results.json.gz").is_file() for f in folders):
+    given = {}
+    for option in options:
+        word, _, value = option.partition(" ")
+        if word not in ("only", "by", "configurations") or word in given or (
+                (word == "configurations") != (not value)) or (word != "only" and len(folders) > 1):
+            given = None
+            break
+        given[word] = [v.strip() for v in value.split(",")] if value else True
+    if not columns or given is None or not all((PAGE / f / "results.json.gz").is_file() for f in folders):
         raise ValueError(f"block {key!r}: write it `results FOLDER · COLUMNS` or `results FOLDER "
                          "| FOLDER · COLUMN`, each FOLDER an export under docs/reproduction, with "
-                         "`· only METHOD, …` after it for some methods' rows")
+                         "`· only METHOD, …` after it for some methods' rows and, for one FOLDER, "
+                         "`· by SETTING, …` and `· configurations`")
+    methods = given.get("only", [])
     if len(folders) == 1:
-        return results_table(load_results(PAGE / folders[0]), columns, methods=methods)
+        return results_table(load_results(PAGE / folders[0]), columns, methods=methods,
+                             by=given.get("by", ()), configurations=given.get("configurations", False))
     return side_by_side([(f, load_results(PAGE / f)) for f in folders], columns, methods=methods)
 
 

@@ -18,7 +18,8 @@ def cmd_report(args: argparse.Namespace) -> int:
                            latex=args.latex, max_bins=args.max_bins, reps=args.reps)
     if args.table is not None:
         return print_table(args.dirs, args.table, side_by_side=args.side_by_side,
-                           methods=args.methods, latex=args.latex, reps=args.reps)
+                           methods=args.methods, by=args.by, configurations=args.configurations,
+                           latex=args.latex, reps=args.reps)
     return write_report(args.dirs, args.out, args.formats, max_bins=args.max_bins, reps=args.reps,
                         check=args.check)
 
@@ -29,7 +30,11 @@ def _check_options(args: argparse.Namespace) -> None:
     given = {"--table": args.table is not None, "--figure": args.figure is not None}
     if all(given.values()):
         raise ValueError("--table and --figure: give one (a table is printed, a figure drawn)")
-    table_only = {"--side-by-side": args.side_by_side}
+    table_only = {"--side-by-side": args.side_by_side, "--by": args.by is not None,
+                  "--configurations": args.configurations}
+    if args.side_by_side and (args.by is not None or args.configurations):
+        raise ValueError("--side-by-side sets one column of several studies side by side, a row per "
+                         "method; --by and --configurations shape one study's table: give either")
     one_only = {"--methods": args.methods is not None, "--latex": args.latex}
     report_only = {"--check": args.check, "--formats": args.formats != FORMATS}
     wrong = ([o for o, on in table_only.items() if on and not given["--table"]]
@@ -88,11 +93,14 @@ def write_report(directory: str | list[str], out: str | None = None, formats: st
 
 
 def print_table(directory: str | list[str], columns: str, *, side_by_side: bool = False,
-                methods: str | None = None, latex: bool = False, reps: int = 2000) -> int:
+                methods: str | None = None, by: str | None = None, configurations: bool = False,
+                latex: bool = False, reps: int = 2000) -> int:
     """Print the Markdown table of ``directory``'s study (or of several directories read as
     one) with ``columns`` (:mod:`plasticlab.report.results_table`'s names, comma-separated);
     with ``side_by_side``, one column of each directory's study instead; ``methods``
-    (comma-separated keys): only their rows; ``latex``: a ``booktabs`` table float with its
+    (comma-separated keys): only their rows; ``by`` (comma-separated settings): columns of
+    these settings first, the rows grouped by them; ``configurations``: a row for every
+    configuration, not each method's headline; ``latex``: a ``booktabs`` table float with its
     caption (what the columns hold) and label instead, for a paper. Writes nothing. The exit
     code: 0."""
     from ..report import results_table as tables
@@ -109,7 +117,8 @@ def print_table(directory: str | list[str], columns: str, *, side_by_side: bool 
         table = tables.side_by_side_table(studies, columns, methods=only, reps=reps)
     else:
         studies = [("", combine_results([load_results(d) for d in directories]))]
-        table = tables.study_table(studies[0][1], columns, methods=only, reps=reps)
+        table = tables.study_table(studies[0][1], columns, methods=only, by=by or (),
+                                   configurations=configurations, reps=reps)
     # the table holds finished runs alone: say which are not in it, as the report does
     for name, results in studies:
         _print_warnings(results.warnings, f"{name}: " if name else "")
@@ -211,6 +220,13 @@ def register(sub) -> None:
     rp.add_argument("--side-by-side", dest="side_by_side", action="store_true",
                     help="with --table and several DIRs: one column (--table names one) for each "
                          "DIR's study, a row per method")
+    rp.add_argument("--by", metavar="SETTINGS",
+                    help="with --table: these settings as its first columns, the rows grouped by "
+                         "them (comma-separated: problem, optimizer, form, or a setting of the runs: "
+                         "strength, init, batch_size …); several problems or streams in one table")
+    rp.add_argument("--configurations", action="store_true",
+                    help="with --table: a row for every configuration (a protocol's on its grid "
+                         "seeds), not each method's headline: a sensitivity study's table")
     rp.add_argument("--methods", metavar="KEYS",
                     help="with --table or --figure: only these methods (comma-separated keys: cbp,redo)")
     rp.add_argument("--latex", action="store_true",

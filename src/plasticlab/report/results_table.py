@@ -6,9 +6,11 @@ table (``--latex``: as a float), and ``docs/reproduction/generate.py`` writes it
 ``<!-- generated: results FOLDER · COLUMNS -->`` block; :func:`side_by_side_table` sets one
 column of several studies side by side (``--side-by-side``). One row per method of the study's
 headline (the protocol's selection on its evaluation seeds where the study ran one, else each
-method's best), best total first; the paper's method, L2 Init, in bold. Every interval is the
-report's: a 95 % percentile bootstrap over seeds (``reps`` resamples drawn from ``seed``), so a
-table's numbers are the report's to the digit.
+method's best), best total first; the paper's method, L2 Init, in bold. Settings may be columns
+of their own, the rows grouped by them (``by``: ``--by strength``; several problems or streams
+in one table), and every configuration a row (``configurations``: a sensitivity study's table).
+Every interval is the report's: a 95 % percentile bootstrap over seeds (``reps`` resamples
+drawn from ``seed``), so a table's numbers are the report's to the digit.
 
 The columns (``COLUMNS`` lists the names; ``A–B`` may be written ``A-B``):
 
@@ -69,14 +71,23 @@ from ..problems import problem_title
 from . import stats
 from .build import (
     PLASTICITY_MIN_TASKS,
+    _grid_runs,
     _marked,
     _oracle_note,
     _shown,
     improvement_reference,
     plasticity_windows,
 )
-from .claims import Scores, paired_difference, signed_points
-from .data import ConfigRuns, Results, config_key
+from .claims import Scores, cbp_redo_form, paired_difference, signed_points
+from .data import (
+    STREAM_SETTINGS,
+    ConfigRuns,
+    Results,
+    config_key,
+    flat_settings,
+    method_form,
+    varying_settings,
+)
 from .page import Table, markdown_table
 from .stats import plasticity_loss
 
@@ -115,10 +126,12 @@ def parse_columns(text: str) -> list[str]:
 
 
 def results_table(results: Results, columns: Sequence[str] | str, *, methods: Sequence[str] = (),
-                  reps: int = 2000, seed: int = 0) -> str:
-    """The Markdown table of ``results`` (one problem, one stream) with ``columns``
-    (:func:`parse_columns`'s names, or its text): :func:`study_table` as a pipe table."""
-    return markdown_table(study_table(results, columns, methods=methods, reps=reps, seed=seed)) + "\n"
+                  by: Sequence[str] | str = (), configurations: bool = False, reps: int = 2000,
+                  seed: int = 0) -> str:
+    """The Markdown table of ``results`` with ``columns`` (:func:`parse_columns`'s names, or its
+    text): :func:`study_table` as a pipe table."""
+    return markdown_table(study_table(results, columns, methods=methods, by=by,
+                                      configurations=configurations, reps=reps, seed=seed)) + "\n"
 
 
 def side_by_side(named: Sequence[tuple[str, Results]], column: str, *, methods: Sequence[str] = (),
@@ -128,18 +141,32 @@ def side_by_side(named: Sequence[tuple[str, Results]], column: str, *, methods: 
 
 
 def study_table(results: Results, columns: Sequence[str] | str, *, methods: Sequence[str] = (),
-                reps: int = 2000, seed: int = 0) -> Table:
-    """The table of ``results`` (one problem, one stream) with ``columns``
-    (:func:`parse_columns`'s names, or its text), one row per method of each optimizer's
-    headline, best total first, and a note saying what its columns hold. Where the runs used
-    several optimizers (a field study's UPGD beside its Adam methods), the rows of all but the
-    most common one name theirs: ``UPGD (Baseline)``. ``methods``: only the rows of these
-    methods (their keys: ``cbp``), where given."""
+                by: Sequence[str] | str = (), configurations: bool = False, reps: int = 2000,
+                seed: int = 0) -> Table:
+    """The table of ``results`` with ``columns`` (:func:`parse_columns`'s names, or its text),
+    one row per method of each optimizer's headline, best total first, and a note saying what
+    its columns hold. Where the runs used several optimizers (a field study's UPGD beside its
+    Adam methods), the rows of all but the most common one name theirs: ``UPGD (Baseline)``.
+    ``methods``: only the rows of these methods (their keys: ``cbp``), where given.
+
+    ``by`` (:func:`parse_settings`): settings shown as the first columns, the rows grouped by
+    them in increasing order and best total first within a group, each a column of its own
+    rather than a part of the row's label; a study of several problems or streams (the
+    ``batch-size`` study's batch sizes) is one table when these settings tell its parts apart.
+    ``configurations``: a row for every configuration (a protocol's on its grid seeds) instead
+    of each method's headline — a sensitivity study's table — the paper's method no longer in
+    bold, as every row may be of it."""
     names = parse_columns(columns) if isinstance(columns, str) else parse_columns(", ".join(columns))
-    headers, rows = _table(results, names, _only(methods, [results]), reps, seed)
-    return Table(_title(results), ["method", *headers],
-                 [[_bold(label, c), *cells] for label, c, cells in rows],
-                 _note(names, [c for _, c, _ in rows]))
+    settings = parse_settings(by, results)
+    if "lr" in settings and "lr" in names:
+        raise ValueError("table: lr is named both as a column and in by; name it once")
+    headers, rows = _table(results, names, _only(methods, [results]), reps, seed, settings,
+                           configurations)
+    return Table(_title(results), [*(_setting_header(k) for k in settings), "method", *headers],
+                 [[*(_setting_cell(k, c) for k in settings),
+                   label if configurations else _bold(label, c), *cells] for label, c, cells in rows],
+                 _note(names, [c for _, c, _ in rows], settings)
+                 + (_CONFIGURATIONS_NOTE[bool(results.selection)] if configurations else ""))
 
 
 def side_by_side_table(named: Sequence[tuple[str, Results]], column: str, *,
@@ -200,9 +227,11 @@ def _notes(m: Measure) -> dict[str, str]:
     }
 
 
-def _note(names: Sequence[str], runs: Sequence[ConfigRuns]) -> str:
-    """What the columns ``names`` hold, one clause each, and the † of a boundary oracle."""
-    notes, kinds = _notes(runs[0].measure), []
+def _note(names: Sequence[str], runs: Sequence[ConfigRuns], settings: Sequence[str] = ()) -> str:
+    """What the columns ``names`` (after those of the ``settings``) hold, one clause each, and
+    the † of a boundary oracle."""
+    notes = {**SETTING_NOTES, **_notes(runs[0].measure)}
+    kinds = [k for k in settings if k in notes]
     for name in names:
         kind = ("task" if _TASK.fullmatch(name) else "tasks" if _TASKS.fullmatch(name)
                 else "window" if name in ("first", "best", "last")
@@ -228,22 +257,30 @@ def _only(methods: Sequence[str], studies: Sequence[Results]) -> frozenset[str] 
     return frozenset(methods)
 
 
-def _table(results: Results, names: list[str], only: frozenset[str] | None, reps: int,
-           seed: int) -> tuple[list[str], list[tuple[str, ConfigRuns, list[str]]]]:
-    """The headers of the columns ``names`` and the rows (of the methods ``only``, or all),
-    best total first: each its label, its configuration's runs and its cells."""
-    headline = [(label, c) for label, c in _headline(results) if only is None or c.method in only]
-    if not headline:
-        raise ValueError(f"{results.directory}: none of the methods {', '.join(sorted(only or ()))}")
-    m = headline[0][1].measure
-    ordered = sorted(headline, key=lambda row: -float(np.mean(m.oriented(row[1].total))))
-    rows = [c for _, c in ordered]
-    headers, columns = [], []
-    for name in names:
-        header, column = _column(name, rows, results, reps, seed)
-        headers.append(header)
-        columns.append(column)
-    return headers, [(label, c, [column[i] for column in columns]) for i, (label, c) in enumerate(ordered)]
+def _table(results: Results, names: list[str], only: frozenset[str] | None, reps: int, seed: int,
+           settings: Sequence[str] = (), configurations: bool = False
+           ) -> tuple[list[str], list[tuple[str, ConfigRuns, list[str]]]]:
+    """The headers of the columns ``names`` and the rows (of the methods ``only``, or all), in
+    :func:`_rows`' order: each its label, its configuration's runs and its cells. A column's
+    cells are computed over each group of rows that share their ``settings`` (the whole table
+    where there are none), so that a difference or a probability of improvement compares rows
+    of one problem and one stream."""
+    rows = _rows(results, only, settings, configurations, shown=("lr",) if "lr" in names else ())
+    groups: dict[tuple, list[ConfigRuns]] = {}
+    for _, c in rows:
+        groups.setdefault(tuple(_setting_cell(k, c) for k in settings), []).append(c)
+    headers: list[str] = []
+    columns: list[list[str]] = [[] for _ in names]
+    for group in groups.values():  # in the rows' order: _rows sorts by the settings first
+        for j, name in enumerate(names):
+            header, cells = _column(name, group, results, reps, seed)
+            if j == len(headers):
+                headers.append(header)
+            elif headers[j] != header:
+                raise ValueError(f"table column {name!r} means {headers[j]!r} for some rows and "
+                                 f"{header!r} for others; ask for it in a table of each")
+            columns[j] += cells
+    return headers, [(label, c, [column[i] for column in columns]) for i, (label, c) in enumerate(rows)]
 
 
 def _bold(label: str, c: ConfigRuns) -> str:
@@ -251,33 +288,180 @@ def _bold(label: str, c: ConfigRuns) -> str:
     return f"**{label}**" if c.method == PAPER_METHOD else label
 
 
+def _rows(results: Results, only: frozenset[str] | None, settings: Sequence[str],
+          configurations: bool, shown: Sequence[str] = ()) -> list[tuple[str, ConfigRuns]]:
+    """The table's rows, each its label and its runs: every problem's and every stream's
+    headline (or every configuration), of the methods ``only`` (or all), ordered by
+    ``settings`` and then best total first. Rows of several problems or streams must be told
+    apart by ``settings``; rows of several measures cannot share a table. A label leaves out
+    the settings in columns of their own: ``settings`` and ``shown``."""
+    problems = sorted({p for p, _ in results.studies()})
+    gathered = [row for problem in problems
+                for row in _gather(results, problem, configurations=configurations, streams=True)
+                if only is None or row[0].method in only]
+    if not gathered:
+        raise ValueError(f"{results.directory}: none of the methods {', '.join(sorted(only or ()))}")
+    parts_of: dict[tuple, set] = {}
+    for c, _, part in gathered:
+        parts_of.setdefault(tuple(_setting_cell(k, c) for k in settings), set()).add(part)
+    if any(len(parts) > 1 for parts in parts_of.values()):
+        parts = {part for _, _, part in gathered}
+        need = ((["problem"] if len({p for p, _ in parts}) > 1 else [])
+                + [k for k in STREAM_SETTINGS if len({dict(s).get(k) for _, s in parts}) > 1])
+        what = "problems" if len({p for p, _ in parts}) > 1 else "streams (batch sizes or task lengths)"
+        raise ValueError(f"{results.directory}: its runs are of several {what}, which a table's rows "
+                         f"must tell apart: add {' or '.join(need)} to its settings (--by)")
+    measures = {c.measure.name for c, _, _ in gathered}
+    if len(measures) > 1:
+        raise ValueError(f"{results.directory}: its problems measure different things "
+                         f"({', '.join(sorted(measures))}); give each kind a table of its own (--methods)")
+    m = gathered[0][0].measure
+    gathered.sort(key=lambda row: (tuple(_setting_order(k, row[0]) for k in settings),
+                                   -float(np.mean(m.oriented(row[0].total)))))
+    return [(_label(c, None if "optimizer" in settings else optimizer, _hidden(c, [*settings, *shown])), c)
+            for c, optimizer, _ in gathered]
+
+
+def _gather(results: Results, problem: str, *, configurations: bool = False, streams: bool = False
+            ) -> list[tuple[ConfigRuns, str | None, tuple]]:
+    """The configurations of ``problem``: each optimizer's headline (``configurations``: every
+    configuration, a protocol's on its grid seeds), each with the optimizer its label must name
+    (all but the most common one's; None) and its part (the problem and its stream's settings).
+    Runs of several streams (``streams`` False) are refused: a figure is of one."""
+    studies = results.studies()
+    by_optimizer: dict[str, list[tuple[ConfigRuns, tuple]]] = {}
+    for optimizer in (o for p, o in studies if p == problem):
+        parts = results.streams(problem, optimizer)
+        if len(parts) > 1 and not streams:
+            raise ValueError(f"{results.directory}: its {problem} · {optimizer} runs learn several "
+                             "streams (batch sizes or task lengths); a figure is of one "
+                             "(`plasticlab report` gives a section to each)")
+        by_optimizer[optimizer] = [
+            (c, tuple(sorted(stream.items())))
+            for stream, part in parts
+            for c in (_grid_runs(part, part.studies()[(problem, optimizer)]) if configurations
+                      else part.headline(problem, optimizer)[0])]
+    most = max(len(rows) for rows in by_optimizer.values())
+    unnamed = [o for o, rows in by_optimizer.items() if len(rows) == most]
+    unnamed = unnamed[0] if len(unnamed) == 1 else None
+    return [(c, None if optimizer == unnamed else optimizer, (problem, stream))
+            for optimizer, rows in by_optimizer.items() for c, stream in rows]
+
+
 def _headline(results: Results, problem: str | None = None) -> list[tuple[str, ConfigRuns]]:
     """Each optimizer's headline configurations of the one problem ``results`` holds (or of
-    ``problem``), with the label of each row."""
-    studies = results.studies()
-    problems = sorted({p for p, _ in studies})
+    ``problem``; one stream), with the label of each row."""
     if problem is None:
+        problems = sorted({p for p, _ in results.studies()})
         if len(problems) != 1:
-            raise ValueError(f"{results.directory}: a table is of one problem; this holds "
+            raise ValueError(f"{results.directory}: a figure is of one problem; this holds "
                              f"{', '.join(problems) or 'none'}")
         problem = problems[0]
-    by_optimizer = {}
-    for optimizer in (o for p, o in studies if p == problem):
-        if len(results.streams(problem, optimizer)) != 1:
-            raise ValueError(f"{results.directory}: its {problem} · {optimizer} runs learn several "
-                             "streams (batch sizes or task lengths); a table or a figure is of one "
-                             "(`plasticlab report` gives a section to each)")
-        by_optimizer[optimizer] = results.headline(problem, optimizer)[0]
-    most = max(len(h) for h in by_optimizer.values())
-    unnamed = [o for o, h in by_optimizer.items() if len(h) == most]
-    unnamed = unnamed[0] if len(unnamed) == 1 else None
-    return [(_label(c, None if optimizer == unnamed else optimizer), c)
-            for optimizer, h in by_optimizer.items() for c in h]
+    return [(_label(c, optimizer), c) for c, optimizer, _ in _gather(results, problem)]
 
 
-def _label(c: ConfigRuns, optimizer: str | None) -> str:
-    label = _marked(c.label, c.method)
+def _label(c: ConfigRuns, optimizer: str | None, hidden: frozenset[str] = frozenset()) -> str:
+    """``c``'s label — its method and the settings that tell it apart — without the settings
+    ``hidden`` (shown in columns of their own), marked † for a boundary oracle, naming
+    ``optimizer`` where given."""
+    label = c.label
+    if hidden:
+        title = method_title(c.method)
+        label = " ".join([title, *(part for part in label[len(title):].split()
+                                   if part.split("=", 1)[0] not in hidden)])
+    label = _marked(label, c.method)
     return label if optimizer is None else f"{optimizer_title(optimizer)} ({label})"
+
+
+SETTING_HEADERS = {"problem": "problem", "optimizer": "optimizer", "form": "form", "lr": "α",
+                   "strength": "λ", "batch_size": "batch", "steps_per_task": "steps a task",
+                   "init": "initialisation"}
+"""The header of a setting's column (:func:`study_table`'s ``by``) where it is not the name."""
+
+SETTING_NOTES = {"strength": "λ: the penalty's strength", "batch_size": "batch: the batch size",
+                 "steps_per_task": "steps a task: the steps of each task",
+                 "init": "initialisation: the network's initialisation scheme",
+                 "form": "form: the method as plasticlab writes it or as its authors' code does"}
+"""What a setting's column holds, for a table's note (``lr``'s is the ``lr`` column's)."""
+
+PSEUDO_SETTINGS = ("problem", "optimizer", "form")
+"""The ``by`` names that are not one of a run's settings as written: the problem and the
+optimizer as papers name them, and a method's form (:func:`_form`)."""
+
+_CONFIGURATIONS_NOTE = {False: " A row per configuration.",
+                        True: " A row per configuration of the grid, on its grid seeds."}
+
+
+def parse_settings(by: Sequence[str] | str, results: Results) -> list[str]:
+    """The settings ``by`` names (a list, or comma-separated text), each checked against
+    ``results``' runs: ``problem``, ``optimizer``, ``form`` (:func:`_form`) or a setting as
+    :func:`~plasticlab.report.data.flat_settings` names it (``strength``, ``init``,
+    ``batch_size``, ``problem.examples`` …)."""
+    parts = by.split(",") if isinstance(by, str) else list(by)
+    if isinstance(by, str) and not by.strip():
+        return []
+    names = [" ".join(str(part).split()) for part in parts]
+    if not all(names):
+        raise ValueError(f"settings {by!r}: an empty name between commas")
+    held = {k for c in results.configs for k in flat_settings(c.config)} - {"method"}
+    unknown = [n for n in names if n not in PSEUDO_SETTINGS and n not in held]
+    if unknown:
+        varying = [k for k in varying_settings([c.config for c in results.configs])
+                   if k not in ("method", *PSEUDO_SETTINGS)]
+        raise ValueError(f"settings {', '.join(unknown)}: no such setting in {results.directory}'s "
+                         f"runs; name problem, optimizer, form or a setting its runs hold (those "
+                         f"that vary: {', '.join(varying) or 'none'})")
+    if len(set(names)) != len(names):
+        raise ValueError(f"settings {by!r}: a setting named twice")
+    return names
+
+
+def _form(c: ConfigRuns) -> str | None:
+    """``c``'s form of its method: plasticlab's or the authors' for CBP and ReDo
+    (:func:`~plasticlab.report.claims.cbp_redo_form`), else its non-numeric method settings
+    (:func:`~plasticlab.report.data.method_form`); None where the method has none."""
+    if c.method in ("cbp", "redo"):
+        return cbp_redo_form(c.config, c.optimizer)
+    return " ".join(f"{k}={v}" for k, v in method_form(c.config)) or None
+
+
+def _hidden(c: ConfigRuns, settings: Sequence[str]) -> frozenset[str]:
+    """The settings ``c``'s label leaves out: those shown in columns, and with ``form`` the
+    method settings that make it."""
+    return frozenset([*settings, *((k for k, _ in method_form(c.config)) if "form" in settings else ())])
+
+
+def _setting_value(key: str, c: ConfigRuns):
+    return _form(c) if key == "form" else flat_settings(c.config).get(key)
+
+
+def _setting_cell(key: str, c: ConfigRuns) -> str:
+    """The setting ``key`` of ``c`` as its column shows it (``—``: the run has no such setting)."""
+    if key == "problem":
+        return problem_title(c.problem)
+    if key == "optimizer":
+        return optimizer_title(c.optimizer)
+    value = _setting_value(key, c)
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return _step_size(value)
+    return str(value)
+
+
+def _setting_order(key: str, c: ConfigRuns) -> tuple:
+    """Where ``c``'s setting ``key`` sorts: none first, then numbers in increasing order, then
+    text in alphabetical order (a problem by its key)."""
+    value = c.problem if key == "problem" else c.optimizer if key == "optimizer" else _setting_value(key, c)
+    if value is None:
+        return (0, 0.0, "")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return (1, float(value), "")
+    return (2, 0.0, str(value))
+
+
+def _setting_header(key: str) -> str:
+    return SETTING_HEADERS.get(key, key)
 
 
 def _column(name: str, rows: list[ConfigRuns], results: Results, reps: int,
