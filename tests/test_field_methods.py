@@ -507,7 +507,7 @@ def test_snr_on_the_cnn_treats_a_channel_as_a_unit_firing_anywhere():
 
 def test_plasticlab_list_and_the_report_mark_the_boundary_oracles(capsys):
     from plasticlab.cli import main
-    from plasticlab.report.build import _marked, _oracle_note
+    from plasticlab.report.build import marked_label, oracle_note
 
     assert main(["list"]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -516,8 +516,8 @@ def test_plasticlab_list_and_the_report_mark_the_boundary_oracles(capsys):
         assert ("boundary oracle" in line) == (name in {"ewc", "l2_init_ewc", "full_reset", "head_reset",
                                                         "fire", "dash", "plasticity_injection"}), name
     assert any("privileged task-boundary information" in x for x in lines)
-    assert _marked("fire", "fire") == "fire †" and _marked("l2_init", "l2_init") == "l2_init"
-    assert "privileged" in _oracle_note(["l2_init", "head_reset"]) and _oracle_note(["l2_init"]) == ""
+    assert marked_label("fire", "fire") == "fire †" and marked_label("l2_init", "l2_init") == "l2_init"
+    assert "privileged" in oracle_note(["l2_init", "head_reset"]) and oracle_note(["l2_init"]) == ""
 
 
 @pytest.mark.parametrize("method,params,needle", [

@@ -300,10 +300,10 @@ def test_lambda_sensitivity_draws_one_line_per_step_size(tmp_path):
                                          "steps_per_task": 10}).to_dict()
                 for seed in SEEDS:
                     _finish(store, config, seed, lambda s, t, lr=lr, lam=lam: 0.5 + lam + lr + 0.001 * s)
-    from plasticlab.report.build import _Context, _sweep_lines
+    from plasticlab.report.build import ReportContext, _sweep_lines
 
     configs = load_results(tmp_path).configs
-    ctx = _Context(tmp_path, ("png",), 50, 100, 0)
+    ctx = ReportContext(tmp_path, ("png",), 50, 100, 0)
     lines = _sweep_lines("l2_init", configs, ["lr", "strength"], "strength", ctx)
     assert [line.label for line in lines] == ["L2 Init lr=0.0001", "L2 Init lr=0.001"]
     assert all(list(line.x) == [1e-4, 1e-3, 1e-2] for line in lines)

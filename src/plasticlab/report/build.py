@@ -92,7 +92,7 @@ def build_report(directory: str | Path | Sequence[str | Path], out: str | Path |
         results = combine_results([load_results(d) for d in directories])
     fig_dir = out / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
-    ctx = _Context(fig_dir, tuple(formats), max_bins, reps, seed)
+    ctx = ReportContext(fig_dir, tuple(formats), max_bins, reps, seed)
     sections = [_study_section(part, problem, optimizer, ctx, stream)
                 for problem, optimizer in results.studies()
                 for stream, part in results.streams(problem, optimizer)]
@@ -137,7 +137,11 @@ def _export_runs(runs: Sequence[dict], path: Path) -> str:
     return f"every run's config and summary: {path.name}"
 
 
-class _Context:
+class ReportContext:
+    """What the parts of one report share: the folder and formats of its figures, the binning
+    of long curves (``max_bins``), the bootstrap's resamples and seed, and the intervals
+    computed so far (one bootstrap per set of values, however many tables quote it)."""
+
     def __init__(self, fig_dir: Path, formats: tuple[str, ...], max_bins: int, reps: int, seed: int):
         self.fig_dir, self.formats, self.max_bins, self.reps, self.seed = (
             fig_dir, formats, max_bins, reps, seed)
@@ -154,6 +158,7 @@ class _Context:
         return FigureRef(stem, caption, F.save_figure(fig, self.fig_dir, stem, self.formats))
 
     def interval(self, values: np.ndarray) -> stats.Interval:
+        """The 95 % percentile-bootstrap interval of the mean of ``values``."""
         # The same totals appear in several tables: bootstrap each set of values once.
         key = np.asarray(values, dtype=float).tobytes()
         if key not in self._intervals:
@@ -173,7 +178,7 @@ def _pct(i: stats.Interval, digits: int = 2) -> str:
     return f"{100 * i.point:.{digits}f} [{100 * i.lo:.{digits}f}, {100 * i.hi:.{digits}f}]"
 
 
-def _shown(i: stats.Interval, measure: Measure) -> str:
+def shown_interval(i: stats.Interval, measure: Measure) -> str:
     """An interval of ``measure``'s values as the tables show it: an accuracy in percent
     (:func:`_pct`), an error as it is, to 4 significant digits of its largest number (one
     number of decimals for the point and both bounds)."""
@@ -217,7 +222,7 @@ STREAM_WORDS = {"batch_size": ("batch {}", "batch{}"), "steps_per_task": ("{} st
 """How a section's title and its figures' file names name a stream setting (:meth:`Results.streams`)."""
 
 
-def _study_section(results: Results, problem: str, optimizer: str, ctx: _Context,
+def _study_section(results: Results, problem: str, optimizer: str, ctx: ReportContext,
                    stream: dict | None = None) -> Section:
     """The section of one study (problem × optimizer), or of one of its streams (``stream``:
     the settings that set it apart, :meth:`Results.streams`): its parts 1–6 of the module
@@ -255,7 +260,7 @@ def _study_section(results: Results, problem: str, optimizer: str, ctx: _Context
     return section
 
 
-def _add_online_accuracy(section: Section, headline: list[ConfigRuns], stem: str, ctx: _Context) -> None:
+def _add_online_accuracy(section: Section, headline: list[ConfigRuns], stem: str, ctx: ReportContext) -> None:
     """Part 1: the figure of the study's measure (online accuracy, or a regression's online
     squared error) vs task, one band per method."""
     m = headline[0].measure
@@ -271,7 +276,7 @@ def _add_online_accuracy(section: Section, headline: list[ConfigRuns], stem: str
         note=note, percent=m.percent))
 
 
-def _add_total_accuracy(section: Section, headline: list[ConfigRuns], stem: str, ctx: _Context) -> None:
+def _add_total_accuracy(section: Section, headline: list[ConfigRuns], stem: str, ctx: ReportContext) -> None:
     """Part 2: the total of the study's measure per method, mean and IQM with their
     intervals: a figure and a table (with the last task's test accuracy where it was
     measured; a regression has no test set, and no such column)."""
@@ -285,7 +290,7 @@ def _add_total_accuracy(section: Section, headline: list[ConfigRuns], stem: str,
         F.interval_figure, [F.Estimate(c.label, c.method, i.point, i.lo, i.hi, c.n) for c, i, _ in totals],
         xlabel=f"total average {m.name}", title=f"{section.title}: total {m.name}",
         percent=m.percent, value_format=None if m.percent else ".3g"))
-    rows = [[_marked(c.label, c.method), str(c.n), _shown(mean, m), _shown(iqm, m),
+    rows = [[marked_label(c.label, c.method), str(c.n), shown_interval(mean, m), shown_interval(iqm, m),
              *([_last_test_accuracy(c, ctx)] if m.percent else [])] for c, mean, iqm in totals]
     test_column = ["test acc., last task"] if m.percent else []
     test_note = "; test accuracy on the last reported task's held-out set" if m.percent else ""
@@ -293,10 +298,10 @@ def _add_total_accuracy(section: Section, headline: list[ConfigRuns], stem: str,
         f"Total average {m.name}{_unit_or_direction(m)}",
         ["method", "n", "mean [95% CI]", "IQM [95% CI]", *test_column], rows,
         "mean: percentile bootstrap over seeds; IQM: interquartile mean over seeds with a "
-        f"stratified-bootstrap interval{test_note}." + _oracle_note(c.method for c in headline)))
+        f"stratified-bootstrap interval{test_note}." + oracle_note(c.method for c in headline)))
 
 
-def _last_test_accuracy(c: ConfigRuns, ctx: _Context) -> str:
+def _last_test_accuracy(c: ConfigRuns, ctx: ReportContext) -> str:
     """The test accuracy (%) on the last reported task's held-out set, with its interval;
     "—" where it was not measured."""
     if "task_test_accuracy" not in c.metrics:
@@ -304,7 +309,7 @@ def _last_test_accuracy(c: ConfigRuns, ctx: _Context) -> str:
     return _pct(ctx.interval(c.metrics["task_test_accuracy"][:, c.reported[-1]]))
 
 
-def _add_plasticity_gap(section: Section, headline: list[ConfigRuns], stem: str, ctx: _Context) -> None:
+def _add_plasticity_gap(section: Section, headline: list[ConfigRuns], stem: str, ctx: ReportContext) -> None:
     """Part 2, where the study has ``full_reset`` runs: the figure of each method's plasticity
     gap, task by task, seed by seed — the from-scratch runs' online accuracy minus its own, or
     on a regression its online squared error minus theirs (positive: worse than from scratch)."""
@@ -331,7 +336,7 @@ def _add_plasticity_gap(section: Section, headline: list[ConfigRuns], stem: str,
         percent=m.percent))
 
 
-def _add_improvement(section: Section, headline: list[ConfigRuns], stem: str, ctx: _Context) -> None:
+def _add_improvement(section: Section, headline: list[ConfigRuns], stem: str, ctx: ReportContext) -> None:
     """Part 3: the probability of improvement, a figure and a table (none with one method)."""
     poi = _improvement(headline, ctx)
     if poi is None:
@@ -347,7 +352,7 @@ def _add_improvement(section: Section, headline: list[ConfigRuns], stem: str, ct
     section.tables.append(table)
 
 
-def _add_internals(section: Section, headline: list[ConfigRuns], stem: str, ctx: _Context) -> None:
+def _add_internals(section: Section, headline: list[ConfigRuns], stem: str, ctx: ReportContext) -> None:
     """Part 4: each internal measurement (:data:`INTERNALS`) at every task end, when every
     method has it, and against the global step for the methods measured every N steps."""
     for name, ylabel in INTERNALS.items():
@@ -372,7 +377,7 @@ def _add_internals(section: Section, headline: list[ConfigRuns], stem: str, ctx:
                 title=f"{section.title}: {ylabel}, every N steps"))
 
 
-def _add_forgetting(section: Section, headline: list[ConfigRuns], stem: str, ctx: _Context) -> None:
+def _add_forgetting(section: Section, headline: list[ConfigRuns], stem: str, ctx: ReportContext) -> None:
     """Part 5, for the methods whose forgetting was measured: a table of BWT and one-step BWT,
     and each one's accuracy matrix."""
     forgetting = [c for c in headline if c.accuracy_matrix is not None]
@@ -382,7 +387,7 @@ def _add_forgetting(section: Section, headline: list[ConfigRuns], stem: str, ctx
     section.tables.append(Table(
         "Forgetting", ["method", "n", f"total {m.abbreviation}{m.unit_suffix()}", "BWT (pp)",
                        "one-step BWT (pp)"],
-        [[c.label, str(c.n), _shown(ctx.interval(c.total), m), _pct(ctx.interval(c.bwt)),
+        [[c.label, str(c.n), shown_interval(ctx.interval(c.total), m), _pct(ctx.interval(c.bwt)),
           _pct(ctx.interval(c.one_step_bwt))] for c in forgetting],
         "BWT = mean over m < T of A[T, m] − A[m, m]; one-step BWT = mean of A[m+1, m] − A[m, m] "
         "(A[j, m]: test accuracy on task m after task j); mean [95 % bootstrap CI] in "
@@ -421,7 +426,7 @@ def plasticity_windows(online: np.ndarray, reported: Sequence[int],
             "loss": measure.oriented(rolling[:, best]) - measure.oriented(rolling[:, -1])}
 
 
-def _plasticity_table(headline: list[ConfigRuns], ctx: _Context) -> Table | None:
+def _plasticity_table(headline: list[ConfigRuns], ctx: ReportContext) -> Table | None:
     """Each method's online accuracy (a regression's online squared error) over its first,
     best and last windows of tasks, and the loss from best to last with its 95 % bootstrap
     interval; None for short studies."""
@@ -432,9 +437,9 @@ def _plasticity_table(headline: list[ConfigRuns], ctx: _Context) -> Table | None
     for c in headline:
         win = plasticity_windows(c.online, c.reported, m)
         w = win["w"]
-        rows.append([_marked(c.label, c.method), str(c.n), _shown(ctx.interval(win["first"]), m),
-                     f"{_shown(ctx.interval(win['best']), m)} (from task {win['best_from']})",
-                     _shown(ctx.interval(win["last"]), m), _shown(ctx.interval(win["loss"]), m)])
+        shown = {k: shown_interval(ctx.interval(win[k]), m) for k in ("first", "best", "last", "loss")}
+        rows.append([marked_label(c.label, c.method), str(c.n), shown["first"],
+                     f"{shown['best']} (from task {win['best_from']})", shown["last"], shown["loss"]])
     if m.higher_is_better:
         loss_column = "loss, best − last (points)"
         loss_text = "best window to the last is each seed's difference, in percentage points"
@@ -451,12 +456,12 @@ def _plasticity_table(headline: list[ConfigRuns], ctx: _Context) -> Table | None
 
 
 def _curves_figure(curves: Sequence[tuple[ConfigRuns, np.ndarray, np.ndarray, Sequence[int] | None]],
-                   ctx: _Context, **figure):
-    """:func:`figures.line_figure` of one :func:`_band` per ``(runs, values, x, points)``."""
-    return F.line_figure([_band(c, values, x, ctx, points) for c, values, x, points in curves], **figure)
+                   ctx: ReportContext, **figure):
+    """:func:`figures.line_figure` of one :func:`curve_band` per ``(runs, values, x, points)``."""
+    return F.line_figure([curve_band(c, values, x, ctx, points) for c, values, x, points in curves], **figure)
 
 
-def _band(c: ConfigRuns, values: np.ndarray, x: np.ndarray, ctx: _Context,
+def curve_band(c: ConfigRuns, values: np.ndarray, x: np.ndarray, ctx: ReportContext,
           points: Sequence[int] | None = None) -> F.Band:
     """``values`` ``[seeds, points(, layers)]`` of ``c`` against ``x`` as a curve with its 95 %
     bootstrap band: layered metrics by their last hidden layer (the features the head reads),
@@ -481,7 +486,7 @@ def improvement_reference(headline: Sequence[ConfigRuns]) -> ConfigRuns:
     return ref
 
 
-def _improvement(headline: list[ConfigRuns], ctx: _Context):
+def _improvement(headline: list[ConfigRuns], ctx: ReportContext):
     if len(headline) < 2:
         return None
     m = headline[0].measure
@@ -495,23 +500,23 @@ def _improvement(headline: list[ConfigRuns], ctx: _Context):
                                                 reps=ctx.reps, seed=ctx.seed)
         label = f"{ref.label} {m.comparison} {other.label}"
         estimates.append(F.Estimate(label, ref.method, i.point, i.lo, i.hi, min(ref.n, other.n)))
-        rows.append([_marked(ref.label, ref.method), _marked(other.label, other.method),
+        rows.append([marked_label(ref.label, ref.method), marked_label(other.label, other.method),
                      f"{ref.n} vs {other.n}", f"{i.point:.2f} [{i.lo:.2f}, {i.hi:.2f}]"])
     better = "" if m.higher_is_better else ": a lower error is the improvement"
     table = Table("Probability of improvement", ["X", "Y", "seeds", f"P(X {m.comparison} Y) [95% CI]"],
                   rows,
                   f"P(X {m.comparison} Y) + ½ P(X = Y) over runs' total {m.name}{better} "
                   "(Mann–Whitney U / nm); stratified-bootstrap interval."
-                  + _oracle_note(c.method for c in headline))
+                  + oracle_note(c.method for c in headline))
     return estimates, table
 
 
-def _marked(label: str, method: str) -> str:
+def marked_label(label: str, method: str) -> str:
     """``label`` with a † when ``method`` is a boundary oracle (told where tasks end)."""
     return f"{label} †" if method in METHODS and boundary_oracle(method) else label
 
 
-def _oracle_note(methods) -> str:
+def oracle_note(methods) -> str:
     """The footnote for † when any of ``methods`` is a boundary oracle, else nothing."""
     if any(m in METHODS and boundary_oracle(m) for m in methods):
         return f" † boundary oracle: {BOUNDARY_ORACLE_NOTE}."
@@ -528,7 +533,7 @@ def _slug(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch in ".-" else "_" for ch in text)
 
 
-def _grid_runs(results: Results, configs: list[ConfigRuns]) -> list[ConfigRuns]:
+def on_grid_seeds(results: Results, configs: list[ConfigRuns]) -> list[ConfigRuns]:
     """The configurations on their grid seeds only (a protocol's evaluation seeds removed), so
     every point of a sweep view averages comparable seeds."""
     eval_seeds = set((results.selection or {}).get("evaluation_seeds") or [])
@@ -541,8 +546,8 @@ def _grid_runs(results: Results, configs: list[ConfigRuns]) -> list[ConfigRuns]:
 
 
 def _sweep_views(results: Results, study: list[ConfigRuns], headline: list[ConfigRuns],
-                 section: Section, stem: str, ctx: _Context) -> None:
-    grid = _grid_runs(results, study)
+                 section: Section, stem: str, ctx: ReportContext) -> None:
+    grid = on_grid_seeds(results, study)
     by_method: dict[str, list[ConfigRuns]] = {}
     for c in grid:
         by_method.setdefault(c.method, []).append(c)
@@ -561,7 +566,7 @@ def _sweep_views(results: Results, study: list[ConfigRuns], headline: list[Confi
         for rank, c in enumerate(ranked, 1):
             mark = "✓" if rank == 1 else ""
             row = [method_title(method), str(rank), _settings_text(c, swept.get(method, [])), str(c.n),
-                   _shown(ctx.interval(c.total), measure)]
+                   shown_interval(ctx.interval(c.total), measure)]
             if long:
                 win = plasticity_windows(c.online, c.reported, measure)
                 w = win["w"]
@@ -607,7 +612,7 @@ def _sweep_views(results: Results, study: list[ConfigRuns], headline: list[Confi
                              _setting_text(entry["lr"], entry["params"], sorted(entry["params"])),
                              f"{measure.format(entry['score'])} (n={entry['seeds']})",
                              str(entry["candidates"]),
-                             f"{_shown(ctx.interval(shown.total), measure)} (n={shown.n})"
+                             f"{shown_interval(ctx.interval(shown.total), measure)} (n={shown.n})"
                              if shown else "not run yet",
                              paper_difference(entry)])
         if sel_rows:
@@ -652,7 +657,7 @@ MAX_SWEEP_LINES = 4
 
 
 def _sweep_lines(method: str, configs: list[ConfigRuns], keys: Sequence[str], setting: str,
-                 ctx: _Context) -> list:
+                 ctx: ReportContext) -> list:
     """The total (accuracy, or a regression's error) of ``method`` along ``setting``: with
     exactly one other swept setting of at most ``MAX_SWEEP_LINES`` values (λ sensitivity at
     two step sizes), one line per value of it; otherwise one line through the best
@@ -700,7 +705,7 @@ def _settings_text(c: ConfigRuns, keys: Sequence[str]) -> str:
                     for k in keys) or "—"
 
 
-def _aggregate_section(results: Results, ctx: _Context) -> Section | None:
+def _aggregate_section(results: Results, ctx: ReportContext) -> Section | None:
     """IQM of the total online accuracy across the classification problems per optimizer ×
     method (stratified bootstrap over seeds per problem). A regression's online squared error
     is another measure, on another scale and the other way round: its studies are left out, and

@@ -71,12 +71,12 @@ from ..problems import problem_title
 from . import stats
 from .build import (
     PLASTICITY_MIN_TASKS,
-    _grid_runs,
-    _marked,
-    _oracle_note,
-    _shown,
     improvement_reference,
+    marked_label,
+    on_grid_seeds,
+    oracle_note,
     plasticity_windows,
+    shown_interval,
 )
 from .claims import Scores, cbp_redo_form, paired_difference, signed_points
 from .data import (
@@ -160,9 +160,9 @@ def study_table(results: Results, columns: Sequence[str] | str, *, methods: Sequ
     settings = parse_settings(by, results)
     if "lr" in settings and "lr" in names:
         raise ValueError("table: lr is named both as a column and in by; name it once")
-    headers, rows = _table(results, names, _only(methods, [results]), reps, seed, settings,
+    headers, rows = _table(results, names, only_methods(methods, [results]), reps, seed, settings,
                            configurations)
-    return Table(_title(results), [*(_setting_header(k) for k in settings), "method", *headers],
+    return Table(table_title(results), [*(_setting_header(k) for k in settings), "method", *headers],
                  [[*(_setting_cell(k, c) for k in settings),
                    label if configurations else _bold(label, c), *cells] for label, c, cells in rows],
                  _note(names, [c for _, c, _ in rows], settings)
@@ -179,19 +179,19 @@ def side_by_side_table(named: Sequence[tuple[str, Results]], column: str, *,
     if len(names) != 1 or len(named) < 2:
         raise ValueError(f"side by side: one column ({column!r}) of two studies or more "
                          f"({len(named)} given)")
-    only = _only(methods, [results for _, results in named])
+    only = only_methods(methods, [results for _, results in named])
     tables = [_table(results, names, only, reps, seed) for _, results in named]
     cells = [{label: row_cells[0] for label, _, row_cells in rows} for _, rows in tables]
     runs = {label: c for _, rows in tables for label, c, _ in rows}  # the first study's order first
     header = tables[0][0][0]
-    return Table(" | ".join(_title(results) for _, results in named),
+    return Table(" | ".join(table_title(results) for _, results in named),
                  ["method", *(f"{header} · `{study}`" for study, _ in named)],
                  [[_bold(label, c), *(by_label.get(label, "—") for by_label in cells)]
                   for label, c in runs.items()],
                  _note(names, list(runs.values())) + " —: the study has no such run.")
 
 
-def _title(results: Results) -> str:
+def table_title(results: Results) -> str:
     """The problem and the optimizers of ``results``' runs, as the report names them."""
     problems = sorted({p for p, _ in results.studies()})
     optimizers = sorted({o for _, o in results.studies()})
@@ -242,10 +242,10 @@ def _note(names: Sequence[str], runs: Sequence[ConfigRuns], settings: Sequence[s
     text = "; ".join(notes[k] for k in kinds)
     if text[:1].isascii():  # a sentence's capital, but α stays α (Α is another letter)
         text = text[:1].upper() + text[1:]
-    return (text + "." if text else "") + _oracle_note(c.method for c in runs)
+    return (text + "." if text else "") + oracle_note(c.method for c in runs)
 
 
-def _only(methods: Sequence[str], studies: Sequence[Results]) -> frozenset[str] | None:
+def only_methods(methods: Sequence[str], studies: Sequence[Results]) -> frozenset[str] | None:
     """``methods`` as a set (None: every method), each checked to be in one of ``studies``."""
     if not methods:
         return None
@@ -339,7 +339,7 @@ def _gather(results: Results, problem: str, *, configurations: bool = False, str
         by_optimizer[optimizer] = [
             (c, tuple(sorted(stream.items())))
             for stream, part in parts
-            for c in (_grid_runs(part, part.studies()[(problem, optimizer)]) if configurations
+            for c in (on_grid_seeds(part, part.studies()[(problem, optimizer)]) if configurations
                       else part.headline(problem, optimizer)[0])]
     most = max(len(rows) for rows in by_optimizer.values())
     unnamed = [o for o, rows in by_optimizer.items() if len(rows) == most]
@@ -348,7 +348,7 @@ def _gather(results: Results, problem: str, *, configurations: bool = False, str
             for optimizer, rows in by_optimizer.items() for c, stream in rows]
 
 
-def _headline(results: Results, problem: str | None = None) -> list[tuple[str, ConfigRuns]]:
+def headline_rows(results: Results, problem: str | None = None) -> list[tuple[str, ConfigRuns]]:
     """Each optimizer's headline configurations of the one problem ``results`` holds (or of
     ``problem``; one stream), with the label of each row."""
     if problem is None:
@@ -369,7 +369,7 @@ def _label(c: ConfigRuns, optimizer: str | None, hidden: frozenset[str] = frozen
         title = method_title(c.method)
         label = " ".join([title, *(part for part in label[len(title):].split()
                                    if part.split("=", 1)[0] not in hidden)])
-    label = _marked(label, c.method)
+    label = marked_label(label, c.method)
     return label if optimizer is None else f"{optimizer_title(optimizer)} ({label})"
 
 
@@ -471,7 +471,7 @@ def _column(name: str, rows: list[ConfigRuns], results: Results, reps: int,
     scale = 100 if m.percent else 1
 
     def interval(values) -> str:
-        return _shown(stats.bootstrap_ci(values, reps=reps, seed=seed), m)
+        return shown_interval(stats.bootstrap_ci(values, reps=reps, seed=seed), m)
 
     if name == "seeds":
         return "seeds", [str(c.n) for c in rows]

@@ -23,9 +23,9 @@ import numpy as np
 
 from ..problems import problem_title
 from . import figures as F
-from .build import _band, _Context
+from .build import ReportContext, curve_band
 from .data import INTERNALS, PERCENT_METRICS, Results, binning_note
-from .results_table import _headline, _only, _title
+from .results_table import headline_rows, only_methods, table_title
 
 FIGURE_MEASURES = ("online", *INTERNALS)
 """The names :func:`study_figure` draws: the study's measure, then the task-end measurements."""
@@ -44,17 +44,18 @@ def study_figure(results: Results, measure: str, *, methods: Sequence[str] = (),
     names, with one legend: the paper's figures' layout."""
     if measure not in FIGURE_MEASURES:
         raise ValueError(f"figure {measure!r} is not one of: {', '.join(FIGURE_MEASURES)}")
-    only = _only(methods, [results])
+    only = only_methods(methods, [results])
     problems = sorted({p for p, _ in results.studies()})
-    ctx = _Context(Path("."), (), max_bins, reps, seed)
+    ctx = ReportContext(Path("."), (), max_bins, reps, seed)
     panels, notes, measures = [], [], {}
     for problem in problems:
-        rows = [(label, c) for label, c in _headline(results, problem) if only is None or c.method in only]
+        rows = [(label, c) for label, c in headline_rows(results, problem)
+                if only is None or c.method in only]
         if not rows:
             continue  # a problem none of the methods asked for ran
         curves = [(label, c, *_values(c, measure, label)) for label, c in rows]
-        bands = [dataclasses.replace(_band(c, values, np.arange(values.shape[1]), ctx, tasks), label=label)
-                 for label, c, values, tasks in curves]
+        bands = [dataclasses.replace(curve_band(c, values, np.arange(values.shape[1]), ctx, tasks),
+                                     label=label) for label, c, values, tasks in curves]
         panels.append((problem_title(problem), bands))
         measures[problem] = rows[0][1].measure
         binned = binning_note(curves[0][2].shape[1], max_bins)
@@ -69,7 +70,7 @@ def study_figure(results: Results, measure: str, *, methods: Sequence[str] = (),
                        else (INTERNALS[measure], measure in PERCENT_METRICS))
     note = "; ".join(notes)
     if len(panels) == 1:
-        return F.line_figure(panels[0][1], xlabel="task", ylabel=ylabel, title=_title(results),
+        return F.line_figure(panels[0][1], xlabel="task", ylabel=ylabel, title=table_title(results),
                              percent=percent, note=note, width=width, height=height or 3.4)
     return F.panels_figure(panels, xlabel="task", ylabel=ylabel, percent=percent, note=note,
                            width=width, height=height or 2.6)
