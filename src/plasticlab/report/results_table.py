@@ -348,15 +348,9 @@ def _gather(results: Results, problem: str, *, configurations: bool = False, str
             for optimizer, rows in by_optimizer.items() for c, stream in rows]
 
 
-def headline_rows(results: Results, problem: str | None = None) -> list[tuple[str, ConfigRuns]]:
-    """Each optimizer's headline configurations of the one problem ``results`` holds (or of
-    ``problem``; one stream), with the label of each row."""
-    if problem is None:
-        problems = sorted({p for p, _ in results.studies()})
-        if len(problems) != 1:
-            raise ValueError(f"{results.directory}: a figure is of one problem; this holds "
-                             f"{', '.join(problems) or 'none'}")
-        problem = problems[0]
+def headline_rows(results: Results, problem: str) -> list[tuple[str, ConfigRuns]]:
+    """Each optimizer's headline configurations of ``problem`` (one stream), with the label of
+    each row: a figure's curves (:mod:`.study_figure`)."""
     return [(_label(c, optimizer), c) for c, optimizer, _ in _gather(results, problem)]
 
 
