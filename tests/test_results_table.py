@@ -154,6 +154,29 @@ def test_a_table_by_batch_size_stacks_each_streams_own_table():
     assert rows[1][1:4] == ["**L2 Init**", "1e-4", "83.71 [83.67, 83.74]"]
 
 
+def test_by_a_setting_each_methods_headline_is_taken_within_each_group():
+    """init: the headline alone is each method's best scheme (PyTorch's default); by init, each
+    method's row under every scheme, its difference to L2 Init's under the same scheme."""
+    results = load_results(PAGE / "init")
+    assert [r[0] for r in _rows_of(results_table(results, "total"))[1:]] == [
+        "**L2 Init init=torch_default**", "Baseline init=torch_default"]
+    rows = _rows_of(results_table(results, "total, difference", by="init"))
+    schemes = ["kaiming_normal", "kaiming_uniform", "torch_default", "xavier_normal", "xavier_uniform"]
+    assert [(r[0], r[1]) for r in rows[1:]] == [(s, m) for s in schemes for m in ("**L2 Init**", "Baseline")]
+    every = _rows_of(results_table(results, "total", by="init", configurations=True))
+    assert [r[2] for r in rows[1:]] == [r[2] for r in every[1:]]  # one configuration a method a scheme
+    assert rows[6][2:] == ["65.73 [64.67, 66.57]", "+17.14 [+16.27, +18.22]"]  # torch_default's Baseline
+
+
+def test_by_a_setting_a_protocols_selection_stands_where_its_group_holds_it():
+    """main-permuted_mnist-adam by α: at 1e-3 L2 Init is its selection on the 10 evaluation
+    seeds; the Baseline, selected at 1e-4, is there on its 10 and at 1e-3 its best on 3 grid seeds."""
+    rows = {(r[0], r[1]): r[2] for r in _rows_of(results_table(
+        load_results(PAGE / "main-permuted_mnist-adam"), "seeds, total", by="lr"))[1:]}
+    assert rows[("1e-3", "**L2 Init strength=0.01**")] == "10"
+    assert rows[("1e-4", "Baseline")] == "10" and rows[("1e-3", "Baseline")] == "3"
+
+
 def test_a_folder_of_several_streams_is_an_error_naming_the_settings_that_tell_them_apart():
     with pytest.raises(ValueError, match=r"several streams \(batch sizes or task lengths\), which a "
                                          r"table's rows must tell apart: add batch_size or "

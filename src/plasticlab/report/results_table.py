@@ -58,6 +58,7 @@ The columns (``COLUMNS`` lists the names; ``A–B`` may be written ``A-B``):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Sequence
@@ -297,7 +298,8 @@ def _rows(results: Results, only: frozenset[str] | None, settings: Sequence[str]
     the settings in columns of their own: ``settings`` and ``shown``."""
     problems = sorted({p for p, _ in results.studies()})
     gathered = [row for problem in problems
-                for row in _gather(results, problem, configurations=configurations, streams=True)
+                for row in _gather(results, problem, configurations=configurations, streams=True,
+                                   settings=settings)
                 if only is None or row[0].method in only]
     if not gathered:
         raise ValueError(f"{results.directory}: none of the methods {', '.join(sorted(only or ()))}")
@@ -322,12 +324,15 @@ def _rows(results: Results, only: frozenset[str] | None, settings: Sequence[str]
             for c, optimizer, _ in gathered]
 
 
-def _gather(results: Results, problem: str, *, configurations: bool = False, streams: bool = False
-            ) -> list[tuple[ConfigRuns, str | None, tuple]]:
+def _gather(results: Results, problem: str, *, configurations: bool = False, streams: bool = False,
+            settings: Sequence[str] = ()) -> list[tuple[ConfigRuns, str | None, tuple]]:
     """The configurations of ``problem``: each optimizer's headline (``configurations``: every
     configuration, a protocol's on its grid seeds), each with the optimizer its label must name
     (all but the most common one's; None) and its part (the problem and its stream's settings).
-    Runs of several streams (``streams`` False) are refused: a figure is of one."""
+    The headline is taken in each stream and, with ``settings``, among the configurations
+    that share their values (each method's best at each λ, each initialisation scheme …: the
+    protocol's selection where the group holds it). Runs of several streams (``streams`` False)
+    are refused: a figure is of one."""
     studies = results.studies()
     by_optimizer: dict[str, list[tuple[ConfigRuns, tuple]]] = {}
     for optimizer in (o for p, o in studies if p == problem):
@@ -340,12 +345,25 @@ def _gather(results: Results, problem: str, *, configurations: bool = False, str
             (c, tuple(sorted(stream.items())))
             for stream, part in parts
             for c in (on_grid_seeds(part, part.studies()[(problem, optimizer)]) if configurations
-                      else part.headline(problem, optimizer)[0])]
+                      else _headline_by(part, problem, optimizer, settings))]
     most = max(len(rows) for rows in by_optimizer.values())
     unnamed = [o for o, rows in by_optimizer.items() if len(rows) == most]
     unnamed = unnamed[0] if len(unnamed) == 1 else None
     return [(c, None if optimizer == unnamed else optimizer, (problem, stream))
             for optimizer, rows in by_optimizer.items() for c, stream in rows]
+
+
+def _headline_by(part: Results, problem: str, optimizer: str, settings: Sequence[str]) -> list[ConfigRuns]:
+    """The headline of ``part`` (one stream of ``problem`` × ``optimizer``) in each group of
+    configurations that share their ``settings``' values (:meth:`Results.headline`'s choice,
+    made within the group)."""
+    groups: dict[tuple, list[ConfigRuns]] = {}
+    for c in part.studies()[(problem, optimizer)]:
+        groups.setdefault(tuple(_setting_cell(k, c) for k in settings), []).append(c)
+    if len(groups) == 1:
+        return part.headline(problem, optimizer)[0]
+    return [c for configs in groups.values()
+            for c in dataclasses.replace(part, configs=configs).headline(problem, optimizer)[0]]
 
 
 def headline_rows(results: Results, problem: str) -> list[tuple[str, ConfigRuns]]:
