@@ -151,9 +151,11 @@ def study_table(results: Results, columns: Sequence[str] | str, *, methods: Sequ
     ``methods``: only the rows of these methods (their keys: ``cbp``), where given.
 
     ``by`` (:func:`parse_settings`): settings shown as the first columns, the rows grouped by
-    them in increasing order and best total first within a group, each a column of its own
-    rather than a part of the row's label; a study of several problems or streams (the
-    ``batch-size`` study's batch sizes) is one table when these settings tell its parts apart.
+    them in increasing order and best total first within a group, each method's headline taken
+    within each group (each method's best under each initialisation scheme), each setting a
+    column of its own rather than a part of the row's label; a study of several problems or
+    streams (the ``batch-size`` study's batch sizes) is one table when these settings tell its
+    parts apart.
     ``configurations``: a row for every configuration (a protocol's on its grid seeds) instead
     of each method's headline — a sensitivity study's table — the paper's method no longer in
     bold, as every row may be of it."""
