@@ -474,9 +474,14 @@ def test_vector_strength_without_member_dim_is_a_value_error():
         L2Init(small_mlp(), torch.tensor([1e-2, 1e-3]))
 
 
-def test_nothing_to_regularize_is_a_value_error():
-    with pytest.raises(ValueError, match="no parameters"):
+def test_nothing_to_regularize_is_a_value_error_saying_why():
+    with pytest.raises(ValueError, match="no parameters to regularize: ReLU has no trainable weight"):
         L2Init(nn.ReLU(), 1e-2)
+    frozen = nn.Linear(3, 2).requires_grad_(False)
+    with pytest.raises(ValueError, match=r"frozen ones, requires_grad=False, are left out"):
+        L2Init(frozen, 1e-2)
+    with pytest.raises(ValueError, match="the list of tensors given is empty"):
+        L2Init([], 1e-2)
 
 
 # --- the penalty methods on an ensemble ---------------------------------------------------------------

@@ -100,7 +100,11 @@ class Regularizer(NamedState):
         self.params = (regularized_parameters(params) if isinstance(params, nn.Module)
                        else list(params))
         if not self.params:
-            raise ValueError(f"{type(self).__name__}: no parameters to regularize")
+            what = (f"{type(params).__name__} has no trainable weight or bias outside normalisation "
+                    "layers (frozen ones, requires_grad=False, are left out)"
+                    if isinstance(params, nn.Module) else "the list of tensors given is empty")
+            raise ValueError(f"{type(self).__name__}: no parameters to regularize: {what}; build it "
+                             "on the model you train")
         self.member_dim = member_dim
         strength = torch.as_tensor(strength, dtype=self.params[0].dtype,
                                    device=self.params[0].device)
