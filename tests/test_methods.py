@@ -82,6 +82,9 @@ def test_shrink_perturb_drop_in_on_a_plain_module():
     assert model[0].weight.abs().max() <= 1 / 50 ** 0.5
     with pytest.raises(ValueError, match="shrink"):
         ShrinkPerturb(model, shrink=1.5, noise=0.0)
+    # the values as written, not as float32 rounds them (0.1 → 0.10000000149011612)
+    with pytest.raises(ValueError, match=r"got shrink 0.9, noise -0.1$"):
+        ShrinkPerturb(model, shrink=0.9, noise=-0.1)
 
 
 # --- Concat ReLU, Layer Norm -----------------------------------------------------------------

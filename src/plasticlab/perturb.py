@@ -48,8 +48,9 @@ class ShrinkPerturb(NamedState):
         self.shrink = torch.as_tensor(shrink, dtype=ref.dtype, device=ref.device)
         self.noise = torch.as_tensor(noise, dtype=ref.dtype, device=ref.device)
         if bool((self.noise < 0).any()) or bool(((self.shrink < 0) | (self.shrink > 1)).any()):
+            # the values as given, not as the parameters' dtype rounds them (0.1 → 0.10000000149)
             raise ValueError(f"ShrinkPerturb: need 0 <= shrink <= 1 and noise >= 0, got shrink "
-                             f"{self.shrink.tolist()}, noise {self.noise.tolist()}")
+                             f"{_as_given(shrink)}, noise {_as_given(noise)}")
         self.member_dim = member_dim
 
     def _view(self, t: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
@@ -63,3 +64,10 @@ class ShrinkPerturb(NamedState):
         self._follow(self.params[0].device)
         for p, eps in zip(self.params, self.sampler(), strict=True):
             p.mul_(self._view(self.shrink, p)).add_(self._view(self.noise, p) * eps)
+
+
+def _as_given(value) -> str:
+    """A number, or a tensor or list of them, as the user wrote it (``:g``)."""
+    values = torch.as_tensor(value, dtype=torch.float64).reshape(-1).tolist()
+    text = ", ".join(f"{v:g}" for v in values)
+    return text if len(values) == 1 else f"[{text}]"
