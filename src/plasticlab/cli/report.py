@@ -222,8 +222,9 @@ def register(sub) -> None:
                          "DIR's study, a row per method")
     rp.add_argument("--by", metavar="SETTINGS",
                     help="with --table: these settings as its first columns, the rows grouped by "
-                         "them (comma-separated: problem, optimizer, form, or a setting of the runs: "
-                         "strength, init, batch_size …); several problems or streams in one table")
+                         "them, each method's headline within each group (comma-separated: problem, "
+                         "optimizer, form, or a setting of the runs: strength, init, batch_size …); "
+                         "several problems or streams in one table")
     rp.add_argument("--configurations", action="store_true",
                     help="with --table: a row for every configuration (a protocol's on its grid "
                          "seeds), not each method's headline: a sensitivity study's table")
