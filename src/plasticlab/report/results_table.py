@@ -269,21 +269,22 @@ def _table(results: Results, names: list[str], only: frozenset[str] | None, reps
     where there are none), so that a difference or a probability of improvement compares rows
     of one problem and one stream."""
     rows = _rows(results, only, settings, configurations, shown=("lr",) if "lr" in names else ())
-    groups: dict[tuple, list[ConfigRuns]] = {}
-    for _, c in rows:
-        groups.setdefault(tuple(_setting_cell(k, c) for k in settings), []).append(c)
+    groups: dict[tuple, list[int]] = {}
+    for i, (_, c) in enumerate(rows):
+        groups.setdefault(tuple(_setting_cell(k, c) for k in settings), []).append(i)
     headers: list[str] = []
-    columns: list[list[str]] = [[] for _ in names]
-    for group in groups.values():  # in the rows' order: _rows sorts by the settings first
+    cells: list[list[str]] = [[] for _ in rows]
+    for at in groups.values():
         for j, name in enumerate(names):
-            header, cells = _column(name, group, results, reps, seed)
+            header, column = _column(name, [rows[i][1] for i in at], results, reps, seed)
             if j == len(headers):
                 headers.append(header)
             elif headers[j] != header:
                 raise ValueError(f"table column {name!r} means {headers[j]!r} for some rows and "
                                  f"{header!r} for others; ask for it in a table of each")
-            columns[j] += cells
-    return headers, [(label, c, [column[i] for column in columns]) for i, (label, c) in enumerate(rows)]
+            for i, cell in zip(at, column, strict=True):
+                cells[i].append(cell)
+    return headers, [(label, c, row_cells) for (label, c), row_cells in zip(rows, cells, strict=True)]
 
 
 def _bold(label: str, c: ConfigRuns) -> str:
