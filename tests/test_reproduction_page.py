@@ -571,8 +571,14 @@ def test_a_results_block_is_the_table_command_of_an_export_under_the_reproductio
         side_by_side([(f, load_results(PAGE / f)) for f in ("best-permuted_mnist-adam",
                                                             "reference-modes-permuted_mnist")],
                      "total", methods=["cbp", "redo"])
+    assert generate.results_block("results init · total · only l2_init · by init · configurations") == \
+        results_table(load_results(PAGE / "init"), "total", methods=["l2_init"], by="init",
+                      configurations=True)
     for key in ("results nowhere · total", "results best-permuted_mnist-adam",
-                "results best-permuted_mnist-adam · total · cbp"):
+                "results best-permuted_mnist-adam · total · cbp",
+                "results init · total · by init · by lr", "results init · total · by",
+                "results init · total · configurations now",
+                "results best-permuted_mnist-adam | reference-modes-permuted_mnist · total · by problem"):
         with pytest.raises(ValueError, match="write it `results FOLDER · COLUMNS`"):
             generate.results_block(key)
 
