@@ -35,6 +35,8 @@ PAGE = Path(__file__).resolve().parent
 REPO = PAGE.parents[1]
 CLAIMS_MD = PAGE / "claims.md"
 BLOCK = re.compile(r"(<!-- generated: (.+?) -->\n)(.*?)(<!-- end generated -->)", re.S)
+MANUAL_PAGES = (REPO / "docs" / "methods.md",)
+"""Pages of the manual that quote a study's table: their ``results`` blocks are written too."""
 
 # SPEC §11: the paper's forgetting table (Permuted MNIST, 20 tasks): method, its settings as the
 # study's configs hold them, and BWT / one-step BWT / total online accuracy in %
@@ -173,7 +175,8 @@ def expected_blocks(markdown: str) -> dict[str, str]:
         expected[f"claims {title}"] = body
     for title, body in sections(field).items():
         expected[f"field {title}"] = body
-    for key in sorted({k for p in pages() for k in blocks(p.read_text()) if k.startswith("results ")}):
+    for key in sorted({k for p in (*pages(), *MANUAL_PAGES) for k in blocks(p.read_text())
+                       if k.startswith("results ")}):
         expected[key] = results_block(key)
     for folder in sorted(PAGE.glob("main-*/")):
         if (folder / "results.json.gz").is_file():
@@ -203,7 +206,8 @@ def main(argv: list[str]) -> int:
     markdown = claims_markdown()
     expected = expected_blocks(markdown)
     stale = []
-    for path, new in [(CLAIMS_MD, markdown), *((p, filled(p.read_text(), expected)) for p in pages())]:
+    for path, new in [(CLAIMS_MD, markdown),
+                      *((p, filled(p.read_text(), expected)) for p in (*pages(), *MANUAL_PAGES))]:
         if not path.exists() or path.read_text() != new:
             stale.append(path.relative_to(REPO).as_posix())
             if not check:
