@@ -19,10 +19,11 @@ It writes
   the protocol's selection a ``main-*`` study's export records, beside the configuration the
   paper reports for each method (that study's page); ``results FOLDER · COLUMNS`` — the table
   of the export in ``docs/reproduction/FOLDER`` with those columns, exactly what ``plasticlab
-  report docs/reproduction/FOLDER --table "COLUMNS"`` prints (any page; docs/cli.md#one-table---table
-  names the columns), and ``results A | B · COLUMN`` several exports side by side, either ending
-  ``· only METHOD, …`` for some methods' rows, one export's ``· by SETTING, …`` or
-  ``· configurations`` as ``--by`` and ``--configurations`` (:func:`results_block`).
+  report docs/reproduction/FOLDER --table "COLUMNS"`` prints (any page, and the manual's
+  :data:`MANUAL_PAGES`; docs/cli.md#one-table---table names the columns), and ``results A | B
+  · COLUMN`` several exports side by side, either ending ``· only METHOD, …`` for some methods'
+  rows, one export's ``· by SETTING, …`` or ``· configurations`` as ``--by`` and
+  ``--configurations`` (:func:`results_block`).
 """
 
 from __future__ import annotations
