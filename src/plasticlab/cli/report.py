@@ -99,7 +99,8 @@ def print_table(directory: str | list[str], columns: str, *, side_by_side: bool 
     one) with ``columns`` (:mod:`plasticlab.report.results_table`'s names, comma-separated);
     with ``side_by_side``, one column of each directory's study instead; ``methods``
     (comma-separated keys): only their rows; ``by`` (comma-separated settings): columns of
-    these settings first, the rows grouped by them; ``configurations``: a row for every
+    these settings first, the rows grouped by them, each method's headline within each group;
+    ``configurations``: a row for every
     configuration, not each method's headline; ``latex``: a ``booktabs`` table float with its
     caption (what the columns hold) and label instead, for a paper. Writes nothing. The exit
     code: 0."""
