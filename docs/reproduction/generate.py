@@ -54,6 +54,12 @@ def pages() -> list[Path]:
                   and p != CLAIMS_MD)
 
 
+def written_pages() -> list[Path]:
+    """Every page whose generated blocks :func:`main` writes: :func:`pages` and the manual's
+    :data:`MANUAL_PAGES`."""
+    return [*pages(), *MANUAL_PAGES]
+
+
 def claims_markdown(every_study: bool = True, judged=None) -> str:
     """What ``plasticlab claims docs/reproduction [--every-study] --markdown FILE`` writes, run
     from the repository root (its notes name the folders as that command does); ``judged``:
@@ -176,8 +182,8 @@ def expected_blocks(markdown: str) -> dict[str, str]:
         expected[f"claims {title}"] = body
     for title, body in sections(field).items():
         expected[f"field {title}"] = body
-    for key in sorted({k for p in (*pages(), *MANUAL_PAGES) for k in blocks(p.read_text())
-                       if k.startswith("results ")}):
+    asked = {k for p in written_pages() for k in blocks(p.read_text()) if k.startswith("results ")}
+    for key in sorted(asked):
         expected[key] = results_block(key)
     for folder in sorted(PAGE.glob("main-*/")):
         if (folder / "results.json.gz").is_file():
@@ -207,8 +213,8 @@ def main(argv: list[str]) -> int:
     markdown = claims_markdown()
     expected = expected_blocks(markdown)
     stale = []
-    for path, new in [(CLAIMS_MD, markdown),
-                      *((p, filled(p.read_text(), expected)) for p in (*pages(), *MANUAL_PAGES))]:
+    rewritten = [(p, filled(p.read_text(), expected)) for p in written_pages()]
+    for path, new in [(CLAIMS_MD, markdown), *rewritten]:
         if not path.exists() or path.read_text() != new:
             stale.append(path.relative_to(REPO).as_posix())
             if not check:

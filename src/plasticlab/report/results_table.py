@@ -166,7 +166,7 @@ def study_table(results: Results, columns: Sequence[str] | str, *, methods: Sequ
     headers, rows = _table(results, names, only_methods(methods, [results]), reps, seed, settings,
                            configurations)
     return Table(table_title(results), [*(_setting_header(k) for k in settings), "method", *headers],
-                 [[*(_setting_cell(k, c) for k in settings),
+                 [[*_group_key(c, settings),
                    label if configurations else _bold(label, c), *cells] for label, c, cells in rows],
                  _note(names, [c for _, c, _ in rows], settings)
                  + (_CONFIGURATIONS_NOTE[bool(results.selection)] if configurations else ""))
@@ -271,7 +271,7 @@ def _table(results: Results, names: list[str], only: frozenset[str] | None, reps
     rows = _rows(results, only, settings, configurations, shown=("lr",) if "lr" in names else ())
     groups: dict[tuple, list[int]] = {}
     for i, (_, c) in enumerate(rows):
-        groups.setdefault(tuple(_setting_cell(k, c) for k in settings), []).append(i)
+        groups.setdefault(_group_key(c, settings), []).append(i)
     headers: list[str] = []
     cells: list[list[str]] = [[] for _ in rows]
     for at in groups.values():
@@ -308,7 +308,7 @@ def _rows(results: Results, only: frozenset[str] | None, settings: Sequence[str]
         raise ValueError(f"{results.directory}: none of the methods {', '.join(sorted(only or ()))}")
     parts_of: dict[tuple, set] = {}
     for c, _, part in gathered:
-        parts_of.setdefault(tuple(_setting_cell(k, c) for k in settings), set()).add(part)
+        parts_of.setdefault(_group_key(c, settings), set()).add(part)
     if any(len(parts) > 1 for parts in parts_of.values()):
         parts = {part for _, _, part in gathered}
         need = ((["problem"] if len({p for p, _ in parts}) > 1 else [])
@@ -362,7 +362,7 @@ def _headline_by(part: Results, problem: str, optimizer: str, settings: Sequence
     made within the group)."""
     groups: dict[tuple, list[ConfigRuns]] = {}
     for c in part.studies()[(problem, optimizer)]:
-        groups.setdefault(tuple(_setting_cell(k, c) for k in settings), []).append(c)
+        groups.setdefault(_group_key(c, settings), []).append(c)
     if len(groups) == 1:
         return part.headline(problem, optimizer)[0]
     return [c for configs in groups.values()
@@ -462,6 +462,11 @@ def _setting_cell(key: str, c: ConfigRuns) -> str:
     if isinstance(value, float):
         return _step_size(value)
     return str(value)
+
+
+def _group_key(c: ConfigRuns, settings: Sequence[str]) -> tuple[str, ...]:
+    """``c``'s cells of the ``settings``: its row's first cells, and the group it is in."""
+    return tuple(_setting_cell(k, c) for k in settings)
 
 
 def _setting_order(key: str, c: ConfigRuns) -> tuple:
